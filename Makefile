@@ -1,0 +1,32 @@
+# One entry point per job. Every target sets up what it needs first (idempotent).
+PY      ?= .venv/bin/python
+PYTEST  ?= $(PY) -m pytest
+
+.PHONY: setup test test-unit test-integration test-nova chart-check bench demo clean
+
+setup:            ## project venv with the package and its test dependencies
+	bash hack/setup.sh
+
+test: setup       ## everything CI runs
+	bash hack/test.sh
+
+test-unit: setup
+	$(PYTEST) tests/unit -q
+
+test-integration: setup
+	$(PYTEST) tests/integration -q
+
+test-nova: setup  ## the real-Nova tier alone
+	$(PYTEST) tests/nova -q
+
+chart-check: setup
+	bash hack/chart-check.sh
+
+bench: setup
+	$(PY) bench/ring_bench.py
+
+demo: setup
+	bash hack/demo.sh
+
+clean:
+	rm -rf .venv .tools .run

@@ -1,0 +1,149 @@
+"""Typed observations and decisions shared by the pure core and the adapters.
+
+Everything here is plain, immutable data: adapters build observations from what they
+read (Ironic, Kubernetes, Nova), the planner turns observations into decisions, and the
+shell carries decisions out. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# Ironic provision states in which a node is busy or owned by a running workflow.
+# A node in any of them is pinned, as is a node with any target_provision_state.
+# Stable states ("enroll", "manageable", "available", "active" without an instance,
+# "error", ...) leave a node free unless something else pins it.
+TRANSITIONAL_PROVISION_STATES = frozenset({
+    "verifying", "inspecting", "inspect wait",
+    "cleaning", "clean wait", "clean hold",
+    "deploying", "wait call-back", "deploy hold",
+    "deleting", "rescuing", "rescue wait", "unrescuing",
+    "adopting", "servicing", "service wait", "service hold",
+})
+
+# RFC 1123 label (what a pod name, a Nova host and an Ironic shard key all accept),
+# with room for "-<ordinal>" inside Kubernetes' 63-character label-value limit.
+POOL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One managed Ironic node, as much of it as ownership decisions need.
+
+    `shard` is the node's owner (None: unassigned). `pinned` is computed once: a pinned
+    node's owner is frozen (SPEC section 2).
+    """
+
+    uuid: str
+    shard: str | None = None
+    instance_uuid: str | None = None
+    provision_state: str | None = None
+    target_provision_state: str | None = None
+    reservation: str | None = None
+    pinned: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pinned", bool(
+            self.instance_uuid
+            or self.target_provision_state
+            or self.reservation
+            or self.provision_state in TRANSITIONAL_PROVISION_STATES
+        ))
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One member identity `<pool>-<ordinal>` and its readiness.
+
+    `ready` is the pod's Ready condition now. `since` is when readiness last changed
+    (seconds since the epoch), or None when the member has never been ready.
+    """
+
+    name: str
+    ready: bool = False
+    since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Autoscale:
+    """Replicas follow the managed node count: ceil(nodes / max_nodes_per_member), bounded."""
+
+    min_replicas: int = 1
+    max_replicas: int = 10
+    max_nodes_per_member: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """What the planner needs of an IronicComputeShard's spec."""
+
+    name: str
+    replicas: int | None = None
+    autoscale: Autoscale | None = None
+    rebalance_after_seconds: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything the planner sees of one pool at one instant."""
+
+    spec: PoolSpec
+    members: tuple[Member, ...]
+    nodes: tuple[Node, ...]
+    now: float
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Move:
+    """Set `node_uuid`'s shard from `source` (None: unassigned) to `target`."""
+
+    node_uuid: str
+    source: str | None
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLoad:
+    """A member's ownership once the plan's moves are applied."""
+
+    name: str
+    nodes: int
+    pinned: int
+    in_ring: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCounts:
+    """The status summary of a pool's nodes (SPEC section 3, status.nodes).
+
+    `pending_moves` counts the plan's moves, `misplaced` the pinned nodes whose owner is
+    no member of the pool (no compute of this pool serves them, and the ring may not
+    move them).
+    """
+
+    total: int = 0
+    free: int = 0
+    pinned: int = 0
+    unassigned: int = 0
+    pending_moves: int = 0
+    misplaced: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The planner's decisions for one observation.
+
+    `moves` are sorted by node uuid. `members_to_create` are new identities,
+    `members_to_delete` retired identities that own no node any more, and
+    `scale_down_blocked` maps a retiring member to the pinned nodes it still owns.
+    """
+
+    desired_replicas: int
+    ring_members: tuple[str, ...]
+    moves: tuple[Move, ...]
+    members_to_create: tuple[str, ...]
+    members_to_delete: tuple[str, ...]
+    scale_down_blocked: dict[str, int]
+    loads: tuple[MemberLoad, ...]
+    counts: NodeCounts
