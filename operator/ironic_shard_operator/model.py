@@ -27,6 +27,19 @@ TRANSITIONAL_PROVISION_STATES = frozenset({
 POOL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")
 
 
+def member_name(pool: str, ordinal: int) -> str:
+    """The identity of a pool's member: pod name, Nova host and Ironic shard key at once."""
+    return f"{pool}-{ordinal}"
+
+
+def member_ordinal(pool: str, name: str) -> int | None:
+    """The ordinal of `name` if it is one of `pool`'s member identities, else None."""
+    prefix, _, ordinal = name.rpartition("-")
+    if prefix != pool or not ordinal.isdigit() or (ordinal != "0" and ordinal.startswith("0")):
+        return None
+    return int(ordinal)
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """One managed Ironic node, as much of it as ownership decisions need.
@@ -56,8 +69,10 @@ class Node:
 class Member:
     """One member identity `<pool>-<ordinal>` and its readiness.
 
-    `ready` is the pod's Ready condition now. `since` is when readiness last changed
-    (seconds since the epoch), or None when the member has never been ready.
+    `ready` is the pod's Ready condition now. `since` is when the member's readiness last
+    changed (seconds since the epoch), or None when it has never been ready. It belongs to
+    the identity, not the pod: a replacement pod that is not Ready yet keeps the time the
+    old one lost readiness, so the rebalance grace runs from the failure.
     """
 
     name: str
@@ -76,10 +91,13 @@ class Autoscale:
 
 @dataclass(frozen=True, slots=True)
 class PoolSpec:
-    """What the planner needs of an IronicComputeShard's spec."""
+    """What the planner needs of an IronicComputeShard's spec.
+
+    `replicas` is the member count unless `autoscale` is set, which then decides it.
+    """
 
     name: str
-    replicas: int | None = None
+    replicas: int = 1
     autoscale: Autoscale | None = None
     rebalance_after_seconds: float = 120.0
 

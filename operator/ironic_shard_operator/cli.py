@@ -1,0 +1,45 @@
+"""The `ironic-shard-operator` command: one subcommand per job, each in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import simulate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ironic-shard-operator",
+        description="Run nova-compute (Ironic driver) as a sharded, self-healing pool.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    sim = commands.add_parser(
+        "simulate", help="plan a membership change on synthetic nodes (for sizing)",
+        description="Converge a synthetic pool, apply a change, and show what moves.")
+    sim.add_argument("--pool", default="rack-a", help="pool name (default: rack-a)")
+    sim.add_argument("--nodes", type=int, default=10000, help="managed Ironic nodes")
+    sim.add_argument("--members", type=int, default=5, help="members before the change")
+    sim.add_argument("--pinned", type=float, default=0.0,
+                     help="fraction of nodes that carry an instance (0..1)")
+    sim.add_argument("--fail", action="append", default=[], metavar="MEMBER",
+                     help="a member that loses readiness past the grace (repeatable)")
+    sim.add_argument("--join", type=int, default=0, help="members that join")
+    sim.add_argument("--seed", type=int, default=0, help="seed for the synthetic node set")
+
+    args = parser.parse_args(argv)
+    if args.command == "simulate":
+        try:
+            print(simulate.run(simulate.Simulation(
+                pool=args.pool, nodes=args.nodes, members=args.members,
+                pinned_fraction=args.pinned, failed=tuple(args.fail),
+                joining=args.join, seed=args.seed)))
+        except ValueError as error:
+            sim.error(str(error))
+        return 0
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

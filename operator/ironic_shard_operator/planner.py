@@ -1,0 +1,224 @@
+"""Desired state from observed state: which members should exist and who owns which node.
+
+Pure: `plan(observation)` reads nothing but its argument and returns decisions.
+
+The rules it keeps (SPEC section 2):
+- a pinned node never changes owner;
+- every free node ends up owned by a ring member (a ready, non-retiring member), unless
+  there is none, in which case nothing moves;
+- a free node keeps its owner while that owner is in the ring and within its fair share,
+  so a membership change moves only what it must (sticky consistent hashing with bounded
+  loads): the rest go, in ring preference order, to members with room;
+- fair shares count pinned nodes too and differ by at most one node between members that
+  are not already above the level because of pinned nodes alone.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from .model import (
+    MemberLoad,
+    Member,
+    Move,
+    Node,
+    NodeCounts,
+    Observation,
+    Plan,
+    PoolSpec,
+    member_name,
+    member_ordinal,
+)
+from .ring import HashRing
+
+
+def plan(observation: Observation) -> Plan:
+    """Decide members and node owners for one pool from one observation."""
+    spec, nodes = observation.spec, observation.nodes
+    desired = desired_replicas(spec, len(nodes))
+    members = sorted_members(spec.name, observation.members)
+    retiring = {m.name for m in members[desired:]} if len(members) > desired else set()
+    ring_members = tuple(
+        m.name for m in members
+        if m.name not in retiring
+        and counts_as_ready(m, observation.now, spec.rebalance_after_seconds)
+    )
+
+    pinned_by_owner: Counter[str | None] = Counter()
+    free_nodes: list[Node] = []
+    for node in nodes:
+        if node.pinned:
+            pinned_by_owner[node.shard] += 1
+        else:
+            free_nodes.append(node)
+
+    moves = plan_moves(free_nodes, ring_members, pinned_by_owner) if ring_members else []
+
+    free_after = Counter(node.shard for node in free_nodes)
+    for move in moves:
+        free_after[move.source] -= 1
+        free_after[move.target] += 1
+
+    scale_down_blocked = {
+        m.name: pinned_by_owner[m.name] for m in members
+        if m.name in retiring and pinned_by_owner[m.name]
+    }
+    members_to_delete = tuple(
+        m.name for m in members
+        if m.name in retiring and not pinned_by_owner[m.name]
+        and (not free_after[m.name] or desired == 0)
+    )
+    ring_set = set(ring_members)
+    loads = tuple(
+        MemberLoad(
+            name=m.name,
+            nodes=pinned_by_owner[m.name] + free_after[m.name],
+            pinned=pinned_by_owner[m.name],
+            in_ring=m.name in ring_set,
+        )
+        for m in members
+    )
+    identities = {m.name for m in members}
+    counts = NodeCounts(
+        total=len(nodes),
+        free=len(free_nodes),
+        pinned=len(nodes) - len(free_nodes),
+        unassigned=sum(1 for node in nodes if node.shard is None),
+        pending_moves=len(moves),
+        misplaced=sum(c for owner, c in pinned_by_owner.items() if owner not in identities),
+    )
+    return Plan(
+        desired_replicas=desired,
+        ring_members=ring_members,
+        moves=tuple(moves),
+        members_to_create=members_to_create(spec.name, members, desired),
+        members_to_delete=members_to_delete,
+        scale_down_blocked=scale_down_blocked,
+        loads=loads,
+        counts=counts,
+    )
+
+
+def desired_replicas(spec: PoolSpec, node_count: int) -> int:
+    """`spec.replicas`, or with autoscale ceil(nodes / maxNodesPerMember) within its bounds."""
+    scale = spec.autoscale
+    if scale is None:
+        return spec.replicas
+    wanted = math.ceil(node_count / scale.max_nodes_per_member)
+    return max(scale.min_replicas, min(scale.max_replicas, wanted))
+
+
+def sorted_members(pool: str, members: Iterable[Member]) -> list[Member]:
+    """The pool's member identities by ordinal; names that are no identity of `pool` are dropped."""
+    ordinals = {m.name: member_ordinal(pool, m.name) for m in members}
+    return sorted((m for m in members if ordinals[m.name] is not None),
+                  key=lambda m: ordinals[m.name])
+
+
+def counts_as_ready(member: Member, now: float, grace_seconds: float) -> bool:
+    """Ready now, or lost readiness less than `grace_seconds` ago (a restart shuffles nothing)."""
+    if member.ready:
+        return True
+    return member.since is not None and now - member.since < grace_seconds
+
+
+def members_to_create(pool: str, members: list[Member], desired: int) -> tuple[str, ...]:
+    """The lowest free ordinals that bring the member count up to `desired`."""
+    taken = {member_ordinal(pool, m.name) for m in members}
+    created: list[str] = []
+    ordinal = 0
+    while len(members) + len(created) < desired:
+        if ordinal not in taken:
+            created.append(member_name(pool, ordinal))
+        ordinal += 1
+    return tuple(created)
+
+
+def plan_moves(
+    free_nodes: list[Node],
+    ring_members: tuple[str, ...],
+    pinned_by_owner: Mapping[str | None, int],
+) -> list[Move]:
+    """The fewest shard changes that give every free node an owner in `ring_members`
+    with every member at exactly its fair share; sorted by node uuid."""
+    held: dict[str, list[Node]] = {m: [] for m in ring_members}
+    homeless: list[Node] = []
+    for node in free_nodes:
+        bucket = held.get(node.shard)  # type: ignore[arg-type]
+        if bucket is None:
+            homeless.append(node)
+        else:
+            bucket.append(node)
+
+    quotas = fair_quotas(len(free_nodes), ring_members, pinned_by_owner,
+                         {m: len(bucket) for m, bucket in held.items()})
+    room: dict[str, int] = {}
+    for member, bucket in held.items():
+        excess = len(bucket) - quotas[member]
+        if excess > 0:
+            # Which nodes leave does not change how many move; the choice only has to be
+            # deterministic (independent of input order).
+            homeless.extend(heapq.nsmallest(excess, bucket, key=node_uuid))
+        room[member] = max(0, -excess)
+
+    if not homeless:
+        return []
+    homeless.sort(key=node_uuid)
+    ring = HashRing(ring_members)
+    moves: list[Move] = []
+    for node in homeless:
+        for member in ring.preference(node.uuid):
+            if room[member]:
+                room[member] -= 1
+                moves.append(Move(node.uuid, node.shard, member))
+                break
+    return moves
+
+
+def fair_quotas(
+    free_count: int,
+    ring_members: tuple[str, ...],
+    pinned_by_owner: Mapping[str | None, int],
+    held_counts: Mapping[str, int],
+) -> dict[str, int]:
+    """How many free nodes each ring member should own; the quotas sum to `free_count`.
+
+    Totals (pinned + free) are levelled: a member whose pinned nodes alone reach the level
+    gets no free node, the others' totals differ by at most one. The odd remainder goes
+    first to members already holding more than the level, so rounding moves no node and a
+    plan re-planned is a fixed point.
+    """
+    pinned = {m: pinned_by_owner.get(m, 0) for m in ring_members}
+    quotas = dict.fromkeys(ring_members, 0)
+    if free_count <= 0:
+        return quotas
+    levelled = sorted(ring_members, key=lambda m: (pinned[m], m))
+    while True:
+        budget = free_count + sum(pinned[m] for m in levelled)
+        level = budget / len(levelled)
+        below = [m for m in levelled if pinned[m] < level]
+        if len(below) == len(levelled):
+            break
+        levelled = below  # never empty: the least pinned member is always below the level
+    base, remainder = divmod(budget, len(levelled))
+    for m in levelled:
+        quotas[m] = base - pinned[m]
+    by_surplus = sorted(levelled, key=lambda m: (-(held_counts.get(m, 0) - quotas[m]), m))
+    for m in by_surplus[:remainder]:
+        quotas[m] += 1
+    return quotas
+
+
+def node_uuid(node: Node) -> str:
+    return node.uuid
+
+
+def owners_after(nodes: Iterable[Node], moves: Iterable[Move]) -> dict[str, str | None]:
+    """Every node's owner once `moves` are applied (for reports and tests)."""
+    owners = {node.uuid: node.shard for node in nodes}
+    for move in moves:
+        owners[move.node_uuid] = move.target
+    return owners
