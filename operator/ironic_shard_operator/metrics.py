@@ -1,0 +1,241 @@
+"""Prometheus metrics of the operator: what a pool looks like, what the operator did to it.
+
+One `OperatorMetrics` object owns its own `CollectorRegistry` (never prometheus_client's
+global one), so two instances (tests, or two operators in one process) never share a
+series. The operator creates one, calls `serve(port)` once, and then only the `record_*`
+methods below; it never touches a metric object directly.
+
+Invariants kept:
+- every series carries the `pool` label (plus `member` for per-member gauges), and a
+  member's or pool's series disappear when it does (`record_cycle` drops members no
+  longer planned, `forget_pool` drops a deleted pool);
+- label values are bounded: Ironic error kinds come from `IRONIC_ERROR_KINDS`, fence
+  modes from `FENCING_MODES`, so a strange exception can never explode cardinality;
+- "seconds since the last successful Ironic observation" is computed at scrape time, so
+  it keeps growing while Ironic is unreachable and no cycle completes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .model import Observation, Plan
+
+PREFIX = "ironic_shard"
+
+# What went wrong talking to Ironic, as few words as an alert needs.
+IRONIC_ERROR_KINDS = (
+    "timeout", "connection", "auth", "not_found", "conflict", "client", "server", "other",
+)
+FENCING_MODES = ("Wait", "OutOfServiceTaint", "ForceAfter")
+
+# A reconcile cycle lists every managed node (~0.4 s per 1,000) and writes only moves
+# (~50 ms each, serialised): from tens of milliseconds to minutes for a big adoption.
+CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+def classify_ironic_error(error: BaseException) -> str:
+    """The `kind` label for an exception raised talking to Ironic (one of IRONIC_ERROR_KINDS).
+
+    Works on openstacksdk/keystoneauth/requests exceptions by their class names and HTTP
+    status, so this module needs none of those libraries.
+    """
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if isinstance(error, TimeoutError) or names & {
+        "ConnectTimeout", "ReadTimeout", "Timeout", "RequestTimeout", "GatewayTimeout",
+    }:
+        return "timeout"
+    status = getattr(error, "status_code", None) or getattr(error, "http_status", None)
+    if isinstance(status, int):
+        if status in (401, 403):
+            return "auth"
+        if status == 404:
+            return "not_found"
+        if status == 409:
+            return "conflict"
+        if 400 <= status < 500:
+            return "client"
+        if status >= 500:
+            return "server"
+    if names & {"Unauthorized", "Forbidden", "AuthorizationFailure", "MissingAuthPlugin"}:
+        return "auth"
+    if isinstance(error, ConnectionError) or names & {
+        "ConnectFailure", "ConnectionError", "UnknownConnectionError", "SSLError",
+    }:
+        return "connection"
+    return "other"
+
+
+class _SinceLastObservation(Collector):
+    """Yields, at scrape time, now minus each pool's last successful Ironic observation."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self.last: dict[str, float] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            f"{PREFIX}_seconds_since_last_ironic_observation",
+            "Seconds since the operator last listed the pool's nodes from Ironic successfully.",
+            labels=["pool"],
+        )
+        now = self._clock()
+        for pool, at in sorted(self.last.items()):
+            family.add_metric([pool], max(0.0, now - at))
+        yield family
+
+
+class OperatorMetrics:
+    """All metrics of one operator process, in one dedicated registry.
+
+    `clock` returns seconds since the epoch (the same clock as `Observation.now`);
+    tests pass a fake one.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.members_desired = Gauge(
+            f"{PREFIX}_members_desired", "Members the pool should have (replicas or autoscale).",
+            ["pool"], registry=r)
+        self.members_ready = Gauge(
+            f"{PREFIX}_members_ready", "Members whose pod is Ready now.", ["pool"], registry=r)
+        self.members_in_ring = Gauge(
+            f"{PREFIX}_members_in_ring",
+            "Members free nodes are assigned to (Ready, or within rebalanceAfterSeconds).",
+            ["pool"], registry=r)
+        self.member_nodes = Gauge(
+            f"{PREFIX}_member_nodes",
+            "Ironic nodes owned by the member once this cycle's moves are applied.",
+            ["pool", "member"], registry=r)
+        self.member_pinned_nodes = Gauge(
+            f"{PREFIX}_member_pinned_nodes",
+            "Owned nodes that are pinned (instance, transitional state or locked).",
+            ["pool", "member"], registry=r)
+        self.managed_nodes = Gauge(
+            f"{PREFIX}_managed_nodes", "Ironic nodes matching the pool's selector.",
+            ["pool"], registry=r)
+        self.unassigned_nodes = Gauge(
+            f"{PREFIX}_unassigned_nodes", "Managed nodes with no shard at observation time.",
+            ["pool"], registry=r)
+        self.misplaced_nodes = Gauge(
+            f"{PREFIX}_misplaced_nodes",
+            "Pinned nodes owned by no member of the pool (no compute serves them).",
+            ["pool"], registry=r)
+        self.pending_moves = Gauge(
+            f"{PREFIX}_pending_moves", "Shard changes the last plan asked for.",
+            ["pool"], registry=r)
+        self.scale_down_blocked = Gauge(
+            f"{PREFIX}_scale_down_blocked_members",
+            "Retiring members kept because they still own pinned nodes.", ["pool"], registry=r)
+        self.node_moves = Counter(
+            f"{PREFIX}_node_moves", "Shard changes written to Ironic.", ["pool"], registry=r)
+        self.replacements = Counter(
+            f"{PREFIX}_member_replacements",
+            "Member pods replaced (same identity) after failure.", ["pool"], registry=r)
+        self.fences = Counter(
+            f"{PREFIX}_member_fences",
+            "Old member pods declared gone, by fencing mode.", ["pool", "mode"], registry=r)
+        self.ironic_errors = Counter(
+            f"{PREFIX}_ironic_api_errors",
+            "Failed Ironic API calls, by kind.", ["pool", "kind"], registry=r)
+        self.cycle_duration = Histogram(
+            f"{PREFIX}_reconcile_duration_seconds",
+            "Duration of one reconcile cycle (observe, plan, write).",
+            ["pool"], buckets=CYCLE_BUCKETS, registry=r)
+        self.leader = Gauge(
+            f"{PREFIX}_leader", "1 while this replica holds the leader Lease, else 0.",
+            registry=r)
+        self._since = _SinceLastObservation(clock)
+        r.register(self._since)
+        self._members: dict[str, set[str]] = {}
+
+    # ---- what the operator calls -------------------------------------------------------
+
+    def record_cycle(self, pool: str, observation: Observation, plan: Plan,
+                     duration_seconds: float) -> None:
+        """One completed cycle: the pool's gauges now describe `plan`, and Ironic was seen
+        successfully at `observation.now`."""
+        self.members_desired.labels(pool).set(plan.desired_replicas)
+        self.members_ready.labels(pool).set(sum(1 for m in observation.members if m.ready))
+        self.members_in_ring.labels(pool).set(len(plan.ring_members))
+        counts = plan.counts
+        self.managed_nodes.labels(pool).set(counts.total)
+        self.unassigned_nodes.labels(pool).set(counts.unassigned)
+        self.misplaced_nodes.labels(pool).set(counts.misplaced)
+        self.pending_moves.labels(pool).set(counts.pending_moves)
+        self.scale_down_blocked.labels(pool).set(len(plan.scale_down_blocked))
+        members = {load.name for load in plan.loads}
+        for load in plan.loads:
+            self.member_nodes.labels(pool, load.name).set(load.nodes)
+            self.member_pinned_nodes.labels(pool, load.name).set(load.pinned)
+        for gone in self._members.get(pool, set()) - members:
+            self.member_nodes.remove(pool, gone)
+            self.member_pinned_nodes.remove(pool, gone)
+        self._members[pool] = members
+        self.cycle_duration.labels(pool).observe(duration_seconds)
+        self._since.last[pool] = observation.now
+
+    def record_moves(self, pool: str, count: int) -> None:
+        """`count` shard PATCHes succeeded."""
+        self.node_moves.labels(pool).inc(count)
+
+    def record_replacement(self, pool: str) -> None:
+        """A failed member pod was replaced by a new pod with the same identity."""
+        self.replacements.labels(pool).inc()
+
+    def record_fence(self, pool: str, mode: str) -> None:
+        """An old member pod was declared gone under fencing `mode` (one of FENCING_MODES)."""
+        if mode not in FENCING_MODES:
+            raise ValueError(f"fencing mode {mode!r} is not one of {', '.join(FENCING_MODES)}")
+        self.fences.labels(pool, mode).inc()
+
+    def record_ironic_error(self, pool: str, error: BaseException | str) -> None:
+        """A failed Ironic call: an exception (classified) or a kind from IRONIC_ERROR_KINDS."""
+        kind = error if isinstance(error, str) else classify_ironic_error(error)
+        if kind not in IRONIC_ERROR_KINDS:
+            raise ValueError(
+                f"Ironic error kind {kind!r} is not one of {', '.join(IRONIC_ERROR_KINDS)}")
+        self.ironic_errors.labels(pool, kind).inc()
+
+    def set_leader(self, leading: bool) -> None:
+        """Whether this replica is the one acting (holds the Lease)."""
+        self.leader.set(1 if leading else 0)
+
+    def forget_pool(self, pool: str) -> None:
+        """Drop every series of a deleted pool."""
+        for metric in (self.members_desired, self.members_ready, self.members_in_ring,
+                       self.managed_nodes, self.unassigned_nodes, self.misplaced_nodes,
+                       self.pending_moves, self.scale_down_blocked, self.node_moves,
+                       self.replacements, self.cycle_duration):
+            _remove_if_present(metric, pool)
+        for member in self._members.pop(pool, set()):
+            self.member_nodes.remove(pool, member)
+            self.member_pinned_nodes.remove(pool, member)
+        for mode in FENCING_MODES:
+            _remove_if_present(self.fences, pool, mode)
+        for kind in IRONIC_ERROR_KINDS:
+            _remove_if_present(self.ironic_errors, pool, kind)
+        self._since.last.pop(pool, None)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> WSGIServer:
+        """Serve /metrics on `addr:port` from a daemon thread; returns the server
+        (call `.shutdown()` to stop it). The port must be free: an error says which."""
+        try:
+            server, _thread = start_http_server(port, addr, registry=self.registry)
+        except OSError as error:
+            raise OSError(f"cannot serve metrics on {addr}:{port}: {error}") from error
+        return server
+
+
+def _remove_if_present(metric: Gauge | Counter | Histogram, *labels: str) -> None:
+    try:
+        metric.remove(*labels)
+    except KeyError:
+        pass
