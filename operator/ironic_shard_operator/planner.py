@@ -57,7 +57,8 @@ def plan(observation: Observation) -> Plan:
 
     moves = plan_moves(free_nodes, ring_members, pinned_by_owner) if ring_members else []
 
-    free_after = Counter(node.shard for node in free_nodes)
+    free_now = Counter(node.shard for node in free_nodes)
+    free_after = free_now.copy()
     for move in moves:
         free_after[move.source] -= 1
         free_after[move.target] += 1
@@ -66,10 +67,12 @@ def plan(observation: Observation) -> Plan:
         m.name: pinned_by_owner[m.name] for m in members
         if m.name in retiring and pinned_by_owner[m.name]
     }
+    # A retiring member goes once Ironic shows it owns nothing (its free nodes moved in an
+    # earlier cycle), or at replicas 0, where nobody could take its free nodes anyway.
     members_to_delete = tuple(
         m.name for m in members
         if m.name in retiring and not pinned_by_owner[m.name]
-        and (not free_after[m.name] or desired == 0)
+        and (not free_now[m.name] or desired == 0)
     )
     ring_set = set(ring_members)
     loads = tuple(

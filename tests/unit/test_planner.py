@@ -1,0 +1,309 @@
+"""The planner against SPEC section 2: examples first, then the invariants as properties."""
+
+import random
+import uuid
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ironic_shard_operator.model import Autoscale, Member, Node, Observation, PoolSpec
+from ironic_shard_operator.planner import owners_after, plan
+
+NOW = 10_000.0
+GRACE = 120.0
+
+
+def uuids(count, seed=0):
+    rng = random.Random(seed)
+    return [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(count)]
+
+
+def ready(*names):
+    return tuple(Member(name, True, 0.0) for name in names)
+
+
+def pool(names, nodes, replicas=None, now=NOW, autoscale=None):
+    spec = PoolSpec("p", replicas=len(names) if replicas is None else replicas,
+                    autoscale=autoscale, rebalance_after_seconds=GRACE)
+    members = names if names and isinstance(names[0], Member) else ready(*names)
+    return Observation(spec, tuple(members), tuple(nodes), now)
+
+
+def applied(observation, result):
+    """The observation after the plan's moves were written to Ironic."""
+    owners = owners_after(observation.nodes, result.moves)
+    nodes = tuple(Node(n.uuid, owners[n.uuid], n.instance_uuid, n.provision_state,
+                       n.target_provision_state, n.reservation) for n in observation.nodes)
+    return Observation(observation.spec, observation.members, nodes, observation.now)
+
+
+def converged(names, count, pinned_every=0, seed=0):
+    """A pool of `names` that adopted `count` fresh nodes; every pinned_every-th gets an instance."""
+    first = pool(names, [Node(u) for u in uuids(count, seed)])
+    state = applied(first, plan(first))
+    nodes = tuple(
+        Node(n.uuid, n.shard, instance_uuid=f"i-{i}" if pinned_every and i % pinned_every == 0 else None)
+        for i, n in enumerate(state.nodes))
+    return pool(names, nodes)
+
+
+def totals(observation):
+    return Counter(n.shard for n in observation.nodes)
+
+
+# --- examples ------------------------------------------------------------------------------
+
+def test_first_adoption_spreads_unassigned_nodes_exactly_evenly():
+    state = converged(["p-0", "p-1", "p-2"], 300)
+    assert totals(state) == {"p-0": 100, "p-1": 100, "p-2": 100}
+
+
+def test_a_converged_pool_plans_nothing():
+    state = converged(["p-0", "p-1", "p-2"], 301, pinned_every=4)
+    result = plan(state)
+    assert result.moves == ()
+    assert result.members_to_create == () and result.members_to_delete == ()
+
+
+def test_member_past_the_grace_loses_only_its_free_nodes():
+    state = converged(["p-0", "p-1", "p-2"], 600, pinned_every=4)
+    failed = (Member("p-0", True, 0.0), Member("p-1", False, NOW - GRACE - 1), Member("p-2", True, 0.0))
+    observation = pool(failed, state.nodes)
+    result = plan(observation)
+    free_of_failed = {n.uuid for n in state.nodes if n.shard == "p-1" and not n.pinned}
+    assert {m.node_uuid for m in result.moves} == free_of_failed
+    assert all(m.target in ("p-0", "p-2") for m in result.moves)
+    after = totals(applied(observation, result))
+    assert after["p-1"] == sum(1 for n in state.nodes if n.shard == "p-1" and n.pinned)
+
+
+def test_member_within_the_grace_keeps_its_nodes():
+    state = converged(["p-0", "p-1", "p-2"], 300)
+    blinking = (Member("p-0", True, 0.0), Member("p-1", False, NOW - GRACE + 5), Member("p-2", True, 0.0))
+    assert plan(pool(blinking, state.nodes)).moves == ()
+
+
+def test_member_never_ready_gets_nothing_and_keeps_nothing():
+    state = converged(["p-0", "p-1"], 100)
+    members = ready("p-0", "p-1") + (Member("p-2", False, None),)
+    result = plan(pool(members, state.nodes))
+    assert result.ring_members == ("p-0", "p-1")
+    assert result.moves == ()
+
+
+def test_returning_member_gets_its_share_back_with_minimal_movement():
+    names = ["p-0", "p-1", "p-2", "p-3"]
+    state = converged(names, 1000)
+    gone = (Member("p-0", True, 0), Member("p-1", True, 0), Member("p-2", True, 0),
+            Member("p-3", False, NOW - 10 * GRACE))
+    without = applied(pool(gone, state.nodes), plan(pool(gone, state.nodes)))
+    back = pool(names, without.nodes)
+    result = plan(back)
+    assert len(result.moves) == 250
+    assert all(m.target == "p-3" for m in result.moves)
+    assert totals(applied(back, result)) == {n: 250 for n in names}
+
+
+def test_no_ready_member_moves_nothing_not_even_unassigned_nodes():
+    members = (Member("p-0", False, None), Member("p-1", False, NOW - 10 * GRACE))
+    nodes = [Node(u) for u in uuids(10)] + [Node(u, "p-1") for u in uuids(10, seed=1)]
+    result = plan(pool(members, nodes))
+    assert result.moves == () and result.ring_members == ()
+
+
+def test_rounding_moves_nothing_whoever_holds_the_odd_node():
+    ids = uuids(10)
+    owners = ["p-1"] * 4 + ["p-0"] * 3 + ["p-2"] * 3
+    nodes = [Node(u, owner) for u, owner in zip(ids, owners)]
+    assert plan(pool(["p-0", "p-1", "p-2"], nodes)).moves == ()
+
+
+def test_pinned_node_states_never_move():
+    members = (Member("p-0", False, NOW - 10 * GRACE), Member("p-1", True, 0.0))
+    ids = uuids(5)
+    nodes = [
+        Node(ids[0], "p-0", instance_uuid="i"),
+        Node(ids[1], "p-0", provision_state="cleaning"),
+        Node(ids[2], "p-0", provision_state="active", target_provision_state="deleted"),
+        Node(ids[3], "p-0", reservation="conductor-1"),
+        Node(ids[4], "p-0", provision_state="available"),
+    ]
+    result = plan(pool(members, nodes))
+    assert [(m.node_uuid, m.target) for m in result.moves] == [(ids[4], "p-1")]
+
+
+def test_pinned_nodes_count_towards_a_members_share():
+    ids = uuids(30)
+    nodes = [Node(u, "p-0", instance_uuid="i") for u in ids[:10]] + [Node(u) for u in ids[10:]]
+    result = plan(pool(["p-0", "p-1"], nodes))
+    after = totals(applied(pool(["p-0", "p-1"], nodes), result))
+    assert after == {"p-0": 15, "p-1": 15}
+
+
+def test_member_heavy_with_pinned_nodes_gets_no_free_node():
+    ids = uuids(40)
+    nodes = [Node(u, "p-0", instance_uuid="i") for u in ids[:30]] + [Node(u) for u in ids[30:]]
+    after = totals(applied(pool(["p-0", "p-1"], nodes), plan(pool(["p-0", "p-1"], nodes))))
+    assert after == {"p-0": 30, "p-1": 10}
+
+
+def test_scale_up_adds_the_lowest_free_ordinals():
+    state = converged(["p-0", "p-2"], 10)
+    result = plan(pool(ready("p-0", "p-2"), state.nodes, replicas=4))
+    assert result.members_to_create == ("p-1", "p-3")
+
+
+def test_scale_down_drains_then_deletes_the_highest_ordinals():
+    names = ["p-0", "p-1", "p-2", "p-3"]
+    state = converged(names, 400)
+    down = pool(names, state.nodes, replicas=2)
+    result = plan(down)
+    assert result.ring_members == ("p-0", "p-1")
+    assert {m.source for m in result.moves} == {"p-2", "p-3"}
+    assert result.members_to_delete == ()  # they still own nodes: first the moves
+    drained = plan(applied(down, result))
+    assert drained.members_to_delete == ("p-2", "p-3")
+    assert drained.moves == ()
+
+
+def test_scale_down_is_blocked_by_pinned_nodes_and_says_how_many():
+    names = ["p-0", "p-1", "p-2"]
+    state = converged(names, 90)
+    nodes = tuple(Node(n.uuid, n.shard, instance_uuid="i" if n.shard == "p-2" and i % 3 == 0 else None)
+                  for i, n in enumerate(state.nodes))
+    pinned_on_p2 = sum(1 for n in nodes if n.shard == "p-2" and n.pinned)
+    down = pool(names, nodes, replicas=2)
+    result = plan(down)
+    assert result.scale_down_blocked == {"p-2": pinned_on_p2}
+    assert result.members_to_delete == ()
+    settled = plan(applied(down, result))
+    assert settled.members_to_delete == () and settled.scale_down_blocked == {"p-2": pinned_on_p2}
+    # The instances go: the former pinned nodes are drained first, then the member is deleted.
+    freed = pool(names, tuple(Node(n.uuid, n.shard) for n in applied(down, result).nodes), replicas=2)
+    draining = plan(freed)
+    assert draining.scale_down_blocked == {} and {m.source for m in draining.moves} == {"p-2"}
+    assert plan(applied(freed, draining)).members_to_delete == ("p-2",)
+
+
+def test_scale_to_zero_deletes_members_without_pinned_nodes_and_leaves_nodes_where_they_are():
+    state = converged(["p-0", "p-1"], 20)
+    result = plan(pool(["p-0", "p-1"], state.nodes, replicas=0))
+    assert result.moves == ()
+    assert result.members_to_delete == ("p-0", "p-1")
+
+
+def test_autoscale_follows_node_count_within_bounds():
+    nodes = [Node(u) for u in uuids(1201)]
+    assert plan(pool(["p-0"], nodes, autoscale=Autoscale(1, 10, 500))).desired_replicas == 3
+    assert plan(pool(["p-0"], nodes, autoscale=Autoscale(1, 2, 500))).desired_replicas == 2
+    assert plan(pool(["p-0"], nodes[:10], autoscale=Autoscale(2, 5, 500))).desired_replicas == 2
+
+
+def test_nodes_owned_by_strangers_are_adopted_unless_pinned():
+    ids = uuids(4)
+    nodes = [Node(ids[0], "legacy"), Node(ids[1], "legacy", instance_uuid="i"), Node(ids[2]), Node(ids[3], "p-0")]
+    result = plan(pool(["p-0"], nodes))
+    assert sorted(m.node_uuid for m in result.moves) == sorted([ids[0], ids[2]])
+    assert result.counts.misplaced == 1
+    assert result.counts.unassigned == 1
+
+
+def test_status_counts():
+    state = converged(["p-0", "p-1"], 100, pinned_every=5)
+    counts = plan(state).counts
+    assert (counts.total, counts.pinned, counts.free, counts.pending_moves) == (100, 20, 80, 0)
+    loads = {load.name: (load.nodes, load.pinned) for load in plan(state).loads}
+    assert sum(n for n, _ in loads.values()) == 100 and sum(p for _, p in loads.values()) == 20
+
+
+# --- properties ----------------------------------------------------------------------------
+
+MEMBER_STATES = st.sampled_from(["ready", "new", "grace", "gone"])
+
+
+@st.composite
+def observations(draw):
+    count = draw(st.integers(0, 7))
+    members = []
+    for i in range(count):
+        state = draw(MEMBER_STATES)
+        since = {"ready": 0.0, "new": None, "grace": NOW - GRACE / 2, "gone": NOW - 2 * GRACE}[state]
+        members.append(Member(f"p-{i}", state == "ready", since))
+    owners = st.one_of(st.none(), st.sampled_from(["legacy"] + [f"p-{i}" for i in range(9)]))
+    node_count = draw(st.integers(0, 120))
+    ids = uuids(node_count, seed=draw(st.integers(0, 3)))
+    nodes = tuple(
+        Node(u, draw(owners), instance_uuid="i" if draw(st.integers(0, 4)) == 0 else None,
+             provision_state=draw(st.sampled_from(["available", "active", "manageable", "cleaning"])))
+        for u in ids)
+    replicas = draw(st.integers(0, 9))
+    spec = PoolSpec("p", replicas=replicas, rebalance_after_seconds=GRACE)
+    return Observation(spec, tuple(members), nodes, NOW)
+
+
+@settings(max_examples=300, deadline=None)
+@given(observations())
+def test_invariants_hold_for_any_observation(observation):
+    result = plan(observation)
+    after = applied(observation, result)
+    ring = set(result.ring_members)
+    before_owner = {n.uuid: n.shard for n in observation.nodes}
+    pinned = {n.uuid for n in observation.nodes if n.pinned}
+
+    # 2. a pinned node never changes owner
+    assert not {m.node_uuid for m in result.moves} & pinned
+    # moves are real changes, listed once
+    assert all(before_owner[m.node_uuid] == m.source != m.target for m in result.moves)
+    assert len({m.node_uuid for m in result.moves}) == len(result.moves)
+
+    if not ring:
+        # 3. with no ready member, free nodes stay where they are
+        assert result.moves == ()
+        return
+    # 1 + 3. after convergence every free node is owned by a ready member of the pool
+    assert all(n.shard in ring for n in after.nodes if not n.pinned)
+
+    # balance: totals of members that take free nodes differ by at most one, and a member
+    # left without free nodes is one whose pinned nodes alone reach that level
+    total = Counter(n.shard for n in after.nodes if n.shard in ring)
+    free = Counter(n.shard for n in after.nodes if n.shard in ring and not n.pinned)
+    takers = [m for m in ring if free[m]]
+    if takers:
+        assert max(total[m] for m in takers) - min(total[m] for m in takers) <= 1
+        assert all(total[m] >= min(total[t] for t in takers) for m in ring)
+
+    # 4. minimal movement: no member both gives nodes away and receives nodes
+    gives = {m.source for m in result.moves}
+    receives = {m.target for m in result.moves}
+    assert not gives & receives
+
+    # 6. idempotence: planning on the result of a plan yields no moves
+    assert plan(after).moves == ()
+
+
+@settings(max_examples=100, deadline=None)
+@given(observations(), st.randoms(use_true_random=False))
+def test_plan_does_not_depend_on_input_order(observation, rng):
+    nodes, members = list(observation.nodes), list(observation.members)
+    rng.shuffle(nodes)
+    rng.shuffle(members)
+    shuffled = Observation(observation.spec, tuple(members), tuple(nodes), observation.now)
+    assert plan(shuffled) == plan(observation)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(2, 12), st.integers(50, 600), st.integers(0, 3))
+def test_join_and_leave_move_what_consistent_hashing_needs(members, nodes, seed):
+    names = [f"p-{i}" for i in range(members)]
+    state = converged(names, nodes, seed=seed)
+
+    joined = pool(names + [f"p-{members}"], state.nodes)
+    join_moves = len(plan(joined).moves)
+    assert join_moves <= -(-nodes // (members + 1))   # ceil(N / (M+1)): the joiner's share
+
+    leaver = names[seed % members]
+    left = pool(tuple(Member(n, n != leaver, 0.0) for n in names), state.nodes)
+    leave_moves = plan(left).moves
+    assert len(leave_moves) == sum(1 for n in state.nodes if n.shard == leaver)
+    assert all(m.source == leaver for m in leave_moves)
