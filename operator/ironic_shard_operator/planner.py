@@ -15,9 +15,8 @@ The rules it keeps (SPEC section 2):
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
 from .model import (
@@ -48,16 +47,17 @@ def plan(observation: Observation) -> Plan:
     )
 
     pinned_by_owner: Counter[str | None] = Counter()
-    free_nodes: list[Node] = []
+    free_by_owner: defaultdict[str | None, list[str]] = defaultdict(list)
     for node in nodes:
         if node.pinned:
             pinned_by_owner[node.shard] += 1
         else:
-            free_nodes.append(node)
+            free_by_owner[node.shard].append(node.uuid)
+    free_count = len(nodes) - sum(pinned_by_owner.values())
 
-    moves = plan_moves(free_nodes, ring_members, pinned_by_owner) if ring_members else []
+    moves = plan_moves(free_by_owner, ring_members, pinned_by_owner) if ring_members else []
 
-    free_now = Counter(node.shard for node in free_nodes)
+    free_now = Counter({owner: len(uuids) for owner, uuids in free_by_owner.items()})
     free_after = free_now.copy()
     for move in moves:
         free_after[move.source] -= 1
@@ -87,8 +87,8 @@ def plan(observation: Observation) -> Plan:
     identities = {m.name for m in members}
     counts = NodeCounts(
         total=len(nodes),
-        free=len(free_nodes),
-        pinned=len(nodes) - len(free_nodes),
+        free=free_count,
+        pinned=len(nodes) - free_count,
         unassigned=sum(1 for node in nodes if node.shard is None),
         pending_moves=len(moves),
         misplaced=sum(c for owner, c in pinned_by_owner.items() if owner not in identities),
@@ -141,43 +141,50 @@ def members_to_create(pool: str, members: list[Member], desired: int) -> tuple[s
 
 
 def plan_moves(
-    free_nodes: list[Node],
+    free_by_owner: Mapping[str | None, list[str]],
     ring_members: tuple[str, ...],
     pinned_by_owner: Mapping[str | None, int],
 ) -> list[Move]:
     """The fewest shard changes that give every free node an owner in `ring_members`
-    with every member at exactly its fair share; sorted by node uuid."""
-    held: dict[str, list[Node]] = {m: [] for m in ring_members}
-    homeless: list[Node] = []
-    for node in free_nodes:
-        bucket = held.get(node.shard)  # type: ignore[arg-type]
-        if bucket is None:
-            homeless.append(node)
-        else:
-            bucket.append(node)
+    with every member at exactly its fair share; sorted by node uuid.
 
-    quotas = fair_quotas(len(free_nodes), ring_members, pinned_by_owner,
-                         {m: len(bucket) for m, bucket in held.items()})
+    `free_by_owner` maps each current owner (None: unassigned) to its free nodes' uuids.
+    """
+    in_ring = set(ring_members)
+    homeless = [(uuid, owner) for owner, uuids in free_by_owner.items()
+                if owner not in in_ring for uuid in uuids]
+    held = {m: len(free_by_owner.get(m, ())) for m in ring_members}
+    free_count = sum(len(uuids) for uuids in free_by_owner.values())
+    quotas = fair_quotas(free_count, ring_members, pinned_by_owner, held)
+
     room: dict[str, int] = {}
-    for member, bucket in held.items():
-        excess = len(bucket) - quotas[member]
+    for member in ring_members:
+        excess = held[member] - quotas[member]
         if excess > 0:
             # Which nodes leave does not change how many move; the choice only has to be
             # deterministic (independent of input order).
-            homeless.extend(heapq.nsmallest(excess, bucket, key=node_uuid))
+            homeless.extend((uuid, member) for uuid in sorted(free_by_owner[member])[:excess])
         room[member] = max(0, -excess)
 
     if not homeless:
         return []
-    homeless.sort(key=node_uuid)
-    ring = HashRing(ring_members)
+    homeless.sort()
+    # Walk a ring of the members that still have room: the same points as the full ring,
+    # so each node lands where the full ring's walk would, minus the full members.
+    ring = HashRing(m for m in ring_members if room[m])
+    full_in_ring = 0
     moves: list[Move] = []
-    for node in homeless:
-        for member in ring.preference(node.uuid):
+    for uuid, owner in homeless:
+        for member in ring.preference(uuid):
             if room[member]:
                 room[member] -= 1
-                moves.append(Move(node.uuid, node.shard, member))
+                moves.append(Move(uuid, owner, member))
+                if not room[member]:
+                    full_in_ring += 1
                 break
+        if full_in_ring * 2 > len(ring.members):
+            ring = ring.among(m for m in ring.members if room[m])
+            full_in_ring = 0
     return moves
 
 
@@ -213,10 +220,6 @@ def fair_quotas(
     for m in by_surplus[:remainder]:
         quotas[m] += 1
     return quotas
-
-
-def node_uuid(node: Node) -> str:
-    return node.uuid
 
 
 def owners_after(nodes: Iterable[Node], moves: Iterable[Move]) -> dict[str, str | None]:

@@ -42,6 +42,17 @@ class HashRing:
         self._positions = [position for position, _ in points]
         self._owners = [member for _, member in points]
 
+    def among(self, members: Iterable[str]) -> HashRing:
+        """This ring with only `members` left: the same points, so every key's preference
+        order is this ring's order with the others skipped. Costs no hashing."""
+        keep = set(members) & set(self.members)
+        ring = HashRing.__new__(HashRing)
+        ring.members = tuple(m for m in self.members if m in keep)
+        pairs = [(p, m) for p, m in zip(self._positions, self._owners) if m in keep]
+        ring._positions = [p for p, _ in pairs]
+        ring._owners = [m for _, m in pairs]
+        return ring
+
     def preference(self, key: str) -> Iterator[str]:
         """Every member exactly once, most preferred for `key` first."""
         owners = self._owners

@@ -264,14 +264,15 @@ def test_invariants_hold_for_any_observation(observation):
     # 1 + 3. after convergence every free node is owned by a ready member of the pool
     assert all(n.shard in ring for n in after.nodes if not n.pinned)
 
-    # balance: totals of members that take free nodes differ by at most one, and a member
-    # left without free nodes is one whose pinned nodes alone reach that level
+    # balance: totals of members that take free nodes differ by at most one, and no member
+    # is left more than one below them (pinned nodes alone may put a member above)
     total = Counter(n.shard for n in after.nodes if n.shard in ring)
     free = Counter(n.shard for n in after.nodes if n.shard in ring and not n.pinned)
     takers = [m for m in ring if free[m]]
     if takers:
-        assert max(total[m] for m in takers) - min(total[m] for m in takers) <= 1
-        assert all(total[m] >= min(total[t] for t in takers) for m in ring)
+        top = max(total[m] for m in takers)
+        assert top - min(total[m] for m in takers) <= 1
+        assert all(total[m] >= top - 1 for m in ring)
 
     # 4. minimal movement: no member both gives nodes away and receives nodes
     gives = {m.source for m in result.moves}
