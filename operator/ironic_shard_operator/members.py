@@ -1,0 +1,400 @@
+"""Pure member/pod lifecycle: observed pods and Kubernetes nodes in, pod actions out.
+
+A member is one identity `<pool>-<ordinal>`; its pod has exactly that name. Kubernetes
+refuses a second object with a name that exists, so as long as the operator only creates
+a member's pod when no pod object of that name exists, and only forgets (force-deletes)
+a pod whose process is provably stopped or whose fencing policy allows it, there are
+never two live pods with one identity (SPEC invariant 5). Every decision here keeps that:
+
+- a missing pod is created; a pod being deleted is waited for, never replaced early;
+- a pod that Failed, was evicted, is in a crash loop, or stayed Pending too long is
+  deleted (gracefully); its replacement follows once the old object is gone;
+- a pod on an unreachable Kubernetes node is deleted gracefully, then forgotten only per
+  `failover.fencing.mode` (Wait: never; OutOfServiceTaint: once the node carries the
+  out-of-service taint; ForceAfter: force-delete N seconds after the node went away);
+- a pod whose config hash is stale is rolled, one member at a time, and only while every
+  other member is Ready (so a roll never takes two members down at once).
+
+Nothing here does I/O: `decide()` returns data; kube.py carries it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+from ironic_shard_operator import model
+from ironic_shard_operator.podspec import CONFIG_HASH, MEMBER_LABEL
+from ironic_shard_operator.resource import Failover
+
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+# Restarts of a container in CrashLoopBackOff before the pod is replaced (elsewhere,
+# with fresh volumes); below it the kubelet's own restart is cheaper.
+CRASH_LOOP_RESTARTS = 3
+
+
+# --- observations ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What lifecycle decisions need of one member pod. Times are seconds since epoch."""
+
+    name: str
+    member: str
+    uid: str
+    phase: str = "Pending"
+    reason: str | None = None  # status.reason, e.g. "Evicted"
+    ready: bool = False
+    ready_since: float | None = None  # lastTransitionTime of the Ready condition
+    created: float | None = None
+    deleting: bool = False
+    deletion_since: float | None = None
+    node_name: str | None = None
+    crash_looping: bool = False
+    restarts: int = 0
+    config_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A Kubernetes node as fencing sees it.
+
+    `reachable` is False when the node's kubelet stopped reporting (Ready=Unknown or the
+    unreachable taint): then nobody can confirm that a pod on it has stopped.
+    """
+
+    name: str
+    reachable: bool = True
+    unreachable_since: float | None = None
+    out_of_service: bool = False
+
+
+def parse_time(value: str | None) -> float | None:
+    """RFC 3339 (as the Kubernetes API writes it) -> seconds since the epoch."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def read_pod(pod: Mapping[str, Any]) -> PodView:
+    """A PodView of a pod object as the API returns it."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    ready_condition = next(
+        (c for c in status.get("conditions") or () if c.get("type") == "Ready"), {}
+    )
+    containers = status.get("containerStatuses") or ()
+    return PodView(
+        name=meta.get("name", ""),
+        member=(meta.get("labels") or {}).get(MEMBER_LABEL) or meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        phase=status.get("phase") or "Pending",
+        reason=status.get("reason"),
+        ready=ready_condition.get("status") == "True",
+        ready_since=parse_time(ready_condition.get("lastTransitionTime")),
+        created=parse_time(meta.get("creationTimestamp")),
+        deleting=bool(meta.get("deletionTimestamp")),
+        deletion_since=parse_time(meta.get("deletionTimestamp")),
+        node_name=(pod.get("spec") or {}).get("nodeName"),
+        crash_looping=any(
+            ((c.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+            for c in containers
+        ),
+        restarts=max((int(c.get("restartCount") or 0) for c in containers), default=0),
+        config_hash=(meta.get("annotations") or {}).get(CONFIG_HASH),
+    )
+
+
+def read_node(node: Mapping[str, Any]) -> NodeView:
+    """A NodeView of a node object as the API returns it."""
+    status = node.get("status") or {}
+    taints = (node.get("spec") or {}).get("taints") or ()
+    ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+    unreachable_taint = next((t for t in taints if t.get("key") == UNREACHABLE_TAINT), None)
+    unreachable = unreachable_taint is not None or ready.get("status") == "Unknown"
+    since = None
+    if unreachable:
+        since = parse_time((unreachable_taint or {}).get("timeAdded")) or parse_time(
+            ready.get("lastTransitionTime"))
+    return NodeView(
+        name=(node.get("metadata") or {}).get("name", ""),
+        reachable=not unreachable,
+        unreachable_since=since,
+        out_of_service=any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints),
+    )
+
+
+def member_readiness(
+    name: str, pod: PodView | None, previous: model.Member | None, now: float
+) -> model.Member:
+    """The member's readiness for the ring, with `since` = when it last changed.
+
+    A pod being deleted counts as not ready. `since` survives pod replacement: it is
+    carried over from `previous` (the last status) while readiness is unchanged, so a
+    crash-looping replacement cannot keep restarting the rebalance grace period.
+    """
+    ready = pod is not None and pod.ready and not pod.deleting
+    if previous is not None and previous.ready == ready:
+        return model.Member(name=name, ready=ready, since=previous.since)
+    if ready:
+        return model.Member(name=name, ready=True, since=min(pod.ready_since or now, now))
+    if previous is None:
+        return model.Member(name=name, ready=False, since=None)  # never seen ready
+    lost = pod.ready_since if pod is not None and not pod.deleting and pod.ready_since else now
+    return model.Member(name=name, ready=False, since=min(lost, now))
+
+
+# --- decisions -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePod:
+    member: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePod:
+    """Delete `member`'s pod, only if it is still the object with `uid`.
+
+    `force` (grace period 0) is used only where fencing allows it: the API then forgets
+    the pod without waiting for its kubelet to confirm that the process stopped.
+    """
+
+    member: str
+    uid: str
+    reason: str
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A Kubernetes Event to post on the pool: `type` is Normal or Warning."""
+
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberState:
+    """A member's phase for status.members[].phase, and a sentence explaining it."""
+
+    name: str
+    phase: str  # Ready, Starting, Creating, Replacing, Terminating, Fencing, Rolling, Retiring
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The pod actions of one cycle. Apply `configmaps` before `creates`.
+
+    `wake_after` is the number of seconds after which a time-based decision (pending
+    timeout, ForceAfter) falls due, so the caller can run the next cycle then.
+    """
+
+    configmaps: tuple[str, ...] = ()  # members whose ConfigMap must be written
+    creates: tuple[CreatePod, ...] = ()
+    deletes: tuple[DeletePod, ...] = ()
+    configmap_deletes: tuple[str, ...] = ()
+    events: tuple[Event, ...] = ()
+    states: tuple[MemberState, ...] = ()
+    wake_after: float | None = None
+
+    @property
+    def writes(self) -> int:
+        return len(self.configmaps) + len(self.creates) + len(self.deletes) + len(self.configmap_deletes)
+
+
+@dataclass
+class _Builder:
+    configmaps: list[str] = field(default_factory=list)
+    creates: list[CreatePod] = field(default_factory=list)
+    deletes: list[DeletePod] = field(default_factory=list)
+    configmap_deletes: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    states: list[MemberState] = field(default_factory=list)
+    wake_after: float | None = None
+
+    def wake(self, seconds: float) -> None:
+        seconds = max(seconds, 0.0)
+        self.wake_after = seconds if self.wake_after is None else min(self.wake_after, seconds)
+
+    def delete(self, pod: PodView, reason: str, message: str, *, force: bool = False,
+               warning: bool = True) -> None:
+        self.deletes.append(DeletePod(member=pod.member, uid=pod.uid, reason=reason, force=force))
+        self.events.append(Event(reason=reason, message=message,
+                                 type="Warning" if warning else "Normal"))
+
+    def build(self) -> Decision:
+        return Decision(
+            configmaps=tuple(self.configmaps), creates=tuple(self.creates),
+            deletes=tuple(self.deletes), configmap_deletes=tuple(self.configmap_deletes),
+            events=tuple(self.events), states=tuple(self.states), wake_after=self.wake_after,
+        )
+
+
+def decide(
+    *,
+    keep: Iterable[str],
+    retire: Iterable[str],
+    pods: Mapping[str, PodView],
+    nodes: Mapping[str, NodeView],
+    configmaps_current: Mapping[str, bool],
+    wanted_hash: Mapping[str, str],
+    failover: Failover,
+    now: float,
+) -> Decision:
+    """Pod actions that move the pool's pods toward one healthy pod per kept member.
+
+    `keep`: members that must run (existing and new), in ordinal order. `retire`: members
+    whose pod and ConfigMap must go (the planner found they own nothing). `pods`: the
+    pool's pods by member. `nodes`: the Kubernetes nodes of pods that are not Ready (a node
+    absent from the mapping is treated as unreachable). `configmaps_current`: member ->
+    whether its ConfigMap exists with the wanted content. `wanted_hash`: member -> the
+    config hash its pod should carry.
+    """
+    out = _Builder()
+    keep = list(keep)
+    unsettled = False  # some kept member is not a Ready, current pod (blocks rolling)
+    roll_candidates: list[PodView] = []
+
+    for member in keep:
+        if not configmaps_current.get(member, False):
+            out.configmaps.append(member)
+        pod = pods.get(member)
+        if pod is None:
+            out.creates.append(CreatePod(member))
+            out.events.append(Event("CreatingPod", f"Creating pod {member} (member {member})"))
+            out.states.append(MemberState(member, "Creating", "pod is being created"))
+            unsettled = True
+            continue
+        state = _handle_pod(pod, nodes, failover, now, out)
+        if state is not None:
+            out.states.append(state)
+            unsettled = True
+            continue
+        if pod.config_hash != wanted_hash.get(member):
+            roll_candidates.append(pod)
+        if not pod.ready:
+            unsettled = True
+            out.states.append(MemberState(member, "Starting", _starting_message(pod)))
+        else:
+            out.states.append(MemberState(member, "Ready", "pod is Ready"))
+
+    _roll(roll_candidates, unsettled, out)
+
+    for member in retire:
+        pod = pods.get(member)
+        if pod is None:
+            out.configmap_deletes.append(member)
+            out.events.append(Event("MemberRemoved", f"Member {member} removed by scale-down"))
+            continue
+        if pod.deleting:
+            out.states.append(_terminating(pod, nodes, failover, now, out) or
+                              MemberState(member, "Retiring", "waiting for the pod to be gone"))
+        else:
+            out.delete(pod, "ScalingDown",
+                       f"Deleting pod {member}: scale-down, it owns no Ironic node any more",
+                       warning=False)
+            out.states.append(MemberState(member, "Retiring", "pod is being deleted (scale-down)"))
+    return out.build()
+
+
+def _handle_pod(pod: PodView, nodes: Mapping[str, NodeView], failover: Failover, now: float,
+                out: _Builder) -> MemberState | None:
+    """Replace or fence a kept member's pod if it needs it; None when the pod is fine."""
+    member = pod.member
+    if pod.deleting:
+        return _terminating(pod, nodes, failover, now, out)
+    node = nodes.get(pod.node_name) if pod.node_name else None
+    if pod.node_name and not pod.ready and (node is None or not node.reachable):
+        out.delete(pod, "NodeUnreachable",
+                   f"Deleting pod {member}: its Kubernetes node {pod.node_name} is unreachable; "
+                   f"fencing mode {failover.fencing.mode} decides when it is forgotten")
+        return MemberState(member, "Replacing", f"node {pod.node_name} is unreachable")
+    if pod.phase in ("Failed", "Succeeded"):
+        why = pod.reason or pod.phase.lower()
+        out.delete(pod, "ReplacingPod",
+                   f"Replacing pod {member}: it {'was ' + why if pod.reason else why}; "
+                   "a new pod with the same name follows once it is gone")
+        return MemberState(member, "Replacing", f"pod {pod.phase} ({why})")
+    if pod.crash_looping and pod.restarts >= CRASH_LOOP_RESTARTS and not pod.ready:
+        out.delete(pod, "ReplacingPod",
+                   f"Replacing pod {member}: crash loop after {pod.restarts} restarts")
+        return MemberState(member, "Replacing", f"crash loop ({pod.restarts} restarts)")
+    if pod.phase == "Pending" and pod.created is not None:
+        due = pod.created + failover.pod_pending_timeout_seconds
+        if now >= due:
+            out.delete(pod, "ReplacingPod",
+                       f"Replacing pod {member}: Pending for more than "
+                       f"{failover.pod_pending_timeout_seconds:g}s")
+            return MemberState(member, "Replacing", "stuck Pending")
+        out.wake(due - now)
+    return None
+
+
+def _terminating(pod: PodView, nodes: Mapping[str, NodeView], failover: Failover, now: float,
+                 out: _Builder) -> MemberState:
+    """A pod being deleted: wait for it, or fence it when its node is gone and policy allows."""
+    member = pod.member
+    node = nodes.get(pod.node_name) if pod.node_name else None
+    if not pod.node_name or (node is not None and node.reachable):
+        return MemberState(member, "Terminating",
+                           f"waiting for pod {member} to be gone before recreating it")
+    node_name = pod.node_name
+    fencing = failover.fencing
+    if fencing.mode == "OutOfServiceTaint" and node is not None and node.out_of_service:
+        out.delete(pod, "FencedPod",
+                   f"Forgetting pod {member}: node {node_name} carries the "
+                   f"{OUT_OF_SERVICE_TAINT} taint (fencing mode OutOfServiceTaint)", force=True)
+        return MemberState(member, "Fencing", f"node {node_name} is out of service")
+    if fencing.mode == "ForceAfter" and fencing.force_after_seconds is not None:
+        gone_since = (node.unreachable_since if node is not None else None) or pod.deletion_since or now
+        due = gone_since + fencing.force_after_seconds
+        if now >= due:
+            out.delete(pod, "FencedPod",
+                       f"Force-deleting pod {member}: node {node_name} unreachable for more "
+                       f"than {fencing.force_after_seconds:g}s (fencing mode ForceAfter)",
+                       force=True)
+            return MemberState(member, "Fencing", f"force-deleted after {fencing.force_after_seconds:g}s")
+        out.wake(due - now)
+        return MemberState(member, "Fencing",
+                           f"node {node_name} unreachable; force-delete in {due - now:.0f}s")
+    wait_for = {
+        "Wait": "the node to come back or an administrator to delete the pod",
+        "OutOfServiceTaint": f"the {OUT_OF_SERVICE_TAINT} taint on the node",
+        "ForceAfter": "the node to come back",
+    }[fencing.mode]
+    return MemberState(member, "Fencing",
+                       f"node {node_name} unreachable; waiting for {wait_for} (fencing mode {fencing.mode})")
+
+
+def _roll(candidates: list[PodView], unsettled: bool, out: _Builder) -> None:
+    """Delete at most one stale pod: a not-Ready one first, a Ready one only when all settled."""
+    if not candidates or out.deletes or out.creates:
+        return
+    not_ready = [p for p in candidates if not p.ready]
+    if not_ready:
+        pick = not_ready[0]
+    elif not unsettled:
+        pick = candidates[0]
+    else:
+        return
+    out.delete(pick, "RollingUpdate",
+               f"Restarting pod {pick.member} with the new configuration (one member at a time)",
+               warning=False)
+    out.states[:] = [
+        MemberState(s.name, "Rolling", "restarting with the new configuration") if s.name == pick.member else s
+        for s in out.states
+    ]
+
+
+def _starting_message(pod: PodView) -> str:
+    if pod.phase == "Pending":
+        return "pod is Pending" + (f" on {pod.node_name}" if pod.node_name else " (not scheduled)")
+    if pod.crash_looping:
+        return f"container in CrashLoopBackOff ({pod.restarts} restarts)"
+    return f"pod is {pod.phase}, not Ready"

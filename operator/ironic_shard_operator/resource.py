@@ -1,0 +1,354 @@
+"""An IronicComputeShard custom resource, read into typed settings.
+
+`read_pool(body)` turns the CR body (a plain dict, as the API returns it) into a `Pool`:
+the planner's `model.PoolSpec` plus everything the member, status and adapter code need.
+It never touches the network. Bad input raises `InvalidSpec` whose message names the
+field (`spec.failover.fencing.mode: ...`), so a user sees in the CR's status what to fix.
+The CRD schema refuses most bad values first; this is the second line, and the only one
+when the CRD in the cluster is older than the operator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ironic_shard_operator import model
+
+GROUP = "ironicshards.io"
+VERSION = "v1alpha1"
+PLURAL = "ironiccomputeshards"
+KIND = "IronicComputeShard"
+
+FENCING_MODES = ("Wait", "OutOfServiceTaint", "ForceAfter")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+class InvalidSpec(ValueError):
+    """A CR spec the operator cannot act on; the message names the field and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecretKeyRef:
+    """One key of a Secret in the pool's namespace."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fencing:
+    """When the operator may forget a pod whose Kubernetes node is unreachable.
+
+    Wait: never; OutOfServiceTaint: once the node carries node.kubernetes.io/out-of-service;
+    ForceAfter: force-delete `force_after_seconds` after the node became unreachable.
+    """
+
+    mode: str = "Wait"
+    force_after_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failover:
+    rebalance_after_seconds: float = 120.0
+    pod_pending_timeout_seconds: float = 300.0
+    fencing: Fencing = Fencing()
+
+
+@dataclass(frozen=True, slots=True)
+class IronicSettings:
+    poll_interval_seconds: float = 30.0
+    max_concurrent_writes: int = 4
+    writes_per_second: float = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """Which Ironic nodes the pool manages; None matches every value."""
+
+    conductor_group: str | None = None
+    resource_class: str | None = None
+
+    def overlaps(self, other: "Selector") -> bool:
+        """True when some node could match both selectors."""
+        return not (
+            _differ(self.conductor_group, other.conductor_group)
+            or _differ(self.resource_class, other.resource_class)
+        )
+
+
+def _differ(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and a != b
+
+
+@dataclass(frozen=True, slots=True)
+class PodSettings:
+    """The user's pod settings, copied verbatim into every member pod.
+
+    Mapping-valued fields hold the API's own JSON shapes (they are passed through, not
+    interpreted). None means "not set": the pod renderer applies its default.
+    """
+
+    image: str
+    image_pull_policy: str | None = None
+    command: tuple[str, ...] | None = None
+    args: tuple[str, ...] | None = None
+    env: tuple[Mapping[str, Any], ...] = ()
+    resources: Mapping[str, Any] | None = None
+    node_selector: Mapping[str, str] | None = None
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] | None = None
+    priority_class_name: str | None = None
+    service_account_name: str | None = None
+    readiness_probe: Mapping[str, Any] | None = None
+    liveness_probe: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """Everything the operator reads from one IronicComputeShard."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    created: str  # metadata.creationTimestamp, RFC 3339: orders pools for Conflict
+    spec: model.PoolSpec
+    pod: PodSettings
+    nova_config: SecretKeyRef
+    cloud: SecretKeyRef
+    cloud_name: str
+    selector: Selector
+    failover: Failover
+    ironic: IronicSettings
+    repair_misplaced: bool = False
+    paused: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`: how logs, locks and conflict messages name the pool."""
+        return f"{self.namespace}/{self.name}"
+
+
+def read_pool(body: Mapping[str, Any]) -> Pool:
+    """Typed settings of one CR body; raises InvalidSpec naming the first bad field."""
+    meta = body.get("metadata") or {}
+    name = meta.get("name") or ""
+    if not model.POOL_NAME.match(name):
+        raise InvalidSpec(
+            f"metadata.name: {name!r} must be a lowercase RFC 1123 label of at most 52 "
+            "characters (it prefixes every member name, Nova host and Ironic shard key)"
+        )
+    spec = _mapping(body.get("spec"), "spec")
+    replicas, autoscale = _replicas(spec)
+    failover = _failover(_mapping(spec.get("failover"), "spec.failover"))
+    return Pool(
+        namespace=meta.get("namespace") or "default",
+        name=name,
+        uid=meta.get("uid") or "",
+        generation=int(meta.get("generation") or 0),
+        created=meta.get("creationTimestamp") or "",
+        spec=model.PoolSpec(
+            name=name,
+            replicas=replicas,
+            autoscale=autoscale,
+            rebalance_after_seconds=failover.rebalance_after_seconds,
+        ),
+        pod=_pod_settings(spec),
+        nova_config=_secret_ref(spec, "novaConfig", default_key="nova.conf"),
+        cloud=_secret_ref(spec, "cloud", default_key="clouds.yaml"),
+        cloud_name=_str(_mapping(spec.get("cloud"), "spec.cloud").get("cloudName", "ironic"),
+                        "spec.cloud.cloudName"),
+        selector=_selector(_mapping(spec.get("selector"), "spec.selector")),
+        failover=failover,
+        ironic=_ironic(_mapping(spec.get("ironic"), "spec.ironic")),
+        repair_misplaced=_bool(_mapping(spec.get("nova"), "spec.nova").get("repairMisplaced", False),
+                               "spec.nova.repairMisplaced"),
+        paused=_bool(spec.get("paused", False), "spec.paused"),
+        labels=dict(meta.get("labels") or {}),
+    )
+
+
+def cloud_identity(clouds_yaml: str, cloud_name: str) -> str:
+    """A short digest of the Ironic a clouds.yaml entry points at (auth URL or endpoint).
+
+    Two pools are compared for Conflict only when they talk to the same Ironic; credentials
+    and other settings do not change which Ironic that is, so they are left out.
+    """
+    import yaml  # local: only this function parses YAML
+
+    try:
+        document = yaml.safe_load(clouds_yaml) or {}
+        cloud = (document.get("clouds") or {})[cloud_name]
+    except (yaml.YAMLError, AttributeError, KeyError, TypeError):
+        raise InvalidSpec(f"spec.cloud: the clouds.yaml has no cloud named {cloud_name!r}")
+    auth = cloud.get("auth") or {}
+    where = (
+        cloud.get("baremetal_endpoint_override")
+        or auth.get("endpoint")
+        or auth.get("auth_url")
+        or ""
+    )
+    return hashlib.sha256(str(where).rstrip("/").encode()).hexdigest()[:16]
+
+
+# --- field readers --------------------------------------------------------------------
+
+
+def _replicas(spec: Mapping[str, Any]) -> tuple[int, model.Autoscale | None]:
+    # autoscale wins when both are set: a CRD default for replicas must not break it.
+    has_replicas = spec.get("replicas") is not None
+    has_autoscale = spec.get("autoscale") is not None
+    if has_autoscale:
+        raw = _mapping(spec["autoscale"], "spec.autoscale")
+        autoscale = model.Autoscale(
+            min_replicas=_int(raw.get("minReplicas", 1), "spec.autoscale.minReplicas", minimum=0),
+            max_replicas=_int(raw.get("maxReplicas", 10), "spec.autoscale.maxReplicas", minimum=1),
+            max_nodes_per_member=_int(raw.get("maxNodesPerMember", 500),
+                                      "spec.autoscale.maxNodesPerMember", minimum=1),
+        )
+        if autoscale.min_replicas > autoscale.max_replicas:
+            raise InvalidSpec(
+                f"spec.autoscale: minReplicas ({autoscale.min_replicas}) is above "
+                f"maxReplicas ({autoscale.max_replicas})"
+            )
+        return autoscale.min_replicas, autoscale  # replicas is unused while autoscale is set
+    if has_replicas:
+        return _int(spec["replicas"], "spec.replicas", minimum=0), None
+    return 1, None  # neither: one member
+
+
+def _pod_settings(spec: Mapping[str, Any]) -> PodSettings:
+    image = spec.get("image")
+    if not isinstance(image, str) or not image.strip():
+        raise InvalidSpec("spec.image: required, the nova-compute container image")
+    policy = spec.get("imagePullPolicy")
+    if policy is not None and policy not in PULL_POLICIES:
+        raise InvalidSpec(f"spec.imagePullPolicy: {policy!r} is not one of {', '.join(PULL_POLICIES)}")
+    return PodSettings(
+        image=image,
+        image_pull_policy=policy,
+        command=_strings(spec.get("command"), "spec.command"),
+        args=_strings(spec.get("args"), "spec.args"),
+        env=tuple(_list_of_mappings(spec.get("env"), "spec.env")),
+        resources=_optional_mapping(spec.get("resources"), "spec.resources"),
+        node_selector=_optional_mapping(spec.get("nodeSelector"), "spec.nodeSelector"),
+        tolerations=tuple(_list_of_mappings(spec.get("tolerations"), "spec.tolerations")),
+        affinity=_optional_mapping(spec.get("affinity"), "spec.affinity"),
+        priority_class_name=_optional_str(spec.get("priorityClassName"), "spec.priorityClassName"),
+        service_account_name=_optional_str(spec.get("serviceAccountName"), "spec.serviceAccountName"),
+        readiness_probe=_optional_mapping(spec.get("readinessProbe"), "spec.readinessProbe"),
+        liveness_probe=_optional_mapping(spec.get("livenessProbe"), "spec.livenessProbe"),
+    )
+
+
+def _secret_ref(spec: Mapping[str, Any], field_name: str, *, default_key: str) -> SecretKeyRef:
+    outer = spec.get(field_name)
+    if outer is None:
+        raise InvalidSpec(f"spec.{field_name}.secretRef: required (a Secret holding {default_key})")
+    ref = _mapping(_mapping(outer, f"spec.{field_name}").get("secretRef"), f"spec.{field_name}.secretRef")
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidSpec(f"spec.{field_name}.secretRef.name: required (a Secret holding {default_key})")
+    return SecretKeyRef(name=name, key=_str(ref.get("key", default_key), f"spec.{field_name}.secretRef.key"))
+
+
+def _selector(raw: Mapping[str, Any]) -> Selector:
+    return Selector(
+        conductor_group=_optional_str(raw.get("conductorGroup"), "spec.selector.conductorGroup"),
+        resource_class=_optional_str(raw.get("resourceClass"), "spec.selector.resourceClass"),
+    )
+
+
+def _failover(raw: Mapping[str, Any]) -> Failover:
+    fencing_raw = _mapping(raw.get("fencing"), "spec.failover.fencing")
+    mode = fencing_raw.get("mode", "Wait")
+    if mode not in FENCING_MODES:
+        raise InvalidSpec(f"spec.failover.fencing.mode: {mode!r} is not one of {', '.join(FENCING_MODES)}")
+    force_after = fencing_raw.get("forceAfterSeconds")
+    if mode == "ForceAfter":
+        if force_after is None:
+            raise InvalidSpec("spec.failover.fencing.forceAfterSeconds: required when mode is ForceAfter")
+        force_after = _number(force_after, "spec.failover.fencing.forceAfterSeconds", minimum=0)
+    elif force_after is not None:
+        force_after = _number(force_after, "spec.failover.fencing.forceAfterSeconds", minimum=0)
+    return Failover(
+        rebalance_after_seconds=_number(raw.get("rebalanceAfterSeconds", 120),
+                                        "spec.failover.rebalanceAfterSeconds", minimum=0),
+        pod_pending_timeout_seconds=_number(raw.get("podPendingTimeoutSeconds", 300),
+                                            "spec.failover.podPendingTimeoutSeconds", minimum=1),
+        fencing=Fencing(mode=mode, force_after_seconds=force_after),
+    )
+
+
+def _ironic(raw: Mapping[str, Any]) -> IronicSettings:
+    return IronicSettings(
+        poll_interval_seconds=_number(raw.get("pollIntervalSeconds", 30),
+                                      "spec.ironic.pollIntervalSeconds", minimum=1),
+        max_concurrent_writes=_int(raw.get("maxConcurrentWrites", 4),
+                                   "spec.ironic.maxConcurrentWrites", minimum=1),
+        writes_per_second=_number(raw.get("writesPerSecond", 20),
+                                  "spec.ironic.writesPerSecond", minimum=0.1),
+    )
+
+
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidSpec(f"{path}: must be an object, got {type(value).__name__}")
+    return value
+
+
+def _optional_mapping(value: Any, path: str) -> Mapping[str, Any] | None:
+    return None if value is None else _mapping(value, path)
+
+
+def _list_of_mappings(value: Any, path: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidSpec(f"{path}: must be a list, got {type(value).__name__}")
+    return [_mapping(item, f"{path}[{i}]") for i, item in enumerate(value)]
+
+
+def _strings(value: Any, path: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise InvalidSpec(f"{path}: must be a list of strings")
+    return tuple(value)
+
+
+def _str(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidSpec(f"{path}: must be a non-empty string")
+    return value
+
+
+def _optional_str(value: Any, path: str) -> str | None:
+    return None if value is None else _str(value, path)
+
+
+def _bool(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidSpec(f"{path}: must be true or false, got {value!r}")
+    return value
+
+
+def _int(value: Any, path: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSpec(f"{path}: must be an integer, got {value!r}")
+    if value < minimum:
+        raise InvalidSpec(f"{path}: must be at least {minimum}, got {value}")
+    return value
+
+
+def _number(value: Any, path: str, *, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidSpec(f"{path}: must be a number, got {value!r}")
+    if value < minimum:
+        raise InvalidSpec(f"{path}: must be at least {minimum:g}, got {value}")
+    return float(value)

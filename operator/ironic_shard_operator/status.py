@@ -1,0 +1,254 @@
+"""Pure status of an IronicComputeShard: counts, members, ring and conditions.
+
+`build_status()` turns what one cycle saw and decided into the CR's `.status` (SPEC
+section 3) and the Events that announce condition changes. Invariants:
+- every condition carries the CR generation it was computed for (`observedGeneration`);
+- a condition's `lastTransitionTime` changes only when its `status` changes, so a status
+  rewritten every cycle with the same facts is byte-identical (no write, no event);
+- an Event is returned only for a transition, never for a steady state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ironic_shard_operator import model
+from ironic_shard_operator.members import Event, MemberState, parse_time
+
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "ScaleDownBlocked", "Conflict")
+
+
+def format_time(seconds: float) -> str:
+    """Seconds since the epoch -> RFC 3339 in UTC, as Kubernetes writes times."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+@dataclass(frozen=True, slots=True)
+class CycleFacts:
+    """What one cycle of one pool saw and decided, as far as status is concerned.
+
+    `plan` is None when the cycle could not plan (bad spec, Ironic unreachable, conflict
+    before observing); `error` then says why in one sentence for a human. `members` is the
+    readiness of every known identity; `states` the lifecycle phase of each.
+    """
+
+    generation: int
+    pool: str
+    members: Sequence[model.Member] = ()
+    states: Sequence[MemberState] = ()
+    plan: model.Plan | None = None
+    moves_applied: int = 0
+    error: str | None = None
+    error_reason: str = "Error"
+    conflict: str | None = None
+    paused: bool = False
+    pods_existing: int = 0
+    pods_ready: int = 0
+    selector: str = ""
+    now: float = 0.0
+    extra_events: Sequence[Event] = field(default_factory=tuple)
+
+
+def ring_digest(members: Sequence[str]) -> str:
+    """A short digest of the ring's membership: equal digests, equal assignments."""
+    return hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:12]
+
+
+def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[Event]]:
+    """The new `.status` and the Events for its condition transitions."""
+    previous = previous or {}
+    status: dict[str, Any] = {
+        "observedGeneration": facts.generation,
+        "replicas": facts.pods_existing,
+        "readyReplicas": facts.pods_ready,
+        "selector": facts.selector,
+    }
+    plan = facts.plan
+    if plan is not None:
+        status["members"] = _members(facts, plan)
+        status["ring"] = _ring(plan, previous.get("ring") or {})
+        status["nodes"] = _counts(plan.counts)
+    else:  # nothing new is known about ownership: keep the last report
+        for key in ("members", "ring", "nodes"):
+            if key in previous:
+                status[key] = previous[key]
+    conditions = _conditions(facts)
+    status["conditions"], events = _merge_conditions(
+        conditions, previous.get("conditions") or [], facts.generation, facts.now)
+    return status, list(facts.extra_events) + events
+
+
+def _members(facts: CycleFacts, plan: model.Plan) -> list[dict[str, Any]]:
+    loads = {load.name: load for load in plan.loads}
+    states = {state.name: state for state in facts.states}
+    out = []
+    for member in facts.members:
+        load = loads.get(member.name)
+        state = states.get(member.name)
+        entry: dict[str, Any] = {
+            "name": member.name,
+            "phase": state.phase if state else ("Ready" if member.ready else "NotReady"),
+            "ready": member.ready,
+            "nodes": load.nodes if load else 0,
+            "pinnedNodes": load.pinned if load else 0,
+        }
+        if member.since is not None:
+            entry["since"] = format_time(member.since)
+        if state and state.message:
+            entry["message"] = state.message
+        out.append(entry)
+    return out
+
+
+def _ring(plan: model.Plan, previous: Mapping[str, Any]) -> dict[str, Any]:
+    digest = ring_digest(plan.ring_members)
+    generation = int(previous.get("generation") or 0)
+    if previous.get("digest") != digest:
+        generation += 1
+    return {"members": list(plan.ring_members), "generation": generation, "digest": digest}
+
+
+def _counts(counts: model.NodeCounts) -> dict[str, int]:
+    return {
+        "total": counts.total, "free": counts.free, "pinned": counts.pinned,
+        "unassigned": counts.unassigned, "pendingMoves": counts.pending_moves,
+        "misplaced": counts.misplaced,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str
+
+
+def _conditions(facts: CycleFacts) -> list[_Condition]:
+    plan = facts.plan
+    not_ready = [s for s in facts.states if s.phase != "Ready"]
+    troubled = [s for s in facts.states if s.phase in ("Fencing", "Replacing")]
+
+    if facts.conflict:
+        conflict = _Condition("Conflict", True, "OverlappingPool", facts.conflict)
+    else:
+        conflict = _Condition("Conflict", False, "NoOverlap", "no other pool selects these Ironic nodes")
+
+    if plan is not None and plan.scale_down_blocked:
+        parts = ", ".join(f"{m} owns {n} pinned node{'s' if n != 1 else ''}"
+                          for m, n in sorted(plan.scale_down_blocked.items()))
+        total = sum(plan.scale_down_blocked.values())
+        blocked = _Condition(
+            "ScaleDownBlocked", True, "PinnedNodes",
+            f"{total} pinned node{'s' if total != 1 else ''} block scale-down ({parts}); "
+            "the member stays until they are freed or handed over")
+    else:
+        blocked = _Condition("ScaleDownBlocked", False, "NotBlocked", "nothing blocks scaling")
+
+    if facts.error:
+        degraded = _Condition("Degraded", True, facts.error_reason, facts.error)
+    elif troubled:
+        degraded = _Condition("Degraded", True, "MemberFailing", _describe(troubled))
+    elif plan is not None and plan.counts.total and not plan.ring_members:
+        degraded = _Condition("Degraded", True, "NoReadyMember",
+                              "no member is ready: free nodes stay with their current owner")
+    elif plan is not None and plan.counts.misplaced:
+        degraded = _Condition("Degraded", True, "MisplacedNodes",
+                              f"{plan.counts.misplaced} pinned nodes are owned by no member of "
+                              "this pool; no compute serves them")
+    else:
+        degraded = _Condition("Degraded", False, "AsExpected", "all members healthy")
+
+    if facts.paused:
+        progressing = _Condition("Progressing", False, "Paused",
+                                 "spec.paused is true: no writes to Ironic or Kubernetes; status keeps reporting")
+    elif facts.conflict or facts.error:
+        progressing = _Condition("Progressing", False, "Blocked", facts.conflict or facts.error or "")
+    elif plan is not None and plan.counts.pending_moves:
+        progressing = _Condition("Progressing", True, "MovingNodes",
+                                 f"{plan.counts.pending_moves} nodes to move to their owner")
+    elif not_ready:
+        progressing = _Condition("Progressing", True, "MembersChanging", _describe(not_ready))
+    else:
+        progressing = _Condition("Progressing", False, "Converged", "every node has a ready owner")
+
+    desired = plan.desired_replicas if plan is not None else None
+    if facts.conflict:
+        ready = _Condition("Ready", False, "Conflict", "this pool overlaps another and writes nothing")
+    elif facts.error:
+        ready = _Condition("Ready", False, facts.error_reason, facts.error)
+    elif desired is not None and facts.pods_ready < desired:
+        ready = _Condition("Ready", False, "MembersNotReady",
+                           f"{facts.pods_ready}/{desired} members ready")
+    elif plan is not None and (plan.counts.pending_moves or plan.counts.unassigned):
+        ready = _Condition("Ready", False, "NodesPending",
+                           f"{plan.counts.pending_moves} moves pending, {plan.counts.unassigned} nodes unassigned")
+    else:
+        ready = _Condition("Ready", True, "AllMembersReady",
+                           f"{facts.pods_ready} members ready, every free node owned by a ready member")
+    return [ready, progressing, degraded, blocked, conflict]
+
+
+def _describe(states: Sequence[MemberState]) -> str:
+    return "; ".join(f"{s.name}: {s.phase}" + (f" ({s.message})" if s.message else "") for s in states)
+
+
+# Condition transitions worth an Event, and its type.
+_EVENT_ON = {
+    ("Ready", True): "Normal",
+    ("Degraded", True): "Warning",
+    ("ScaleDownBlocked", True): "Warning",
+    ("ScaleDownBlocked", False): "Normal",
+    ("Conflict", True): "Warning",
+    ("Conflict", False): "Normal",
+}
+
+
+def _merge_conditions(
+    conditions: Sequence[_Condition], previous: Sequence[Mapping[str, Any]], generation: int, now: float,
+) -> tuple[list[dict[str, Any]], list[Event]]:
+    before = {c.get("type"): c for c in previous}
+    out, events = [], []
+    for condition in conditions:
+        status = "True" if condition.status else "False"
+        old = before.get(condition.type)
+        changed = old is None or old.get("status") != status
+        out.append({
+            "type": condition.type,
+            "status": status,
+            "reason": condition.reason,
+            "message": condition.message,
+            "lastTransitionTime": format_time(now) if changed else old.get("lastTransitionTime"),
+            "observedGeneration": generation,
+        })
+        kind = _EVENT_ON.get((condition.type, condition.status))
+        # A first report of a quiet condition (no old entry, status False) is not news.
+        if changed and kind and (old is not None or condition.status):
+            events.append(Event(reason=f"{condition.type}{'' if condition.status else 'Cleared'}"
+                                if condition.type != "Ready" else "Ready",
+                                message=condition.message, type=kind))
+    return out, events
+
+
+def moves_event(moves: Sequence[model.Move], applied: int) -> Event | None:
+    """One Event summarising a batch of shard moves written to Ironic (None: no batch)."""
+    if not applied:
+        return None
+    targets: dict[str, int] = {}
+    for move in moves:
+        targets[move.target] = targets.get(move.target, 0) + 1
+    spread = ", ".join(f"{n} to {t}" for t, n in sorted(targets.items()))
+    return Event("MovedNodes", f"Set the Ironic shard of {applied} of {len(moves)} nodes ({spread})")
+
+
+def since_of(previous_status: Mapping[str, Any] | None) -> dict[str, model.Member]:
+    """The members' readiness as the last status recorded it (for member_readiness)."""
+    out = {}
+    for entry in (previous_status or {}).get("members") or ():
+        if entry.get("name"):
+            out[entry["name"]] = model.Member(
+                name=entry["name"], ready=bool(entry.get("ready")), since=parse_time(entry.get("since")))
+    return out

@@ -1,0 +1,93 @@
+"""Reading an IronicComputeShard body into typed settings, and refusing bad ones clearly."""
+
+import pytest
+
+from ironic_shard_operator.resource import InvalidSpec, Selector, cloud_identity, read_pool
+
+
+def body(**spec):
+    base = {
+        "image": "quay.io/example/nova-compute:2024.1",
+        "novaConfig": {"secretRef": {"name": "nova-conf"}},
+        "cloud": {"secretRef": {"name": "ironic-cloud"}},
+        "replicas": 3,
+    }
+    base.update(spec)
+    return {
+        "apiVersion": "ironicshards.io/v1alpha1",
+        "kind": "IronicComputeShard",
+        "metadata": {"name": "rack-a", "namespace": "nova", "uid": "u-1", "generation": 4,
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": base,
+    }
+
+
+def test_defaults_fill_every_optional_field():
+    pool = read_pool(body())
+    assert pool.key == "nova/rack-a"
+    assert pool.generation == 4
+    assert pool.spec.replicas == 3 and pool.spec.autoscale is None
+    assert pool.nova_config.key == "nova.conf"
+    assert pool.cloud.key == "clouds.yaml" and pool.cloud_name == "ironic"
+    assert pool.failover.rebalance_after_seconds == 120
+    assert pool.spec.rebalance_after_seconds == 120
+    assert pool.failover.pod_pending_timeout_seconds == 300
+    assert pool.failover.fencing.mode == "Wait"
+    assert pool.ironic.poll_interval_seconds == 30
+    assert pool.ironic.max_concurrent_writes == 4
+    assert not pool.paused
+
+
+def test_autoscale_wins_over_a_defaulted_replicas():
+    pool = read_pool(body(autoscale={"minReplicas": 2, "maxReplicas": 8, "maxNodesPerMember": 300}))
+    assert pool.spec.autoscale.max_nodes_per_member == 300
+    assert pool.spec.autoscale.min_replicas == 2
+
+
+def test_rebalance_grace_reaches_the_planner_spec():
+    pool = read_pool(body(failover={"rebalanceAfterSeconds": 7}))
+    assert pool.spec.rebalance_after_seconds == 7
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"image": ""}, "spec.image"),
+    ({"replicas": -1}, "spec.replicas"),
+    ({"replicas": "3"}, "spec.replicas"),
+    ({"autoscale": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscale"),
+    ({"failover": {"fencing": {"mode": "Shoot"}}}, "spec.failover.fencing.mode"),
+    ({"failover": {"fencing": {"mode": "ForceAfter"}}}, "spec.failover.fencing.forceAfterSeconds"),
+    ({"ironic": {"pollIntervalSeconds": 0}}, "spec.ironic.pollIntervalSeconds"),
+    ({"novaConfig": None}, "spec.novaConfig.secretRef"),
+    ({"cloud": {"secretRef": {}}}, "spec.cloud.secretRef.name"),
+    ({"command": "nova-compute"}, "spec.command"),
+    ({"paused": "yes"}, "spec.paused"),
+    ({"imagePullPolicy": "Sometimes"}, "spec.imagePullPolicy"),
+])
+def test_bad_values_name_the_field(spec, field):
+    with pytest.raises(InvalidSpec) as caught:
+        read_pool(body(**spec))
+    assert str(caught.value).startswith(field + ":")
+
+
+def test_bad_pool_name_is_refused():
+    bad = body()
+    bad["metadata"]["name"] = "Rack_A"
+    with pytest.raises(InvalidSpec, match="metadata.name"):
+        read_pool(bad)
+
+
+def test_selectors_overlap_unless_a_set_field_differs():
+    assert Selector().overlaps(Selector(conductor_group="a"))
+    assert Selector("a", None).overlaps(Selector("a", "gold"))
+    assert not Selector("a", None).overlaps(Selector("b", None))
+    assert not Selector("a", "gold").overlaps(Selector("a", "silver"))
+
+
+def test_cloud_identity_ignores_credentials_but_not_the_endpoint():
+    one = "clouds:\n  ironic:\n    auth: {endpoint: 'http://127.0.0.1:6385/'}\n    auth_type: none\n"
+    same = "clouds:\n  ironic:\n    auth: {endpoint: 'http://127.0.0.1:6385'}\n    auth_type: http_basic\n"
+    other = "clouds:\n  ironic:\n    auth: {endpoint: 'http://10.0.0.9:6385'}\n"
+    assert cloud_identity(one, "ironic") == cloud_identity(same, "ironic")
+    assert cloud_identity(one, "ironic") != cloud_identity(other, "ironic")
+    with pytest.raises(InvalidSpec, match="no cloud named 'other'"):
+        cloud_identity(one, "other")

@@ -1,0 +1,116 @@
+"""Status and conditions: counts, members, ring generation, stable transitions, events."""
+
+from ironic_shard_operator import model
+from ironic_shard_operator.members import MemberState
+from ironic_shard_operator.status import CycleFacts, build_status, moves_event, since_of
+
+NOW = 1_800_000_000.0
+
+
+def plan(**kw):
+    values = dict(
+        desired_replicas=2, ring_members=("p-0", "p-1"), moves=(), members_to_create=(),
+        members_to_delete=(), scale_down_blocked={},
+        loads=(model.MemberLoad("p-0", 50, 5, True), model.MemberLoad("p-1", 50, 3, True)),
+        counts=model.NodeCounts(total=100, free=92, pinned=8),
+    )
+    values.update(kw)
+    return model.Plan(**values)
+
+
+def facts(**kw):
+    values = dict(
+        generation=3, pool="p",
+        members=(model.Member("p-0", True, NOW - 100), model.Member("p-1", True, NOW - 90)),
+        states=(MemberState("p-0", "Ready"), MemberState("p-1", "Ready")),
+        plan=plan(), pods_existing=2, pods_ready=2, selector="ironicshards.io/pool=p", now=NOW,
+    )
+    values.update(kw)
+    return CycleFacts(**values)
+
+
+def conditions(status):
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_converged_pool_reports_ready_and_counts():
+    status, events = build_status(facts(), None)
+    assert status["observedGeneration"] == 3
+    assert status["replicas"] == 2 and status["readyReplicas"] == 2
+    assert status["selector"] == "ironicshards.io/pool=p"
+    assert status["nodes"] == {"total": 100, "free": 92, "pinned": 8, "unassigned": 0,
+                               "pendingMoves": 0, "misplaced": 0}
+    assert status["members"][0] == {"name": "p-0", "phase": "Ready", "ready": True, "nodes": 50,
+                                    "pinnedNodes": 5, "since": "2027-01-15T07:58:20Z"}
+    assert status["ring"]["members"] == ["p-0", "p-1"] and status["ring"]["generation"] == 1
+    cond = conditions(status)
+    assert cond["Ready"]["status"] == "True"
+    assert cond["Progressing"]["status"] == "False" and cond["Degraded"]["status"] == "False"
+    assert all(c["observedGeneration"] == 3 for c in status["conditions"])
+    assert [e.reason for e in events] == ["Ready"]
+
+
+def test_same_facts_give_an_identical_status_and_no_event():
+    first, _ = build_status(facts(), None)
+    again, events = build_status(facts(now=NOW + 30), first)
+    assert again == first
+    assert events == []
+
+
+def test_transition_time_moves_only_with_the_status_and_ring_generation_with_membership():
+    first, _ = build_status(facts(), None)
+    moving = plan(ring_members=("p-0",), moves=(model.Move("n1", "p-1", "p-0"),),
+                  counts=model.NodeCounts(total=100, free=92, pinned=8, pending_moves=1))
+    second, _ = build_status(facts(plan=moving, now=NOW + 60), first)
+    cond, before = conditions(second), conditions(first)
+    assert cond["Progressing"]["status"] == "True" and cond["Progressing"]["reason"] == "MovingNodes"
+    assert cond["Progressing"]["lastTransitionTime"] != before["Progressing"]["lastTransitionTime"]
+    assert cond["Degraded"]["lastTransitionTime"] == before["Degraded"]["lastTransitionTime"]
+    assert second["ring"]["generation"] == 2
+
+
+def test_scale_down_blocked_names_members_and_counts_and_emits_once():
+    blocked = plan(desired_replicas=1, scale_down_blocked={"p-1": 3})
+    status, events = build_status(facts(plan=blocked), None)
+    cond = conditions(status)["ScaleDownBlocked"]
+    assert cond["status"] == "True" and cond["reason"] == "PinnedNodes"
+    assert "p-1 owns 3 pinned nodes" in cond["message"]
+    assert [e.type for e in events if e.reason == "ScaleDownBlocked"] == ["Warning"]
+    _, again = build_status(facts(plan=blocked), status)
+    assert again == []
+    _, cleared = build_status(facts(), status)
+    assert [e.reason for e in cleared] == ["ScaleDownBlockedCleared"]
+
+
+def test_conflict_blocks_ready_and_progress():
+    status, events = build_status(facts(plan=None, conflict="overlaps nova/rack-b (created first)"), None)
+    cond = conditions(status)
+    assert cond["Conflict"]["status"] == "True" and "rack-b" in cond["Conflict"]["message"]
+    assert cond["Ready"]["status"] == "False" and cond["Ready"]["reason"] == "Conflict"
+    assert any(e.reason == "Conflict" and e.type == "Warning" for e in events)
+
+
+def test_failing_member_degrades_and_paused_stops_progress():
+    states = (MemberState("p-0", "Ready"), MemberState("p-1", "Fencing", "node k2 unreachable"))
+    status, _ = build_status(facts(states=states, pods_ready=1, paused=True), None)
+    cond = conditions(status)
+    assert cond["Degraded"]["status"] == "True" and "p-1: Fencing" in cond["Degraded"]["message"]
+    assert cond["Progressing"]["reason"] == "Paused"
+    assert cond["Ready"]["reason"] == "MembersNotReady" and cond["Ready"]["message"] == "1/2 members ready"
+
+
+def test_error_keeps_last_ownership_report():
+    first, _ = build_status(facts(), None)
+    status, _ = build_status(facts(plan=None, error="Ironic unreachable: connection refused",
+                                   error_reason="IronicUnavailable"), first)
+    assert status["nodes"] == first["nodes"] and status["members"] == first["members"]
+    assert conditions(status)["Degraded"]["reason"] == "IronicUnavailable"
+
+
+def test_move_batch_event_and_since_round_trip():
+    moves = (model.Move("a", None, "p-0"), model.Move("b", "p-1", "p-0"), model.Move("c", None, "p-1"))
+    event = moves_event(moves, 3)
+    assert event.message == "Set the Ironic shard of 3 of 3 nodes (2 to p-0, 1 to p-1)"
+    assert moves_event(moves, 0) is None
+    status, _ = build_status(facts(), None)
+    assert since_of(status)["p-0"] == model.Member("p-0", True, NOW - 100)
