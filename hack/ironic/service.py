@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""The real Ironic service (PyPI `ironic`), standalone on 127.0.0.1, for tests and the demo.
+
+    python3 hack/ironic/service.py install
+    python3 hack/ironic/service.py start STATE_DIR [--auth noauth|http_basic] [--port N]
+                                                   [--pin-release RELEASE]
+    python3 hack/ironic/service.py stop STATE_DIR
+    python3 hack/ironic/service.py status STATE_DIR
+
+`install` puts `ironic` into its own virtualenv (default .tools/ironic-venv, or
+$IRONIC_VENV): Ironic is a peer we talk to, not a dependency of ours. It is idempotent and
+safe to run concurrently (a file lock serialises installers).
+
+`start` installs if needed, renders hack/ironic/ironic.conf.template into STATE_DIR, creates
+the sqlite schema, starts the all-in-one `ironic` process (API + conductor, rpc_transport =
+none, fake-hardware) in its own process group, and returns once the API answers. On
+success it prints shell-style lines (eval-able):
+
+    IRONIC_URL=http://127.0.0.1:PORT
+    OS_CLIENT_CONFIG_FILE=STATE_DIR/clouds.yaml
+    OS_CLOUD=ironic-test
+    IRONIC_PID=PID
+
+A STATE_DIR that already holds a configuration is started again with that same
+configuration (port, credentials, database): that is how a test brings Ironic back after
+stopping it. Starting a service that is already running only prints its lines again.
+
+`stop` ends the whole process group (SIGTERM, then SIGKILL after a bound) and returns only
+once no process of it is left. `status` exits 0 when the service answers.
+
+Only the standard library is used, so any python3 >= 3.9 runs this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import venv
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+# Pinned for reproducible runs; 39.0.0 serves API 1.115 (shards need >= 1.82).
+IRONIC_REQUIREMENT = "ironic==39.0.0"
+CLOUD_NAME = "ironic-test"
+HTTP_BASIC_USER = "admin"
+START_TIMEOUT_SECONDS = 90.0
+STOP_TIMEOUT_SECONDS = 20.0
+AUTH_STRATEGIES = ("noauth", "http_basic")
+
+
+class ServiceError(Exception):
+    """A problem starting or stopping the service, with a message a person can act on."""
+
+
+def venv_dir() -> Path:
+    return Path(os.environ.get("IRONIC_VENV", REPO / ".tools" / "ironic-venv"))
+
+
+def install() -> Path:
+    """Ensure `ironic` is installed in its own venv; return the venv's bin directory.
+
+    Idempotent: a stamp file records the installed requirement; nothing runs when it
+    matches. A file lock makes concurrent callers (two test sessions, the demo) wait for
+    one installer instead of racing it.
+    """
+    target = venv_dir()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stamp = target / ".installed"
+    with open(target.parent / (target.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists() and stamp.read_text().strip() == IRONIC_REQUIREMENT \
+                and (target / "bin" / "ironic").exists():
+            return target / "bin"
+        print(f"installing {IRONIC_REQUIREMENT} into {target} (~40 s, ~300 MB)", file=sys.stderr)
+        if not (target / "bin" / "python").exists():
+            venv.EnvBuilder(with_pip=True, clear=True).create(target)
+        pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+        if os.environ.get("CI"):
+            pip.append("--progress-bar=off")
+        try:
+            subprocess.run(pip + ["-q", IRONIC_REQUIREMENT], check=True)
+        except subprocess.CalledProcessError as error:
+            raise ServiceError(f"pip could not install {IRONIC_REQUIREMENT} into {target} "
+                               f"(exit {error.returncode}); see pip's output above") from None
+        stamp.write_text(IRONIC_REQUIREMENT + "\n")
+    return target / "bin"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def render_config(state: Path, auth: str, port: int, pin_release: str | None) -> None:
+    """Write ironic.conf, the credentials and clouds.yaml into `state` (a fresh directory)."""
+    text = (HERE / "ironic.conf.template").read_text()
+    for marker, value in {"@HOST@": f"ironic-test-{port}", "@AUTH_STRATEGY@": auth,
+                          "@STATE_DIR@": str(state), "@PORT@": str(port)}.items():
+        text = text.replace(marker, value)
+    if pin_release:
+        text = text.replace("#pin_release_version =", f"pin_release_version = {pin_release}")
+    (state / "locks").mkdir(exist_ok=True)
+    (state / "ironic.conf").write_text(text)
+
+    url = f"http://127.0.0.1:{port}"
+    if auth == "http_basic":
+        password = secrets.token_urlsafe(18)
+        # Only bcrypt entries are accepted by Ironic; its venv ships bcrypt.
+        hashed = subprocess.run(
+            [str(venv_dir() / "bin" / "python"), "-c",
+             "import bcrypt, sys; print(bcrypt.hashpw(sys.argv[1].encode(), "
+             "bcrypt.gensalt(rounds=4)).decode())", password],
+            check=True, capture_output=True, text=True).stdout.strip()
+        (state / "htpasswd").write_text(f"{HTTP_BASIC_USER}:{hashed}\n")
+        cloud = (f"    auth_type: http_basic\n    auth:\n      username: {HTTP_BASIC_USER}\n"
+                 f"      password: {password}\n      endpoint: {url}\n")
+    else:
+        (state / "htpasswd").write_text("")
+        cloud = f"    auth_type: none\n    auth:\n      endpoint: {url}\n"
+    clouds = state / "clouds.yaml"
+    clouds.write_text(f"clouds:\n  {CLOUD_NAME}:\n{cloud}    baremetal_endpoint_override: {url}\n")
+    clouds.chmod(0o600)
+    (state / "endpoint").write_text(url + "\n")
+
+
+def configured_url(state: Path) -> str:
+    return (state / "endpoint").read_text().strip()
+
+
+def answers(url: str) -> bool:
+    """True when the Ironic API root answers (it needs no credentials)."""
+    try:
+        with urllib.request.urlopen(url + "/", timeout=2) as response:
+            return "versions" in json.load(response)
+    except (OSError, ValueError):
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any non-zombie process of process group `pgid` exists."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ... ; comm may contain spaces and parentheses
+        fields = stat[stat.rfind(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def running_pid(state: Path) -> int | None:
+    pidfile = state / "ironic.pid"
+    if not pidfile.exists():
+        return None
+    pid = int(pidfile.read_text())
+    return pid if group_alive(pid) else None
+
+
+def log_tail(state: Path, lines: int = 25) -> str:
+    log = state / "ironic.log"
+    if not log.exists():
+        return "(no ironic.log)"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start(state: Path, auth: str, port: int | None, pin_release: str | None) -> dict[str, str]:
+    """Start the service for `state` and wait until its API answers; return its coordinates."""
+    state = state.resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    bin_dir = install()
+    if not (state / "ironic.conf").exists():
+        render_config(state, auth, port or free_port(), pin_release)
+        subprocess.run([str(bin_dir / "ironic-dbsync"), "--config-file", str(state / "ironic.conf"),
+                        "create_schema"], check=True, capture_output=True)
+    url = configured_url(state)
+    coordinates = {"IRONIC_URL": url, "OS_CLIENT_CONFIG_FILE": str(state / "clouds.yaml"),
+                   "OS_CLOUD": CLOUD_NAME}
+    pid = running_pid(state)
+    if pid is not None and answers(url):
+        return {**coordinates, "IRONIC_PID": str(pid)}
+    if pid is not None:
+        stop(state)
+    with open(state / "ironic.out", "ab") as out:
+        process = subprocess.Popen(
+            [str(bin_dir / "ironic"), "--config-file", str(state / "ironic.conf")],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)  # its own process group: stop() ends every child too
+    (state / "ironic.pid").write_text(f"{process.pid}\n")
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while not answers(url):
+        if process.poll() is not None:
+            stop(state)
+            raise ServiceError(f"ironic exited with code {process.returncode} before its API "
+                               f"answered at {url}; last log lines:\n{log_tail(state)}")
+        if time.monotonic() > deadline:
+            stop(state)
+            raise ServiceError(f"ironic did not answer at {url} within {START_TIMEOUT_SECONDS:.0f} s;"
+                               f" last log lines:\n{log_tail(state)}")
+        time.sleep(0.2)
+    return {**coordinates, "IRONIC_PID": str(process.pid)}
+
+
+def stop(state: Path) -> None:
+    """End the service's process group and return once none of it is left (idempotent)."""
+    pidfile = state / "ironic.pid"
+    if not pidfile.exists():
+        return
+    pgid = int(pidfile.read_text())
+    for sig, bound in ((signal.SIGTERM, STOP_TIMEOUT_SECONDS), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + bound
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not group_alive(pgid):
+            break
+    if group_alive(pgid):
+        raise ServiceError(f"process group {pgid} of the Ironic service survived SIGKILL")
+    pidfile.unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("install", help="install ironic into its own venv (idempotent)")
+    starting = commands.add_parser("start", help="start (or restart) the service of STATE_DIR")
+    starting.add_argument("state_dir", type=Path)
+    starting.add_argument("--auth", choices=AUTH_STRATEGIES, default="noauth")
+    starting.add_argument("--port", type=int, help="default: a free port (first start only)")
+    starting.add_argument("--pin-release", metavar="RELEASE",
+                          help="act as an older Ironic release, e.g. zed (API max 1.80)")
+    for name in ("stop", "status"):
+        commands.add_parser(name).add_argument("state_dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "install":
+            print(install())
+        elif args.command == "start":
+            for key, value in start(args.state_dir, args.auth, args.port, args.pin_release).items():
+                print(f"{key}={value}")
+        elif args.command == "stop":
+            stop(args.state_dir.resolve())
+        else:
+            state = args.state_dir.resolve()
+            up = (state / "endpoint").exists() and running_pid(state) is not None \
+                and answers(configured_url(state))
+            print("running" if up else "stopped")
+            return 0 if up else 3
+    except ServiceError as error:
+        print(f"hack/ironic/service.py: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
