@@ -1,0 +1,84 @@
+"""One reconcile cycle of a pool's node ownership: observe -> plan -> apply -> report.
+
+Callable without Kubernetes: members come from the caller (the kopf handler reads them
+from pods; tests and benchmarks name them). The cycle keeps no state between runs: it
+re-reads Ironic every time (level-triggered), so a cycle interrupted after any write (or
+killed) leaves every node with either its old owner or its new one, and the next cycle
+plans from what Ironic shows and finishes the job. Re-running a converged pool makes no
+write.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .ironic import ApplyResult, IronicAdapter
+from .model import Member, NodeCounts, Observation, Plan, PoolSpec
+from .planner import plan
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    """What one cycle saw, decided and did."""
+
+    plan: Plan
+    applied: ApplyResult
+    observe_requests: int       # Ironic requests to read the pool
+    ironic_requests: int        # all Ironic requests of the cycle (reads, re-reads, writes)
+    duration_seconds: float
+
+    @property
+    def moves_planned(self) -> int:
+        return len(self.plan.moves)
+
+    @property
+    def moves_applied(self) -> int:
+        return self.applied.applied
+
+    @property
+    def moves_skipped(self) -> int:
+        return self.applied.skipped
+
+    @property
+    def counts(self) -> NodeCounts:
+        return self.plan.counts
+
+
+def run_cycle(
+    adapter: IronicAdapter,
+    spec: PoolSpec,
+    members: Sequence[Member],
+    *,
+    now: float | None = None,
+    paused: bool = False,
+    stop: threading.Event | None = None,
+) -> CycleReport:
+    """Observe the pool in Ironic, plan with the pure planner, write the moves, report.
+
+    `paused` plans and reports but writes nothing (every move counts as not attempted).
+    `stop` ends the writing early (see IronicAdapter.apply_moves). Ironic errors propagate
+    as IronicError subclasses, after which Ironic holds a consistent, partial result.
+    The adapter's one-time check() (first use) is not counted in the report's requests.
+    """
+    adapter.check()  # once per adapter (endpoint, version, credentials): not a cycle cost
+    started = time.monotonic()
+    first_request = adapter.requests_made
+    nodes = adapter.list_nodes()
+    observe_requests = adapter.requests_made - first_request
+    observation = Observation(spec=spec, members=tuple(members), nodes=nodes,
+                              now=time.time() if now is None else now)
+    decision = plan(observation)
+    if paused:
+        applied = ApplyResult(planned=len(decision.moves), not_attempted=len(decision.moves))
+    else:
+        applied = adapter.apply_moves(decision.moves, nodes, stop)
+    return CycleReport(
+        plan=decision,
+        applied=applied,
+        observe_requests=observe_requests,
+        ironic_requests=adapter.requests_made - first_request,
+        duration_seconds=time.monotonic() - started,
+    )

@@ -1,0 +1,581 @@
+"""The Ironic adapter: read a pool's managed nodes, write node shards. Talks, decides nothing.
+
+Built on an openstacksdk connection (clouds.yaml, like every OpenStack tool): openstacksdk
+supplies authentication (Keystone, http_basic or none) and the endpoint; the requests
+themselves are plain Bare Metal API calls at microversion 1.82, the first with shards, so
+that every request is one we chose (the number of requests is what scales).
+
+What it keeps:
+- Reading costs one request per 1,000 managed nodes (`fields=` and pages of 1,000, the
+  pool's conductor group and resource class filtered by Ironic, not here).
+- A node is written only when a fresh read, made in bulk right before its batch of writes,
+  shows it still where the plan saw it, still free (not pinned), and not yet at its target.
+  A node Nova claimed since the observation is never moved.
+- Writes are bounded: at most `max_concurrent_writes` in flight, at most `writes_per_second`
+  started per second; 409 (node locked), 502/503/504, timeouts and refused connections are
+  retried with exponential backoff, each retry re-read first.
+- Every failure is one exception of the `IronicError` family whose message names the
+  problem (unreachable, not Ironic, credentials, too old) and the cloud it concerns.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from .model import Move, Node
+
+SHARD_MICROVERSION = (1, 82)
+MICROVERSION_HEADER = "X-OpenStack-Ironic-API-Version"
+MAX_VERSION_HEADER = "X-OpenStack-Ironic-API-Maximum-Version"
+# Only what ownership decisions need (model.Node).
+NODE_FIELDS = ("uuid", "shard", "instance_uuid", "provision_state",
+               "target_provision_state", "reservation")
+# Ironic's default [api]max_limit: larger pages are cut to this anyway.
+PAGE_LIMIT = 1000
+RETRYABLE_STATUS = frozenset({409, 502, 503, 504})
+
+
+class IronicError(Exception):
+    """Anything that stops the adapter; the message says what is wrong and where."""
+
+
+class IronicConfigError(IronicError):
+    """The clouds.yaml or cloud name cannot describe a connection."""
+
+
+class IronicUnavailable(IronicError):
+    """Ironic does not answer (down, refused, timed out, or 5xx beyond the retries)."""
+
+
+class IronicEndpointError(IronicError):
+    """Something answers at the configured endpoint, but it is not the Ironic API."""
+
+
+class IronicAuthError(IronicError):
+    """Ironic (or Keystone) refused the credentials, or they may not do what we need."""
+
+
+class IronicTooOld(IronicError):
+    """The Ironic API is older than 1.82 and has no node shards."""
+
+
+class IronicRequestError(IronicError):
+    """Ironic refused a request for another reason (a bug here or an API change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """Which Ironic nodes a pool manages; None matches every value."""
+
+    conductor_group: str | None = None
+    resource_class: str | None = None
+
+    def params(self) -> dict[str, str]:
+        params = {}
+        if self.conductor_group:
+            params["conductor_group"] = self.conductor_group
+        if self.resource_class:
+            params["resource_class"] = self.resource_class
+        return params
+
+
+@dataclass(slots=True)
+class ApplyResult:
+    """What became of a list of moves. Every planned move is counted exactly once."""
+
+    planned: int = 0
+    applied: int = 0
+    already_right: int = 0     # the fresh read showed the target already: no write needed
+    skipped_claimed: int = 0   # pinned since the observation (instance, provisioning, lock)
+    # No longer where the plan saw it: deleted, out of the selector, or given another
+    # shard (re-reads of adoptions list unassigned nodes only, so an adopted node that is
+    # already at its target is counted here, not as already_right).
+    skipped_changed: int = 0
+    skipped_busy: int = 0      # still locked (409) after every retry
+    not_attempted: int = 0     # the caller asked to stop first
+
+    @property
+    def skipped(self) -> int:
+        return (self.already_right + self.skipped_claimed + self.skipped_changed
+                + self.skipped_busy + self.not_attempted)
+
+
+class RateLimiter:
+    """Spaces out `acquire()` returns to at most `per_second` per second across threads."""
+
+    def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if per_second <= 0:
+            raise ValueError(f"writes per second must be positive, got {per_second}")
+        self.interval = 1.0 / per_second
+        self.clock = clock
+        self.next_slot = 0.0
+        self.lock = threading.Lock()
+
+    def acquire(self) -> None:
+        with self.lock:
+            now = self.clock()
+            slot = max(now, self.next_slot)
+            self.next_slot = slot + self.interval
+        if slot > now:
+            time.sleep(slot - now)
+
+
+class _Retry(Exception):
+    """A transient failure (409, 5xx, timeout, refused): worth another try."""
+
+    def __init__(self, reason: str, *, unavailable: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.unavailable = unavailable  # True: Ironic did not answer; False: node busy
+
+
+class IronicAdapter:
+    """One pool's view of Ironic: `check()`, `list_nodes()`, `apply_moves()`.
+
+    Construction does no I/O; the first call checks the endpoint, the API version and the
+    credentials once (`check()`). `requests_made` counts every HTTP request sent to Ironic
+    (answered or not), so tests and benchmarks can count reads and writes exactly.
+    """
+
+    def __init__(
+        self,
+        connection: Any,
+        *,
+        selector: Selector = Selector(),
+        cloud_name: str | None = None,
+        max_concurrent_writes: int = 4,
+        writes_per_second: float = 20.0,
+        recheck_seconds: float = 2.0,
+        request_timeout: float = 30.0,
+        retry_attempts: int = 5,
+        backoff_seconds: float = 0.5,
+    ) -> None:
+        if max_concurrent_writes < 1:
+            raise ValueError(f"maxConcurrentWrites must be >= 1, got {max_concurrent_writes}")
+        self.connection = connection
+        self.selector = selector
+        self.cloud = cloud_name or getattr(getattr(connection, "config", None), "name", None) \
+            or "(unnamed)"
+        self.max_concurrent_writes = max_concurrent_writes
+        self.writes_per_second = writes_per_second
+        self.rate = RateLimiter(writes_per_second)
+        # Writes between two bulk re-reads: about `recheck_seconds` worth of writing, which
+        # bounds how stale the "still free?" answer can be when a node is written.
+        self.batch_size = max(max_concurrent_writes, round(writes_per_second * recheck_seconds))
+        self.request_timeout = request_timeout
+        self.retry_attempts = retry_attempts
+        self.backoff_seconds = backoff_seconds
+        self._base_url: str | None = None
+        self._max_version: tuple[int, int] | None = None
+        self._requests = 0
+        self._count_lock = threading.Lock()
+        session = getattr(connection, "session", None)
+        http = getattr(session, "session", None)  # keystoneauth Session -> requests.Session
+        if http is None:
+            raise IronicConfigError("the connection has no keystoneauth session; pass an "
+                                    "openstack.connection.Connection")
+        self._session = session
+        http.hooks.setdefault("response", []).append(self._count_response)
+
+    # ---- construction -------------------------------------------------------------
+
+    @classmethod
+    def from_clouds_yaml(cls, clouds_yaml: str | Mapping[str, Any], cloud_name: str,
+                         **options: Any) -> IronicAdapter:
+        """An adapter for cloud `cloud_name` of a clouds.yaml (text or parsed mapping).
+
+        Environment variables (OS_*) and files on disk are ignored: the clouds.yaml given
+        is the whole configuration.
+        """
+        import yaml
+        from openstack import connection as os_connection
+        from openstack.config import loader
+
+        if isinstance(clouds_yaml, str):
+            try:
+                parsed = yaml.safe_load(clouds_yaml)
+            except yaml.YAMLError as error:
+                raise IronicConfigError(f"the clouds.yaml is not valid YAML: {error}") from None
+        else:
+            parsed = clouds_yaml
+        clouds = parsed.get("clouds") if isinstance(parsed, Mapping) else None
+        if not isinstance(clouds, Mapping):
+            raise IronicConfigError("the clouds.yaml has no 'clouds:' mapping")
+        if cloud_name not in clouds:
+            known = ", ".join(sorted(map(str, clouds))) or "none"
+            raise IronicConfigError(
+                f"cloud '{cloud_name}' is not in the clouds.yaml (clouds there: {known})")
+        try:
+            region = loader.OpenStackConfig(load_yaml_config=False, load_envvars=False) \
+                .get_one(**dict(clouds[cloud_name]))
+            conn = os_connection.Connection(config=region)
+        except Exception as error:  # openstacksdk raises several types for bad configs
+            raise IronicConfigError(f"cloud '{cloud_name}' of the clouds.yaml cannot be "
+                                    f"used: {error}") from None
+        return cls(conn, cloud_name=cloud_name, **options)
+
+    # ---- counting -----------------------------------------------------------------
+
+    @property
+    def requests_made(self) -> int:
+        """HTTP requests sent to Ironic so far (answered or not)."""
+        return self._requests
+
+    def _count_response(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        if self._base_url is not None and response.request.url.startswith(self._base_url):
+            with self._count_lock:
+                self._requests += 1
+
+    def _count_unanswered(self) -> None:
+        with self._count_lock:
+            self._requests += 1
+
+    # ---- checking -----------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """The Ironic API base URL (without /v1), from the clouds.yaml or the catalog."""
+        if self._base_url is None:
+            self._base_url = self._find_endpoint()
+        return self._base_url
+
+    def _find_endpoint(self) -> str:
+        from keystoneauth1 import exceptions as ks
+
+        config = self.connection.config
+        url = config.get_endpoint("baremetal")
+        if not url:
+            try:
+                url = self._session.get_endpoint(
+                    service_type="baremetal", interface=config.get_interface(),
+                    region_name=config.get_region_name("baremetal"))
+            except ks.Unauthorized as error:
+                raise IronicAuthError(f"Keystone refused the credentials of cloud "
+                                      f"'{self.cloud}': {error}") from None
+            except ks.EndpointNotFound:
+                raise IronicEndpointError(f"cloud '{self.cloud}' has no baremetal endpoint in "
+                                          f"its catalog and no baremetal_endpoint_override") from None
+            except ks.ConnectionError as error:
+                raise IronicUnavailable(f"cannot reach Keystone for cloud '{self.cloud}': "
+                                        f"{short_reason(error)}") from None
+            if not url:
+                raise IronicEndpointError(f"cloud '{self.cloud}' has no baremetal endpoint")
+        url = url.rstrip("/")
+        return url[:-3] if url.endswith("/v1") else url
+
+    def check(self) -> tuple[int, int]:
+        """Verify endpoint, API version and credentials once; return the max microversion.
+
+        Raises IronicUnavailable (nothing answers), IronicEndpointError (it is not Ironic),
+        IronicTooOld (API < 1.82), IronicAuthError (credentials refused).
+        """
+        if self._max_version is not None:
+            return self._max_version
+        root = self._send("GET", self.endpoint + "/", retry=False, microversion=False)
+        if MAX_VERSION_HEADER not in root.headers or root.status_code != 200:
+            if root.status_code in (401, 403) and MAX_VERSION_HEADER not in root.headers:
+                self._raise_auth(root, "read the API root")
+            raise IronicEndpointError(
+                f"{self.endpoint} (baremetal endpoint of cloud '{self.cloud}') answered HTTP "
+                f"{root.status_code} but is not the Ironic API root: check the endpoint")
+        version = parse_version(root.headers[MAX_VERSION_HEADER])
+        if version < SHARD_MICROVERSION:
+            raise IronicTooOld(
+                f"Ironic at {self.endpoint} offers API {format_version(version)} at most; node "
+                f"shards need {format_version(SHARD_MICROVERSION)} (Ironic 2023.2 / 22.0 or "
+                f"newer): upgrade Ironic or point cloud '{self.cloud}' at a newer one")
+        probe = self._send("GET", self._url("/nodes", {"fields": "uuid", "limit": 1}), retry=False)
+        if probe.status_code in (401, 403):
+            self._raise_auth(probe, "list nodes")
+        if probe.status_code != 200:
+            raise IronicRequestError(f"Ironic at {self.endpoint} refused to list nodes: "
+                                     f"{describe(probe)}")
+        self._max_version = version
+        return version
+
+    def _raise_auth(self, response: Any, action: str) -> None:
+        verb = "refused the credentials of" if response.status_code == 401 else \
+            "does not allow (policy) the credentials of"
+        raise IronicAuthError(f"Ironic at {self.endpoint} {verb} cloud '{self.cloud}' "
+                              f"to {action}: {describe(response)}")
+
+    # ---- reading ------------------------------------------------------------------
+
+    def list_nodes(self) -> tuple[Node, ...]:
+        """The pool's managed nodes, in pages of 1,000: ceil(n / 1000) requests, +1 when
+        n is a multiple of 1,000 (an empty page ends the listing)."""
+        self.check()
+        return tuple(self._list(self.selector.params(), marker=None, until=None))
+
+    def _list(self, filters: Mapping[str, str], *, marker: str | None, until: str | None,
+              limit: int = PAGE_LIMIT, retry: bool = True) -> Iterable[Node]:
+        """Nodes matching `filters` after `marker` (pages of `limit`), stopping past `until`.
+
+        With `until`, pages are sorted by uuid so the walk can stop once it is passed.
+        Without `retry`, a page that gets no answer raises _Retry (the caller retries).
+        """
+        params: dict[str, Any] = {**filters, "fields": ",".join(NODE_FIELDS), "limit": limit}
+        if until is not None:
+            params |= {"sort_key": "uuid", "sort_dir": "asc"}
+        while True:
+            page_params = dict(params, marker=marker) if marker else params
+            url = self._url("/nodes", page_params)
+            response = self._send("GET", url) if retry else self._send_once("GET", url)
+            if not retry and response.status_code in RETRYABLE_STATUS:
+                raise _Retry(describe(response), unavailable=response.status_code != 409)
+            if response.status_code == 404 and marker is not None:
+                # The marker node was deleted since we saw it: start the walk from the top.
+                marker = None
+                continue
+            self._raise_for_status(response, "list nodes")
+            page = response.json()["nodes"]
+            for item in page:
+                yield node_from_api(item)
+            if len(page) < limit or (until is not None and page[-1]["uuid"] >= until):
+                return
+            marker = page[-1]["uuid"]
+
+    # ---- writing ------------------------------------------------------------------
+
+    def apply_moves(self, moves: Sequence[Move], observed: Sequence[Node],
+                    stop: threading.Event | None = None) -> ApplyResult:
+        """Write each move's target into its node's shard, if the node still qualifies.
+
+        `observed` are the nodes the moves were planned from; they only size the bulk
+        re-reads. Moves are written in uuid order, in batches of `batch_size`: before each
+        batch one uuid-range listing re-reads the batch's nodes. `stop` (optional) ends the
+        work between writes; the moves not started are counted as not attempted.
+        Raises IronicUnavailable when Ironic stops answering beyond the retries; what was
+        written stays written, and the next cycle re-reads and continues from there.
+        """
+        self.check()
+        result = ApplyResult(planned=len(moves))
+        known = sorted(node.uuid for node in observed)
+        ordered = sorted(moves)
+        pool = ThreadPoolExecutor(self.max_concurrent_writes,
+                                  thread_name_prefix="ironic-shard-write")
+        try:
+            for start in range(0, len(ordered), self.batch_size):
+                if stop is not None and stop.is_set():
+                    result.not_attempted += len(ordered) - start
+                    break
+                self._apply_batch(ordered[start:start + self.batch_size], known, pool,
+                                  stop, result)
+        finally:
+            # On an error no queued write may start after we return.
+            pool.shutdown(wait=True, cancel_futures=True)
+        return result
+
+    def _apply_batch(self, batch: list[Move], known: list[str], pool: ThreadPoolExecutor,
+                     stop: threading.Event | None, result: ApplyResult) -> None:
+        """Re-read, then write, one batch; retry what failed transiently, re-reading first."""
+        pending = batch
+        failure = _Retry("", unavailable=False)
+        for attempt in range(self.retry_attempts):
+            if attempt:
+                time.sleep(self.backoff(attempt - 1))
+            try:
+                current = self._recheck(pending, known)
+            except _Retry as error:
+                failure = error
+                continue
+            writes = []
+            for move in pending:
+                node = current.get(move.node_uuid)
+                if node is None:
+                    result.skipped_changed += 1
+                elif node.shard == move.target:
+                    result.already_right += 1
+                elif node.pinned:
+                    result.skipped_claimed += 1
+                elif node.shard != move.source:
+                    result.skipped_changed += 1
+                else:
+                    writes.append(move)
+            retry: list[Move] = []
+            failure = _Retry("", unavailable=False)
+            for move, outcome in zip(writes, pool.map(lambda m: self._write(m, stop), writes)):
+                if outcome == "applied":
+                    result.applied += 1
+                elif outcome == "gone":
+                    result.skipped_changed += 1
+                elif outcome == "stopped":
+                    result.not_attempted += 1
+                else:
+                    retry.append(move)
+                    if outcome.unavailable or not failure.unavailable:
+                        failure = outcome
+            if not retry:
+                return
+            pending = retry
+        if failure.unavailable:
+            raise IronicUnavailable(
+                f"Ironic at {self.endpoint} (cloud '{self.cloud}') stopped answering while "
+                f"shards were written ({failure.reason}; {self.retry_attempts} attempts); "
+                f"{result.applied} of {result.planned} moves were applied and stay applied, "
+                f"the next cycle re-reads Ironic and continues")
+        result.skipped_busy += len(pending)
+
+    def _recheck(self, moves: list[Move], known: list[str]) -> dict[str, Node]:
+        """The current state of `moves`' nodes, read with one filtered, uuid-ordered listing
+        over the range [first move, last move] (more pages only if the range outgrew the
+        observation). Nodes missing from the answer left the pool or the moves' sources."""
+        sources = {move.source for move in moves}
+        filters = self.selector.params()
+        if None not in sources:  # the targets too, to tell "already right" from "changed"
+            shards = sources | {move.target for move in moves}
+            filters["shard"] = ",".join(sorted(shards))  # type: ignore[arg-type]
+        elif sources == {None}:
+            filters["sharded"] = "false"
+        first, last = moves[0].node_uuid, moves[-1].node_uuid
+        low = bisect.bisect_left(known, first)
+        marker = known[low - 1] if low else None
+        in_range = bisect.bisect_right(known, last) - low
+        limit = min(PAGE_LIMIT, in_range + max(10, in_range // 10))
+        wanted = {move.node_uuid for move in moves}
+        return {node.uuid: node for node in self._list(filters, marker=marker, until=last,
+                                                       limit=limit, retry=False)
+                if node.uuid in wanted}
+
+    def _write(self, move: Move, stop: threading.Event | None) -> str | _Retry:
+        """PATCH one node's shard: "applied", "gone", "stopped", or a _Retry to try later."""
+        if stop is not None and stop.is_set():
+            return "stopped"
+        self.rate.acquire()
+        patch = [{"op": "add", "path": "/shard", "value": move.target}]
+        try:
+            response = self._send_once("PATCH", self._url(f"/nodes/{move.node_uuid}"), json=patch)
+        except _Retry as failure:
+            return failure
+        if response.status_code == 200:
+            return "applied"
+        if response.status_code == 404:
+            return "gone"
+        if response.status_code in RETRYABLE_STATUS:
+            return _Retry(describe(response), unavailable=response.status_code != 409)
+        self._raise_for_status(response, f"set the shard of node {move.node_uuid}")
+        raise IronicRequestError(f"unexpected answer: {describe(response)}")
+
+    # ---- transport ----------------------------------------------------------------
+
+    def backoff(self, attempt: int) -> float:
+        return min(self.backoff_seconds * 2 ** attempt, 10.0)
+
+    def _url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
+        query = f"?{urlencode(params, safe=',')}" if params else ""
+        return f"{self.endpoint}/v1{path}{query}"
+
+    def _send(self, method: str, url: str, *, json: Any = None, retry: bool = True,
+              microversion: bool = True) -> Any:
+        """One HTTP exchange, retried with backoff while Ironic does not answer or answers
+        502/503/504: the response, whatever its status. Raises IronicUnavailable when no
+        usable answer came after `retry_attempts` (or the one attempt without `retry`)."""
+        attempts = self.retry_attempts if retry else 1
+        failure = _Retry("", unavailable=True)
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(self.backoff(attempt - 1))
+            try:
+                response = self._send_once(method, url, json=json, microversion=microversion)
+            except _Retry as error:
+                failure = error
+                continue
+            if retry and response.status_code in RETRYABLE_STATUS - {409}:
+                failure = _Retry(describe(response), unavailable=True)
+                continue
+            return response
+        raise IronicUnavailable(
+            f"Ironic at {self.endpoint} (cloud '{self.cloud}') is not answering: "
+            f"{failure.reason}; is it running, and is the baremetal endpoint right?")
+
+    def _send_once(self, method: str, url: str, *, json: Any = None,
+                   microversion: bool = True) -> Any:
+        """One HTTP attempt: the response, or _Retry when nothing answered."""
+        from keystoneauth1 import exceptions as ks
+
+        headers = {MICROVERSION_HEADER: format_version(SHARD_MICROVERSION)} if microversion else {}
+        try:
+            return self._session.request(url, method, json=json, headers=headers,
+                                         raise_exc=False, timeout=self.request_timeout,
+                                         connect_retries=0)
+        except ks.Unauthorized as error:  # an auth plugin that could not get a token
+            raise IronicAuthError(f"the credentials of cloud '{self.cloud}' were refused: "
+                                  f"{error}") from None
+        except (ks.ConnectionError, ks.DiscoveryFailure) as error:
+            self._count_unanswered()
+            raise _Retry(short_reason(error), unavailable=True) from None
+
+    def _raise_for_status(self, response: Any, action: str) -> None:
+        status = response.status_code
+        if status < 400:
+            return
+        if status in (401, 403):
+            self._raise_auth(response, action)
+        if status in RETRYABLE_STATUS:
+            raise IronicUnavailable(f"Ironic at {self.endpoint} could not {action}: "
+                                    f"{describe(response)}")
+        if status == 406:
+            raise IronicTooOld(f"Ironic at {self.endpoint} refused microversion "
+                               f"{format_version(SHARD_MICROVERSION)}: {describe(response)}")
+        raise IronicRequestError(f"Ironic at {self.endpoint} refused to {action}: "
+                                 f"{describe(response)}")
+
+
+def node_from_api(item: Mapping[str, Any]) -> Node:
+    """A model Node from a `fields=`-limited Ironic node document ('' counts as unset)."""
+    return Node(
+        uuid=item["uuid"],
+        shard=item.get("shard") or None,
+        instance_uuid=item.get("instance_uuid") or None,
+        provision_state=item.get("provision_state") or None,
+        target_provision_state=item.get("target_provision_state") or None,
+        reservation=item.get("reservation") or None,
+    )
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    major, _, minor = text.strip().partition(".")
+    return int(major), int(minor or 0)
+
+
+def format_version(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def describe(response: Any) -> str:
+    """'HTTP 409: <Ironic's own error text>' for a response, short enough for a message."""
+    text = response.text or ""
+    try:
+        body = response.json()
+        if "error_message" in body:  # Ironic wraps its fault as a JSON string
+            import json
+            inner = body["error_message"]
+            text = json.loads(inner).get("faultstring", inner) if isinstance(inner, str) else inner
+        elif isinstance(body.get("error"), Mapping):
+            text = body["error"].get("message", text)
+    except (ValueError, AttributeError, TypeError):
+        pass
+    text = " ".join(str(text).split())
+    return f"HTTP {response.status_code}: {text[:300]}" if text else f"HTTP {response.status_code}"
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
+
+
+def short_reason(error: BaseException) -> str:
+    """The useful part of a connection error: 'Connection refused', 'timed out', ..."""
+    text = str(error)
+    found = _ERRNO.search(text)
+    if found:
+        return found.group(1).strip()
+    if "timed out" in text.lower() or "timeout" in type(error).__name__.lower():
+        return "timed out"
+    return " ".join(text.split())[:200] or type(error).__name__
