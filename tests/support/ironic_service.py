@@ -1,0 +1,232 @@
+"""The real Ironic service for tests: a session fixture and helpers to fill it with nodes.
+
+The service is started and stopped by hack/ironic/service.py, the same script the demo
+uses (it installs PyPI `ironic` into .tools/ironic-venv on first use, ~40 s). The session
+service runs with http_basic auth, what a user would turn on.
+
+Tests share one service, so each test keeps to its own nodes: give every test its own
+resource class (`unique_resource_class`) and select the pool by it.
+
+Helpers:
+- `enrol_nodes`: create nodes through the API (~50 ms each; for tens of nodes).
+- `seed_nodes_directly_in_db`: a SETUP SHORTCUT for thousands of nodes. One node is
+  created and made `available` through the API, then its database row is cloned in the
+  service's sqlite file. Ironic then serves them like any node (listing, PATCH, state
+  changes); only their creation skipped the API. Used where counts make the API too slow
+  (10,000 nodes would take ~8 minutes).
+- `claim_for_instance`: pin nodes the way Nova does, through the API.
+- `set_provision_state_directly_in_db`: a SETUP SHORTCUT that pins nodes in a transitional
+  provision state (deploying, cleaning), which fake-hardware never stays in.
+- `shards_of`: every node's shard for a resource class, read through the API.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICE_SCRIPT = REPO / "hack" / "ironic" / "service.py"
+MICROVERSION = {"X-OpenStack-Ironic-API-Version": "1.82"}
+
+
+@dataclass
+class IronicService:
+    """One running (or stopped) Ironic service and the coordinates to reach it."""
+
+    state_dir: Path
+    url: str
+    clouds_yaml: str
+    cloud_name: str
+
+    @property
+    def database(self) -> Path:
+        return self.state_dir / "ironic.sqlite"
+
+    @property
+    def cloud(self) -> dict[str, Any]:
+        """The clouds.yaml entry, parsed (a copy: change it freely for error cases)."""
+        return yaml.safe_load(self.clouds_yaml)["clouds"][self.cloud_name]
+
+    def start(self) -> None:
+        """Start again after `stop()`: same port, credentials and database."""
+        run_service_script("start", str(self.state_dir))
+
+    def stop(self) -> None:
+        run_service_script("stop", str(self.state_dir))
+
+    def connection(self) -> Any:
+        """A fresh openstacksdk connection to this service."""
+        from openstack import connection
+        from openstack.config import loader
+
+        region = loader.OpenStackConfig(load_yaml_config=False, load_envvars=False) \
+            .get_one(**self.cloud)
+        return connection.Connection(config=region)
+
+    def adapter(self, resource_class: str, **options: Any) -> Any:
+        """An IronicAdapter for the pool of nodes with `resource_class`."""
+        from ironic_shard_operator.ironic import IronicAdapter, Selector
+
+        return IronicAdapter.from_clouds_yaml(
+            self.clouds_yaml, self.cloud_name,
+            selector=Selector(resource_class=resource_class), **options)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """A raw API call (microversion 1.82) for test setup; raises on HTTP errors."""
+        session = getattr(self, "_session", None)
+        if session is None:
+            session = self._session = self.connection().session
+        response = session.request(f"{self.url}/v1{path}", method, headers=MICROVERSION,
+                                   raise_exc=False, **kwargs)
+        if response.status_code >= 400:
+            raise AssertionError(f"{method} {path}: HTTP {response.status_code} {response.text}")
+        return response
+
+
+def run_service_script(*args: str) -> dict[str, str]:
+    """Run hack/ironic/service.py; return the KEY=VALUE lines it printed."""
+    done = subprocess.run([sys.executable, str(SERVICE_SCRIPT), *args],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"hack/ironic/service.py {' '.join(args)} failed "
+                           f"(exit {done.returncode}):\n{done.stderr}")
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+
+@contextmanager
+def running_ironic(state_dir: Path, *, auth: str = "http_basic",
+                   pin_release: str | None = None) -> Iterator[IronicService]:
+    """Start a service in `state_dir`, yield it, and stop it whatever happens."""
+    args = ["start", str(state_dir), "--auth", auth]
+    if pin_release:
+        args += ["--pin-release", pin_release]
+    coordinates = run_service_script(*args)
+    service = IronicService(
+        state_dir=Path(state_dir),
+        url=coordinates["IRONIC_URL"],
+        clouds_yaml=Path(coordinates["OS_CLIENT_CONFIG_FILE"]).read_text(),
+        cloud_name=coordinates["OS_CLOUD"],
+    )
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="session")
+def ironic_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IronicService]:
+    """The real Ironic service (http_basic auth, sqlite, fake-hardware) for the session."""
+    with running_ironic(tmp_path_factory.mktemp("ironic"), auth="http_basic") as service:
+        yield service
+
+
+_classes = itertools.count()
+
+
+def unique_resource_class(name: str) -> str:
+    """A resource class no other test uses, so each test's pool holds only its own nodes."""
+    return f"test-{name}-{next(_classes)}-{uuid.uuid4().hex[:6]}".lower().replace("_", "-")
+
+
+def enrol_nodes(service: IronicService, count: int, *, resource_class: str,
+                shard: str | None = None) -> list[str]:
+    """Create `count` fake-hardware nodes through the API (enroll state); return uuids."""
+    uuids = []
+    for _ in range(count):
+        body: dict[str, Any] = {"driver": "fake-hardware", "resource_class": resource_class}
+        if shard is not None:
+            body["shard"] = shard
+        uuids.append(service.request("POST", "/nodes", json=body).json()["uuid"])
+    return uuids
+
+
+def seed_nodes_directly_in_db(service: IronicService, count: int, *, resource_class: str,
+                              conductor_group: str = "", shard: str | None = None) -> list[str]:
+    """SETUP SHORTCUT: `count` available fake-hardware nodes, cloned in Ironic's database.
+
+    The first node is created and made `available` through the API (enroll -> manageable
+    -> available, driven by Ironic's conductor); the rest are copies of its row with new
+    uuids. `conductor_group` may name a group no conductor serves (the API would refuse to
+    create such nodes): they exist, are listed and filtered, but nothing can act on them.
+    """
+    template = enrol_nodes(service, 1, resource_class=resource_class)[0]
+    set_provision_state(service, template, "manage", "manageable")
+    set_provision_state(service, template, "provide", "available")
+    uuids = [template] + [str(uuid.uuid4()) for _ in range(count - 1)]
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    with sqlite3.connect(service.database, timeout=30) as db:
+        db.row_factory = sqlite3.Row
+        row = dict(db.execute("SELECT * FROM nodes WHERE uuid = ?", (template,)).fetchone())
+        row.update(conductor_group=conductor_group, shard=shard, created_at=now,
+                   updated_at=None, name=None)
+        del row["id"]
+        columns = list(row)
+        db.execute("UPDATE nodes SET conductor_group = ?, shard = ? WHERE uuid = ?",
+                   (conductor_group, shard, template))
+        db.executemany(
+            f"INSERT INTO nodes ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+            ([*(node if c == "uuid" else row[c] for c in columns)] for node in uuids[1:]))
+    return uuids
+
+
+def set_provision_state(service: IronicService, node: str, target: str, expect: str,
+                        timeout: float = 30.0, **body: Any) -> None:
+    """Ask Ironic for a provision-state transition and wait until the node reaches `expect`."""
+    service.request("PUT", f"/nodes/{node}/states/provision", json={"target": target, **body})
+    deadline = time.monotonic() + timeout
+    while True:
+        state = service.request("GET", f"/nodes/{node}?fields=provision_state,last_error").json()
+        if state["provision_state"] == expect:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"node {node} stuck in {state} waiting for {expect}")
+        time.sleep(0.1)
+
+
+def claim_for_instance(service: IronicService, nodes: Sequence[str]) -> None:
+    """Set an instance_uuid on `nodes`, as Nova does when it schedules onto a node."""
+    for node in nodes:
+        service.request("PATCH", f"/nodes/{node}", json=[
+            {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}])
+
+
+def set_provision_state_directly_in_db(service: IronicService, nodes: Sequence[str],
+                                      provision_state: str, target: str | None) -> None:
+    """SETUP SHORTCUT: put `nodes` in a transitional provision state (e.g. "deploying"
+    towards "active") by writing Ironic's database.
+
+    With fake-hardware every workflow finishes within milliseconds, and this Ironic drops
+    `hold` steps from manual cleaning, so no API call leaves a node in such a state long
+    enough to test against. The API then reports the state like any other.
+    """
+    with sqlite3.connect(service.database, timeout=30) as db:
+        db.executemany(
+            "UPDATE nodes SET provision_state = ?, target_provision_state = ? WHERE uuid = ?",
+            ((provision_state, target, node) for node in nodes))
+
+
+def shards_of(service: IronicService, resource_class: str) -> dict[str, str | None]:
+    """Every node of `resource_class` and its shard, read through the API."""
+    owners: dict[str, str | None] = {}
+    marker = None
+    while True:
+        query = f"/nodes?resource_class={resource_class}&fields=uuid,shard&limit=1000"
+        page = service.request("GET", query + (f"&marker={marker}" if marker else "")).json()
+        owners.update((n["uuid"], n["shard"]) for n in page["nodes"])
+        if len(page["nodes"]) < 1000:
+            return owners
+        marker = page["nodes"][-1]["uuid"]
