@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ironic_shard_operator import model
 
@@ -76,6 +76,33 @@ class Selector:
             _differ(self.conductor_group, other.conductor_group)
             or _differ(self.resource_class, other.resource_class)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolClaim:
+    """What a pool claims of Ironic: its selector on one Ironic (`cloud`: cloud_identity(),
+    None while its clouds.yaml has not been read). `created` orders pools: first come wins."""
+
+    key: str
+    created: str
+    selector: Selector
+    cloud: str | None = None
+
+
+def earlier_overlap(me: PoolClaim, others: "Iterable[PoolClaim]") -> PoolClaim | None:
+    """The first-created other pool that may select some of `me`'s nodes, if it came first.
+
+    An unknown cloud counts as the same Ironic (refusing for one cycle is safe; writing
+    the same node from two pools is not). Ties on creation time go by namespace/name.
+    """
+    rank = (me.created, me.key)
+    rivals = sorted(
+        (o for o in others
+         if o.key != me.key and (o.created, o.key) < rank and o.selector.overlaps(me.selector)
+         and (o.cloud is None or me.cloud is None or o.cloud == me.cloud)),
+        key=lambda o: (o.created, o.key),
+    )
+    return rivals[0] if rivals else None
 
 
 def _differ(a: str | None, b: str | None) -> bool:
@@ -198,9 +225,12 @@ def cloud_identity(clouds_yaml: str, cloud_name: str) -> str:
 
 
 def _replicas(spec: Mapping[str, Any]) -> tuple[int, model.Autoscale | None]:
-    # autoscale wins when both are set: a CRD default for replicas must not break it.
     has_replicas = spec.get("replicas") is not None
     has_autoscale = spec.get("autoscale") is not None
+    if has_replicas and has_autoscale:
+        raise InvalidSpec(
+            "spec: spec.replicas and spec.autoscale are mutually exclusive: remove "
+            "spec.autoscale to scale by hand (kubectl scale), or spec.replicas to scale by node count")
     if has_autoscale:
         raw = _mapping(spec["autoscale"], "spec.autoscale")
         autoscale = model.Autoscale(
@@ -217,7 +247,7 @@ def _replicas(spec: Mapping[str, Any]) -> tuple[int, model.Autoscale | None]:
         return autoscale.min_replicas, autoscale  # replicas is unused while autoscale is set
     if has_replicas:
         return _int(spec["replicas"], "spec.replicas", minimum=0), None
-    return 1, None  # neither: one member
+    raise InvalidSpec("spec: set spec.replicas (a fixed number of members, e.g. 3) or spec.autoscale")
 
 
 def _pod_settings(spec: Mapping[str, Any]) -> PodSettings:

@@ -38,8 +38,8 @@ def test_defaults_fill_every_optional_field():
     assert not pool.paused
 
 
-def test_autoscale_wins_over_a_defaulted_replicas():
-    pool = read_pool(body(autoscale={"minReplicas": 2, "maxReplicas": 8, "maxNodesPerMember": 300}))
+def test_autoscale_replaces_replicas():
+    pool = read_pool(body(replicas=None, autoscale={"minReplicas": 2, "maxReplicas": 8, "maxNodesPerMember": 300}))
     assert pool.spec.autoscale.max_nodes_per_member == 300
     assert pool.spec.autoscale.min_replicas == 2
 
@@ -52,8 +52,10 @@ def test_rebalance_grace_reaches_the_planner_spec():
 @pytest.mark.parametrize(("spec", "field"), [
     ({"image": ""}, "spec.image"),
     ({"replicas": -1}, "spec.replicas"),
+    ({"replicas": None}, "spec"),
+    ({"autoscale": {}}, "spec"),
     ({"replicas": "3"}, "spec.replicas"),
-    ({"autoscale": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscale"),
+    ({"replicas": None, "autoscale": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscale"),
     ({"failover": {"fencing": {"mode": "Shoot"}}}, "spec.failover.fencing.mode"),
     ({"failover": {"fencing": {"mode": "ForceAfter"}}}, "spec.failover.fencing.forceAfterSeconds"),
     ({"ironic": {"pollIntervalSeconds": 0}}, "spec.ironic.pollIntervalSeconds"),
@@ -91,3 +93,19 @@ def test_cloud_identity_ignores_credentials_but_not_the_endpoint():
     assert cloud_identity(one, "ironic") != cloud_identity(other, "ironic")
     with pytest.raises(InvalidSpec, match="no cloud named 'other'"):
         cloud_identity(one, "other")
+
+
+def test_the_later_of_two_overlapping_pools_is_the_one_refused():
+    from ironic_shard_operator.resource import PoolClaim, earlier_overlap
+
+    a = PoolClaim("nova/a", "2026-01-01T00:00:00Z", Selector(conductor_group="g1"), cloud="c1")
+    b = PoolClaim("nova/b", "2026-01-02T00:00:00Z", Selector(), cloud="c1")
+    other_cloud = PoolClaim("nova/c", "2026-01-03T00:00:00Z", Selector(), cloud="c2")
+    disjoint = PoolClaim("nova/d", "2026-01-04T00:00:00Z", Selector(conductor_group="g2"), cloud="c1")
+    claims = [a, b, other_cloud, disjoint]
+    assert earlier_overlap(a, claims) is None
+    assert earlier_overlap(b, claims) == a
+    assert earlier_overlap(other_cloud, claims) is None
+    assert earlier_overlap(disjoint, claims) == b  # b selects every conductor group
+    unknown = PoolClaim("nova/e", "2026-01-05T00:00:00Z", Selector(conductor_group="g1"), cloud=None)
+    assert earlier_overlap(unknown, claims) == a

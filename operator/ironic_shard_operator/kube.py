@@ -1,0 +1,241 @@
+"""Kubernetes adapter: the few API calls the operator makes, and nothing that decides.
+
+A small asyncio client on aiohttp (kopf's own HTTP library). Credentials come from kopf's
+public login helpers (`kopf.login_with_service_account` in a pod, else
+`kopf.login_with_kubeconfig`), so the operator and kopf talk to the same cluster the same
+way. Every method is one API request (two for an upsert that finds the object), and
+`writes` counts the mutating ones, so "a reconcile with nothing changed makes zero
+writes" (SPEC invariant 6) can be checked.
+
+Errors: `KubeError` carries the HTTP status and the API's own message. Outcomes the
+callers expect (a pod that already exists, an object already gone, a deletion whose uid
+precondition no longer matches) are answered by return values, not exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Mapping
+from urllib.parse import quote
+
+import aiohttp
+import kopf
+
+from ironic_shard_operator.members import Event
+from ironic_shard_operator.resource import GROUP, KIND, PLURAL, VERSION
+
+COMPONENT = "ironic-shard-operator"
+
+
+class KubeError(Exception):
+    """A Kubernetes API request failed: `status` is the HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"Kubernetes API {status}: {message}" if status else message)
+        self.status = status
+
+
+def connection_info() -> kopf.ConnectionInfo:
+    """In a pod the service account, else $KUBECONFIG / ~/.kube/config (as kopf logs in)."""
+    settings = kopf.OperatorSettings()
+    info = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
+    if info is None:
+        raise KubeError(0, "no Kubernetes credentials: not in a pod, and no KUBECONFIG or ~/.kube/config")
+    return info
+
+
+class Kube:
+    """One HTTP session to one API server. Use `async with Kube() as kube:`."""
+
+    def __init__(self, info: kopf.ConnectionInfo | None = None, *, timeout: float = 30.0) -> None:
+        self._info = info or connection_info()
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self.writes = 0  # mutating requests sent (create, replace, patch, delete)
+
+    async def __aenter__(self) -> "Kube":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            info = self._info
+            ssl: Any = False if info.insecure else info.as_ssl_context()
+            self._session = aiohttp.ClientSession(
+                base_url=None,
+                headers=info.as_http_headers(),
+                timeout=self._timeout,
+                connector=aiohttp.TCPConnector(ssl=ssl, limit=8),
+            )
+        return self._session
+
+    async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
+                      body: Any = None, content_type: str = "application/json") -> Any:
+        """One API call; returns the decoded JSON answer, raises KubeError on >= 400."""
+        if method != "GET":
+            self.writes += 1
+        url = self._info.server.rstrip("/") + path
+        data = None if body is None else json.dumps(body)
+        headers = {"Content-Type": content_type} if data is not None else {}
+        try:
+            async with self._open().request(method, url, params=params, data=data, headers=headers) as reply:
+                text = await reply.text()
+                if reply.status >= 400:
+                    try:
+                        message = json.loads(text).get("message") or text
+                    except (ValueError, AttributeError):
+                        message = text
+                    raise KubeError(reply.status, f"{method} {path}: {message}")
+                return json.loads(text) if text else None
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            raise KubeError(0, f"{method} {path}: {type(error).__name__}: {error}") from error
+
+    # --- the IronicComputeShard resource -------------------------------------------------
+
+    def _pool_path(self, namespace: str, name: str = "") -> str:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+        return f"{path}/{name}" if name else path
+
+    async def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._get_or_none(self._pool_path(namespace, name))
+
+    async def patch_pool_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch `.status` through the status subresource (spec is left alone)."""
+        await self.request("PATCH", self._pool_path(namespace, name) + "/status",
+                           body={"status": status}, content_type="application/merge-patch+json")
+
+    # --- pods and config maps ----------------------------------------------------------
+
+    async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        answer = await self.request("GET", f"/api/v1/namespaces/{namespace}/pods",
+                                    params={"labelSelector": selector})
+        return list(answer.get("items") or [])
+
+    async def create_pod(self, namespace: str, pod: Mapping[str, Any]) -> bool:
+        """Create the pod; False when a pod of that name exists (the API refused a twin)."""
+        try:
+            await self.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod)
+            return True
+        except KubeError as error:
+            if error.status == 409:
+                return False
+            raise
+
+    async def delete_pod(self, namespace: str, name: str, *, uid: str, force: bool = False) -> bool:
+        """Delete the pod only if it is still the object `uid`; `force`: grace period 0.
+
+        False when it is already gone or is another object by now (a replacement).
+        """
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions",
+                                   "preconditions": {"uid": uid}}
+        if force:
+            options["gracePeriodSeconds"] = 0
+        try:
+            await self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=options)
+            return True
+        except KubeError as error:
+            if error.status in (404, 409):
+                return False
+            raise
+
+    async def list_configmaps(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        answer = await self.request("GET", f"/api/v1/namespaces/{namespace}/configmaps",
+                                    params={"labelSelector": selector})
+        return list(answer.get("items") or [])
+
+    async def put_configmap(self, namespace: str, configmap: Mapping[str, Any]) -> None:
+        """Create the ConfigMap, or replace the data of the one of that name."""
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        try:
+            await self.request("POST", path, body=configmap)
+        except KubeError as error:
+            if error.status != 409:
+                raise
+            name = configmap["metadata"]["name"]
+            await self.request("PATCH", f"{path}/{name}", content_type="application/merge-patch+json",
+                               body={"metadata": {"labels": configmap["metadata"]["labels"]},
+                                     "data": configmap["data"]})
+
+    async def delete_configmap(self, namespace: str, name: str) -> None:
+        try:
+            await self.request("DELETE", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        except KubeError as error:
+            if error.status != 404:
+                raise
+
+    # --- reads for decisions ------------------------------------------------------------
+
+    async def get_node(self, name: str) -> dict[str, Any] | None:
+        return await self._get_or_none(f"/api/v1/nodes/{quote(name)}")
+
+    async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._get_or_none(f"/api/v1/namespaces/{namespace}/secrets/{quote(name)}")
+
+    async def _get_or_none(self, path: str) -> dict[str, Any] | None:
+        try:
+            return await self.request("GET", path)
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    # --- events -------------------------------------------------------------------------
+
+    async def post_event(self, pool: Mapping[str, Any], event: Event, now: str) -> None:
+        """Post a core/v1 Event about the pool CR `pool` (its body, for name/uid)."""
+        meta = pool.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta.get("name"),
+                "namespace": namespace, "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "type": event.type,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
+
+    # --- leases (leader election) -------------------------------------------------------
+
+    def _lease_path(self, namespace: str, name: str = "") -> str:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        return f"{path}/{name}" if name else path
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._get_or_none(self._lease_path(namespace, name))
+
+    async def create_lease(self, namespace: str, lease: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Create the Lease; None when another replica created it first."""
+        try:
+            return await self.request("POST", self._lease_path(namespace), body=lease)
+        except KubeError as error:
+            if error.status == 409:
+                return None
+            raise
+
+    async def replace_lease(self, namespace: str, lease: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Replace the Lease if its resourceVersion is still current; None when it is not."""
+        try:
+            return await self.request("PUT", self._lease_path(namespace, lease["metadata"]["name"]), body=lease)
+        except KubeError as error:
+            if error.status == 409:
+                return None
+            raise

@@ -1,0 +1,294 @@
+"""`ironic-shard-operator run`: leader election, then kopf; health and metrics endpoints.
+
+Environment:
+  WATCH_NAMESPACES  comma-separated namespaces to watch; empty: all (cluster-wide)
+  POD_NAMESPACE     where the leader Lease lives (default: "default")
+  POD_NAME          this replica's identity in the Lease (default: hostname-pid)
+  METRICS_PORT      Prometheus /metrics (default 8080; 0 disables)
+  HEALTH_PORT       /healthz, answered by leader and standby alike (default 8081; 0 disables)
+
+Leader election uses a coordination.k8s.io/v1 Lease named `ironic-shard-operator` in
+POD_NAMESPACE, the Kubernetes standard (client-go's leaderelection, kube-controller-
+manager): a replica acts only while it holds the Lease, renews it every RETRY seconds,
+and stops acting (exits non-zero, so the Deployment restarts it as a standby) when it
+could not renew for RENEW_DEADLINE seconds, which is shorter than the lease: the old
+leader has stopped before any standby may take over. A standby takes over when the
+holder's record has not changed for LEASE_DURATION seconds as measured on the standby's
+own clock (no trust in clock sync), so within ~LEASE_DURATION + RETRY (~12 s) of a
+leader's death, and at once when a leader exits cleanly (it releases the Lease).
+
+kopf runs with `standalone=True`, i.e. without kopf's own peering: kopf peering pauses
+an operator only for peers of HIGHER priority, so two replicas with the same priority
+(one Deployment, two replicas) would both act. The Lease gives exactly one actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+import kopf
+from aiohttp import web
+
+from ironic_shard_operator.kube import Kube, KubeError
+
+LEASE_NAME = "ironic-shard-operator"
+LEASE_DURATION = 10.0
+RENEW_DEADLINE = 7.0
+RETRY = 2.0
+
+log = logging.getLogger("ironic_shard_operator.runner")
+
+
+def micro_time(seconds: float) -> str:
+    """Kubernetes MicroTime (RFC 3339 with microseconds, UTC)."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class Observed:
+    """The holder record last seen and when (on this replica's monotonic clock)."""
+
+    record: tuple[Any, ...] | None = None
+    at: float = 0.0
+
+
+def claim(lease: Mapping[str, Any] | None, me: str, observed: Observed, mono: float,
+          wall: float) -> dict[str, Any] | None:
+    """The Lease to write to hold leadership now, or None when another replica holds it.
+
+    Pure. `observed` is updated with the holder record seen; a foreign holder is taken
+    over only once its record stayed unchanged for its whole lease duration as measured
+    here (`mono`), or when it released the Lease (empty holder).
+    """
+    spec = dict((lease or {}).get("spec") or {})
+    holder = spec.get("holderIdentity") or ""
+    record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
+    if record != observed.record:
+        observed.record, observed.at = record, mono
+    duration = float(spec.get("leaseDurationSeconds") or LEASE_DURATION)
+    if holder and holder != me and mono - observed.at < duration:
+        return None
+    now = micro_time(wall)
+    new_spec = dict(spec, holderIdentity=me, leaseDurationSeconds=int(LEASE_DURATION), renewTime=now)
+    if holder != me:
+        new_spec["acquireTime"] = now
+        new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if lease else 0)
+    metadata = dict((lease or {}).get("metadata") or {})
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {k: metadata[k] for k in ("name", "namespace", "resourceVersion") if k in metadata}
+            or {"name": LEASE_NAME},
+            "spec": new_spec}
+
+
+class LeaderElector:
+    """Acquires, renews and releases the operator's Lease."""
+
+    def __init__(self, kube: Kube, namespace: str, identity: str) -> None:
+        self.kube, self.namespace, self.identity = kube, namespace, identity
+        self.observed = Observed()
+        self.lease: dict[str, Any] | None = None
+
+    async def try_once(self) -> bool:
+        """One attempt to acquire or renew; True while this replica holds the Lease."""
+        loop = asyncio.get_running_loop()
+        current = await self.kube.get_lease(self.namespace, LEASE_NAME)
+        wanted = claim(current, self.identity, self.observed, loop.time(), time.time())
+        if wanted is None:
+            return False
+        wanted["metadata"]["namespace"] = self.namespace
+        if current is None:
+            written = await self.kube.create_lease(self.namespace, wanted)
+        else:
+            written = await self.kube.replace_lease(self.namespace, wanted)
+        if written is not None:
+            self.lease = written
+        return written is not None
+
+    async def acquire(self) -> None:
+        """Wait until this replica holds the Lease."""
+        announced = False
+        while True:
+            try:
+                if await self.try_once():
+                    log.info("leader: %s holds Lease %s/%s", self.identity, self.namespace, LEASE_NAME)
+                    return
+            except KubeError as error:
+                log.warning("leader election: %s", error)
+            if not announced:
+                log.info("standby: Lease %s/%s is held by %s; waiting", self.namespace, LEASE_NAME,
+                         (self.observed.record or ("?",))[0])
+                announced = True
+            await asyncio.sleep(RETRY)
+
+    async def keep(self) -> None:
+        """Renew every RETRY seconds; return when the Lease could not be renewed in time."""
+        loop = asyncio.get_running_loop()
+        last_renewed = loop.time()
+        while True:
+            await asyncio.sleep(RETRY)
+            try:
+                if await self.try_once():
+                    last_renewed = loop.time()
+                    continue
+                log.error("leader: the Lease was taken by %s", (self.observed.record or ("?",))[0])
+                return
+            except KubeError as error:
+                log.warning("leader: renewal failed: %s", error)
+            if loop.time() - last_renewed > RENEW_DEADLINE:
+                log.error("leader: could not renew the Lease for %.0fs", RENEW_DEADLINE)
+                return
+
+    async def release(self) -> None:
+        """Give the Lease up so a standby takes over at once (best effort)."""
+        if self.lease is None:
+            return
+        released = dict(self.lease, spec=dict(self.lease["spec"], holderIdentity="",
+                                              leaseDurationSeconds=1))
+        try:
+            await self.kube.replace_lease(self.namespace, released)
+        except KubeError as error:
+            log.warning("leader: could not release the Lease: %s", error)
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespaces: tuple[str, ...]
+    pod_namespace: str
+    identity: str
+    metrics_port: int
+    health_port: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "Settings":
+        def port(name: str, default: int) -> int:
+            raw = env.get(name, "").strip() or str(default)
+            if not raw.isdigit() or int(raw) > 65535:
+                raise SystemExit(f"{name}={raw!r}: must be a port number (0 disables)")
+            return int(raw)
+
+        return cls(
+            namespaces=tuple(n.strip() for n in env.get("WATCH_NAMESPACES", "").split(",") if n.strip()),
+            pod_namespace=env.get("POD_NAMESPACE", "").strip() or "default",
+            identity=env.get("POD_NAME", "").strip() or f"{socket.gethostname()}-{os.getpid()}",
+            metrics_port=port("METRICS_PORT", 8080),
+            health_port=port("HEALTH_PORT", 8081),
+        )
+
+
+async def _serve_health(port: int, role: dict[str, str]) -> web.AppRunner | None:
+    if not port:
+        return None
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text=f"ok {role['role']}\n")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", port).start()
+    return runner
+
+
+async def run(settings: Settings) -> int:
+    """Standby until elected, then run kopf until stopped or the Lease is lost."""
+    from ironic_shard_operator import handlers  # noqa: F401  (registers the handlers)
+    from ironic_shard_operator.metrics import OperatorMetrics
+    from ironic_shard_operator.reconcile import Operator
+
+    role = {"role": "standby"}
+    health = await _serve_health(settings.health_port, role)
+    metrics = OperatorMetrics()
+    metrics_server = metrics.serve(settings.metrics_port) if settings.metrics_port else None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    election_kube = Kube()
+    elector = LeaderElector(election_kube, settings.pod_namespace, settings.identity)
+    code = 0
+    try:
+        acquiring = asyncio.ensure_future(elector.acquire())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([acquiring, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not acquiring.done():
+            acquiring.cancel()
+            return 0
+        stopping.cancel()
+        role["role"] = "leader"
+        metrics.set_leader(True)
+        code = await _lead(settings, elector, metrics, stop, Operator)
+    finally:
+        metrics.set_leader(False)
+        if code == 0:
+            await elector.release()
+        await election_kube.close()
+        if health is not None:
+            await health.cleanup()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+    return code
+
+
+async def _lead(settings: Settings, elector: LeaderElector, metrics: Any, stop: asyncio.Event,
+                operator_class: Any) -> int:
+    """Run kopf while the Lease is held; 0 after a requested stop, 1 after losing the Lease."""
+    operator = operator_class(Kube(), metrics=metrics)
+    kopf_stop = asyncio.Event()
+    kopf_task = asyncio.ensure_future(kopf.operator(
+        standalone=True,
+        clusterwide=not settings.namespaces,
+        namespaces=settings.namespaces,
+        stop_flag=kopf_stop,
+        memo=kopf.Memo(operator=operator),
+    ))
+    keeping = asyncio.ensure_future(elector.keep())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([kopf_task, keeping, stopping], return_when=asyncio.FIRST_COMPLETED)
+    lost = keeping.done()
+    stopping.cancel()
+    keeping.cancel()
+    kopf_stop.set()
+    try:
+        await asyncio.wait_for(kopf_task, timeout=5.0 if lost else 30.0)
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        kopf_task.cancel()
+    except Exception:  # kopf failed on its own; the exit code says so
+        log.exception("kopf stopped with an error")
+        return 1
+    await operator.kube.close()
+    if lost:
+        log.error("lost leadership: exiting so that the Deployment restarts this replica as a standby")
+        return 1
+    return 0  # stopped on request (kopf handles SIGTERM/SIGINT itself once it runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `ironic-shard-operator run` (configuration comes from the environment)."""
+    debug = bool(os.environ.get("OPERATOR_DEBUG"))
+    kopf.configure(verbose=debug, log_prefix=True)
+    if not debug:  # kopf logs every handled pod event at INFO: keep the log about our actions
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    settings = Settings.from_env(os.environ)
+    log.info("starting: identity %s, namespaces %s, Lease %s/%s", settings.identity,
+             ",".join(settings.namespaces) or "(all)", settings.pod_namespace, LEASE_NAME)
+    code = asyncio.run(run(settings))
+    if code:
+        # Whatever kopf left running must not act without the Lease: leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
