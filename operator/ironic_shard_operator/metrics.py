@@ -26,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .model import Observation, Plan
+from .resource import FENCING_MODES
 
 PREFIX = "ironic_shard"
 
@@ -33,7 +34,6 @@ PREFIX = "ironic_shard"
 IRONIC_ERROR_KINDS = (
     "timeout", "connection", "auth", "not_found", "conflict", "client", "server", "other",
 )
-FENCING_MODES = ("Wait", "OutOfServiceTaint", "ForceAfter")
 
 # A reconcile cycle lists every managed node (~0.4 s per 1,000) and writes only moves
 # (~50 ms each, serialised): from tens of milliseconds to minutes for a big adoption.
