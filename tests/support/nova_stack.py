@@ -1,0 +1,212 @@
+"""pytest plugin: the real Nova stack (hack/nova) for a test session, and real nova-compute processes.
+
+Register with `pytest_plugins = ["tests.support.nova_stack"]`. Fixtures:
+
+- `nova_stack` (session): a running `NovaStack` (placement + Nova API + nova-conductor on MariaDB
+  and RabbitMQ, own databases and vhost); stopped with everything it started at session end.
+- `nova_computes` (function): a `start(name, config_files)` callable; every nova-compute it started
+  is stopped when the test ends.
+
+All process handling lives in hack/nova/novastack.py (the same code the demo's CLI runs); this
+module only adapts it to pytest and adds Nova API helpers built on openstacksdk.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import openstack
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_novastack():
+    """hack/nova/novastack.py as a module (hack/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("novastack", ROOT / "hack" / "nova" / "novastack.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+novastack = _load_novastack()
+StackError = novastack.StackError
+
+# The microversion the operator's Nova adapter needs (service UUIDs, forced_down, hypervisor
+# service host): every helper here speaks it too.
+COMPUTE_MICROVERSION = "2.53"
+
+
+@dataclass
+class ComputeProcess:
+    """One running `nova-compute --config-file ... --config-file ...` of a stack."""
+
+    stack: "NovaStack"
+    name: str
+    pid: int
+    config_files: tuple[Path, ...]
+
+    @property
+    def log_path(self) -> Path:
+        return self.stack.run_dir / "logs" / f"{self.name}.log"
+
+    def alive(self) -> bool:
+        """True while this process (same PID and start time) runs."""
+        return novastack.is_running(self.stack.run_dir, self.name) and \
+            novastack.pid_of(self.stack.run_dir, self.name) == self.pid
+
+    def kill(self) -> None:
+        """Crash it: SIGKILL, no graceful shutdown (what a container failure looks like)."""
+        novastack.terminate(self.stack.run_dir, self.name, sig=signal.SIGKILL)
+
+    def stop(self) -> None:
+        """Stop it cleanly (SIGTERM, Nova's graceful shutdown); SIGKILL if it takes too long."""
+        novastack.terminate(self.stack.run_dir, self.name, sig=signal.SIGTERM)
+
+
+class NovaStack:
+    """A running stack: where it answers, how to configure computes for it, how to query it.
+
+    Invariant: every method talks to this stack only (its URLs, databases, vhost, run dir).
+    """
+
+    def __init__(self, state: dict) -> None:
+        self.state = state
+        self.id: str = state["id"]
+        self.run_dir = Path(state["run_dir"])
+        self.compute_url: str = state["compute_url"]      # http://127.0.0.1:P/v2.1
+        self.placement_url: str = state["placement_url"]
+        self.token: str = state["token"]                  # "admin:admin" (test auth filter)
+        self.nova_conf = Path(state["nova_conf"])          # the control plane's config
+        self.timings: dict[str, int] = state["timings"]
+        self.start_seconds: float = state.get("start_seconds", 0.0)
+
+    # -- configuration a pool's Secret carries
+    def compute_conf(self, ironic_cloud: dict) -> str:
+        """Base nova.conf for a nova-compute (Ironic driver) against this stack; no host/shard.
+
+        `ironic_cloud` is Ironic's clouds.yaml entry (e.g. `ironic_service.cloud`): its
+        endpoint, and its HTTP basic credentials when `auth_type` is http_basic.
+        """
+        auth = ironic_cloud.get("auth", {})
+        url = ironic_cloud.get("baremetal_endpoint_override") or auth["endpoint"]
+        if ironic_cloud.get("auth_type") == "http_basic":
+            return novastack.render_compute_conf(self.state, url, auth["username"], auth["password"])
+        return novastack.render_compute_conf(self.state, url)
+
+    def cloud_config(self) -> dict:
+        """A clouds.yaml `clouds:` entry for openstacksdk that reaches this Nova as admin."""
+        return {
+            "auth_type": "admin_token",
+            "auth": {"endpoint": self.compute_url, "token": self.token},
+            "compute_endpoint_override": self.compute_url,
+            "compute_api_version": COMPUTE_MICROVERSION,
+        }
+
+    def connection(self) -> openstack.connection.Connection:
+        """openstacksdk connection to this Nova (admin, microversion 2.53)."""
+        return openstack.connect(load_yaml_config=False, load_envvars=False, **self.cloud_config())
+
+    # -- processes
+    def start_compute(self, name: str, config_files: list[str | Path]) -> ComputeProcess:
+        """Start `nova-compute --config-file F1 --config-file F2 ...` with the files in that order.
+
+        `name` labels the process (logs/<name>.log); use the member name. For a member that is
+        the base nova.conf first, the operator's member.conf second.
+        """
+        files = tuple(Path(f) for f in config_files)
+        pid = novastack.spawn_compute(self.state, name, list(files))
+        return ComputeProcess(self, name, pid, files)
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory of each running process group of the stack (computes included)."""
+        return novastack.rss_bytes(self.run_dir)
+
+    def record_rss(self) -> dict[str, int]:
+        """Sample `rss_bytes()` for the session summary (which reports the largest sample)."""
+        sample = self.rss_bytes()
+        if sum(sample.values()) > sum(_MEASUREMENTS.get("rss", {}).values()):
+            _MEASUREMENTS["rss"] = sample
+        return sample
+
+    # -- Nova operations a deployment does outside the operator
+    def discover_hosts(self) -> str:
+        """`nova-manage cell_v2 discover_hosts --by-service`: map new compute services to cell1."""
+        done = subprocess.run(
+            [str(Path(self.state["venv"]) / "bin" / "nova-manage"), "--config-file",
+             str(self.nova_conf), "cell_v2", "discover_hosts", "--by-service", "--verbose"],
+            capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise StackError(f"discover_hosts failed: {done.stderr or done.stdout}")
+        return done.stdout
+
+    # -- reading Nova (via its API, as any client would)
+    def compute_services(self) -> dict[str, dict]:
+        """nova-compute services by host: {host: {"id", "state", "status", "forced_down"}}."""
+        conn = self.connection()
+        return {s.host: {"id": s.id, "state": s.state, "status": s.status,
+                         "forced_down": s.is_forced_down}
+                for s in conn.compute.services(binary="nova-compute")}
+
+    def hypervisor_hosts(self) -> dict[str, list[str]]:
+        """Nova's view of ownership: {Ironic node uuid: [compute hosts listing it]}."""
+        owners: dict[str, list[str]] = {}
+        for hypervisor in self.connection().compute.hypervisors(details=True):
+            owners.setdefault(hypervisor.name, []).append(hypervisor.service_details["host"])
+        return owners
+
+    def wait_for(self, what: str, condition: Callable[[], bool], timeout: float,
+                 interval: float = 1.0) -> None:
+        """Poll `condition()` until true; fail with `what` after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Nova never showed: {what} (waited {timeout:.0f} s)")
+            time.sleep(interval)
+
+
+_MEASUREMENTS: dict = {}
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """One line per measurement of the Nova stack, when a session used it."""
+    if "start_seconds" not in _MEASUREMENTS:
+        return
+    line = f"nova stack: started in {_MEASUREMENTS['start_seconds']:.1f} s"
+    rss = _MEASUREMENTS.get("rss")
+    if rss:
+        parts = ", ".join(f"{name} {size / 2**20:.0f}" for name, size in sorted(rss.items()))
+        line += f"; peak RSS {sum(rss.values()) / 2**20:.0f} MiB ({parts})"
+    terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def nova_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
+    """The real Nova stack for this test session (installed on first use; ~20 s to start)."""
+    state = novastack.start(tmp_path_factory.mktemp("nova-stack"), owner_pid=os.getpid())
+    _MEASUREMENTS["start_seconds"] = state["start_seconds"]
+    try:
+        yield NovaStack(state)
+    finally:
+        novastack.stop(state)
+
+
+@pytest.fixture
+def nova_computes(nova_stack: NovaStack) -> Iterator[Callable[[str, list], ComputeProcess]]:
+    """`start(name, config_files)` for nova-compute processes that are stopped after the test."""
+    started: list[ComputeProcess] = []
+
+    def start(name: str, config_files: list[str | Path]) -> ComputeProcess:
+        process = nova_stack.start_compute(name, config_files)
+        started.append(process)
+        return process
+
+    yield start
+    novastack.terminate(nova_stack.run_dir, [p.name for p in started])
