@@ -3,6 +3,7 @@
 
     python3 hack/ironic/service.py install
     python3 hack/ironic/service.py start STATE_DIR [--auth noauth|http_basic] [--port N]
+                                                   [--host-ip IP] [--conductor-group NAME]
                                                    [--pin-release RELEASE]
     python3 hack/ironic/service.py stop STATE_DIR
     python3 hack/ironic/service.py status STATE_DIR
@@ -13,7 +14,8 @@ safe to run concurrently (a file lock serialises installers).
 
 `start` installs if needed, renders hack/ironic/ironic.conf.template into STATE_DIR, creates
 the sqlite schema, starts the all-in-one `ironic` process (API + conductor, rpc_transport =
-none, fake-hardware) in its own process group, and returns once the API answers. On
+none, fake-hardware) on 127.0.0.1 (or --host-ip, e.g. a bridge a local cluster reaches) in
+its own process group, and returns once the API answers. On
 success it prints shell-style lines (eval-able):
 
     IRONIC_URL=http://127.0.0.1:PORT
@@ -85,7 +87,8 @@ def install() -> Path:
         print(f"installing {IRONIC_REQUIREMENT} into {target} (~40 s, ~300 MB)", file=sys.stderr)
         if not (target / "bin" / "python").exists():
             venv.EnvBuilder(with_pip=True, clear=True).create(target)
-        pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+        pip = [str(target / "bin" / "python"), "-m", "pip", "install",
+               "--disable-pip-version-check"]
         if os.environ.get("CI"):
             pip.append("--progress-bar=off")
         try:
@@ -97,24 +100,26 @@ def install() -> Path:
     return target / "bin"
 
 
-def free_port() -> int:
+def free_port(host_ip: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host_ip, 0))
         return sock.getsockname()[1]
 
 
-def render_config(state: Path, auth: str, port: int, pin_release: str | None) -> None:
+def render_config(state: Path, auth: str, host_ip: str, port: int, conductor_group: str,
+                  pin_release: str | None) -> None:
     """Write ironic.conf, the credentials and clouds.yaml into `state` (a fresh directory)."""
     text = (HERE / "ironic.conf.template").read_text()
     for marker, value in {"@HOST@": f"ironic-test-{port}", "@AUTH_STRATEGY@": auth,
-                          "@STATE_DIR@": str(state), "@PORT@": str(port)}.items():
+                          "@STATE_DIR@": str(state), "@HOST_IP@": host_ip, "@PORT@": str(port),
+                          "@CONDUCTOR_GROUP@": conductor_group}.items():
         text = text.replace(marker, value)
     if pin_release:
         text = text.replace("#pin_release_version =", f"pin_release_version = {pin_release}")
     (state / "locks").mkdir(exist_ok=True)
     (state / "ironic.conf").write_text(text)
 
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host_ip}:{port}"
     if auth == "http_basic":
         password = secrets.token_urlsafe(18)
         # Only bcrypt entries are accepted by Ironic; its venv ships bcrypt.
@@ -141,8 +146,9 @@ def configured_url(state: Path) -> str:
 
 def answers(url: str) -> bool:
     """True when the Ironic API root answers (it needs no credentials)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
     try:
-        with urllib.request.urlopen(url + "/", timeout=2) as response:
+        with opener.open(url + "/", timeout=2) as response:
             return "versions" in json.load(response)
     except (OSError, ValueError):
         return False
@@ -186,13 +192,16 @@ def log_tail(state: Path, lines: int = 25) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def start(state: Path, auth: str, port: int | None, pin_release: str | None) -> dict[str, str]:
+def start(state: Path, auth: str = "noauth", host_ip: str = "127.0.0.1",
+          port: int | None = None, conductor_group: str = "",
+          pin_release: str | None = None) -> dict[str, str]:
     """Start the service for `state` and wait until its API answers; return its coordinates."""
     state = state.resolve()
     state.mkdir(parents=True, exist_ok=True)
     bin_dir = install()
     if not (state / "ironic.conf").exists():
-        render_config(state, auth, port or free_port(), pin_release)
+        render_config(state, auth, host_ip, port or free_port(host_ip), conductor_group,
+                      pin_release)
         subprocess.run([str(bin_dir / "ironic-dbsync"), "--config-file", str(state / "ironic.conf"),
                         "create_schema"], check=True, capture_output=True)
     url = configured_url(state)
@@ -217,8 +226,8 @@ def start(state: Path, auth: str, port: int | None, pin_release: str | None) -> 
                                f"answered at {url}; last log lines:\n{log_tail(state)}")
         if time.monotonic() > deadline:
             stop(state)
-            raise ServiceError(f"ironic did not answer at {url} within {START_TIMEOUT_SECONDS:.0f} s;"
-                               f" last log lines:\n{log_tail(state)}")
+            raise ServiceError(f"ironic did not answer at {url} within "
+                               f"{START_TIMEOUT_SECONDS:.0f} s; last log lines:\n{log_tail(state)}")
         time.sleep(0.2)
     return {**coordinates, "IRONIC_PID": str(process.pid)}
 
@@ -251,7 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     starting = commands.add_parser("start", help="start (or restart) the service of STATE_DIR")
     starting.add_argument("state_dir", type=Path)
     starting.add_argument("--auth", choices=AUTH_STRATEGIES, default="noauth")
+    starting.add_argument("--host-ip", default="127.0.0.1", metavar="IP",
+                          help="address to listen on (default 127.0.0.1; first start only)")
     starting.add_argument("--port", type=int, help="default: a free port (first start only)")
+    starting.add_argument("--conductor-group", default="", metavar="NAME",
+                          help="the conductor's group, also given to new nodes (default: none)")
     starting.add_argument("--pin-release", metavar="RELEASE",
                           help="act as an older Ironic release, e.g. zed (API max 1.80)")
     for name in ("stop", "status"):
@@ -261,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "install":
             print(install())
         elif args.command == "start":
-            for key, value in start(args.state_dir, args.auth, args.port, args.pin_release).items():
+            coordinates = start(args.state_dir, args.auth, args.host_ip, args.port,
+                                args.conductor_group, args.pin_release)
+            for key, value in coordinates.items():
                 print(f"{key}={value}")
         elif args.command == "stop":
             stop(args.state_dir.resolve())

@@ -141,8 +141,9 @@ class IronicAdapter:
     """One pool's view of Ironic: `check()`, `list_nodes()`, `apply_moves()`.
 
     Construction does no I/O; the first call checks the endpoint, the API version and the
-    credentials once (`check()`). `requests_made` counts every HTTP request sent to Ironic
-    (answered or not), so tests and benchmarks can count reads and writes exactly.
+    credentials once (`check()`). Every request goes through `_send_once`, which counts it:
+    `requests_made` (all) and `writes_made` (PATCHes), answered or not, so tests and
+    benchmarks count reads and writes exactly.
     """
 
     def __init__(
@@ -176,14 +177,12 @@ class IronicAdapter:
         self._base_url: str | None = None
         self._max_version: tuple[int, int] | None = None
         self._requests = 0
+        self._writes = 0
         self._count_lock = threading.Lock()
-        session = getattr(connection, "session", None)
-        http = getattr(session, "session", None)  # keystoneauth Session -> requests.Session
-        if http is None:
+        self._session = getattr(connection, "session", None)
+        if self._session is None:
             raise IronicConfigError("the connection has no keystoneauth session; pass an "
                                     "openstack.connection.Connection")
-        self._session = session
-        http.hooks.setdefault("response", []).append(self._count_response)
 
     # ---- construction -------------------------------------------------------------
 
@@ -226,17 +225,13 @@ class IronicAdapter:
 
     @property
     def requests_made(self) -> int:
-        """HTTP requests sent to Ironic so far (answered or not)."""
+        """HTTP requests sent to Ironic so far (answered or not, writes included)."""
         return self._requests
 
-    def _count_response(self, response: Any, *args: Any, **kwargs: Any) -> None:
-        if self._base_url is not None and response.request.url.startswith(self._base_url):
-            with self._count_lock:
-                self._requests += 1
-
-    def _count_unanswered(self) -> None:
-        with self._count_lock:
-            self._requests += 1
+    @property
+    def writes_made(self) -> int:
+        """PATCH requests sent to Ironic so far (answered or not)."""
+        return self._writes
 
     # ---- checking -----------------------------------------------------------------
 
@@ -261,8 +256,9 @@ class IronicAdapter:
                 raise IronicAuthError(f"Keystone refused the credentials of cloud "
                                       f"'{self.cloud}': {error}") from None
             except ks.EndpointNotFound:
-                raise IronicEndpointError(f"cloud '{self.cloud}' has no baremetal endpoint in "
-                                          f"its catalog and no baremetal_endpoint_override") from None
+                raise IronicEndpointError(
+                    f"cloud '{self.cloud}' has no baremetal endpoint in its catalog and no "
+                    f"baremetal_endpoint_override") from None
             except ks.ConnectionError as error:
                 raise IronicUnavailable(f"cannot reach Keystone for cloud '{self.cloud}': "
                                         f"{short_reason(error)}") from None
@@ -290,7 +286,7 @@ class IronicAdapter:
         if version < SHARD_MICROVERSION:
             raise IronicTooOld(
                 f"Ironic at {self.endpoint} offers API {format_version(version)} at most; node "
-                f"shards need {format_version(SHARD_MICROVERSION)} (Ironic 2023.2 / 22.0 or "
+                f"shards need {format_version(SHARD_MICROVERSION)} (Ironic 21.4 / 2023.1 or "
                 f"newer): upgrade Ironic or point cloud '{self.cloud}' at a newer one")
         probe = self._send("GET", self._url("/nodes", {"fields": "uuid", "limit": 1}), retry=False)
         if probe.status_code in (401, 403):
@@ -502,6 +498,9 @@ class IronicAdapter:
         from keystoneauth1 import exceptions as ks
 
         headers = {MICROVERSION_HEADER: format_version(SHARD_MICROVERSION)} if microversion else {}
+        with self._count_lock:  # every request we send passes here: the one counter
+            self._requests += 1
+            self._writes += method == "PATCH"
         try:
             return self._session.request(url, method, json=json, headers=headers,
                                          raise_exc=False, timeout=self.request_timeout,
@@ -510,7 +509,6 @@ class IronicAdapter:
             raise IronicAuthError(f"the credentials of cloud '{self.cloud}' were refused: "
                                   f"{error}") from None
         except (ks.ConnectionError, ks.DiscoveryFailure) as error:
-            self._count_unanswered()
             raise _Retry(short_reason(error), unavailable=True) from None
 
     def _raise_for_status(self, response: Any, action: str) -> None:
