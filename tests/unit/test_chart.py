@@ -171,3 +171,11 @@ def test_the_operator_runs_hardened_with_the_contracted_environment(tools, helm)
     (service,) = by_kind(documents, "Service")
     assert service["spec"]["ports"][0]["port"] == 8080
     assert by_kind(documents, "ServiceMonitor") == []
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_clusters_older_than_the_validated_schemas_are_refused(tools, helm):
+    assert helm_template(tools, helm, "--kube-version", "1.30.0").returncode == 0
+    too_old = helm_template(tools, helm, "--kube-version", "1.29.0")
+    assert too_old.returncode != 0
+    assert "chart requires kubeVersion: >=1.30.0-0" in too_old.stderr
