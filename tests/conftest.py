@@ -1,3 +1,5 @@
 """Fixtures shared by every tier live in tests/support/; this file only registers them."""
 
-pytest_plugins: list[str] = []
+pytest_plugins = [
+    "tests.support.ironic_service",   # the real Ironic service (session scope)
+]

@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from . import simulate
 
 
+# Subcommands with their own argument parsers: everything after the name is theirs.
+# Imported on use, so `simulate` does not pay for kopf and openstacksdk.
+FORWARDED = {
+    "run": ("ironic_shard_operator.runner",
+            "run the operator (leader election, then the controller)"),
+    "stand-in-compute": ("ironic_shard_operator.standin",
+                         "a FAKE nova-compute for the kind e2e: lists its shard, serves /healthz"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in FORWARDED:
+        module = importlib.import_module(FORWARDED[argv[0]][0])
+        return module.main(argv[1:])
+
     parser = argparse.ArgumentParser(
         prog="ironic-shard-operator",
         description="Run nova-compute (Ironic driver) as a sharded, self-healing pool.")
     commands = parser.add_subparsers(dest="command", required=True)
+    for name, (_, summary) in FORWARDED.items():
+        commands.add_parser(name, help=summary, add_help=False)
 
     sim = commands.add_parser(
         "simulate", help="plan a membership change on synthetic nodes (for sizing)",
