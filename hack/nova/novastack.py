@@ -36,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -154,7 +155,7 @@ def render_api_paste(upstream: str) -> str:
 
 # ----------------------------------------------------------------------------- processes
 
-def _start_time(pid: int) -> str | None:
+def start_time_of(pid: int) -> str | None:
     """The kernel's start time of `pid` (identifies it across PID reuse); None if gone/zombie."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -202,7 +203,7 @@ def spawn(run_dir: Path, name: str, argv: list[str], env: dict[str, str] | None 
                                 start_new_session=True)
     finally:
         log.close()
-    pid_file.write_text(f"{proc.pid} {_start_time(proc.pid) or ''}\n")
+    pid_file.write_text(f"{proc.pid} {start_time_of(proc.pid) or ''}\n")
     return proc.pid
 
 
@@ -218,7 +219,7 @@ def is_running(run_dir: Path, name: str) -> bool:
         return False
     pid, start = _read_pid_file(pid_file)
     _reap(pid)
-    return _start_time(pid) == start
+    return start_time_of(pid) == start
 
 
 def pid_of(run_dir: Path, name: str) -> int | None:
@@ -243,7 +244,7 @@ def terminate(run_dir: Path, names: str | list[str], sig: int = signal.SIGTERM,
             continue
         pid, start = _read_pid_file(pid_file)
         _reap(pid)
-        now = _start_time(pid)
+        now = start_time_of(pid)
         # the leader is ours (same start time), or it is gone but its group lives on
         if now == start or (now is None and _group_members(pid)):
             groups.append(pid)
@@ -323,7 +324,27 @@ def _run(argv: list[str] | tuple[str, ...], what: str, timeout: float = 300, **k
     return done.stdout
 
 
-def _sql(statement: str) -> str:
+def _run_chains(chains: list[list[tuple[list[str], str]]]) -> None:
+    """Run each chain's commands in order, all chains at once; raise the first failure."""
+    errors: list[StackError] = []
+
+    def run_chain(chain: list[tuple[list[str], str]]) -> None:
+        try:
+            for argv, what in chain:
+                _run(argv, what)
+        except StackError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run_chain, args=(chain,)) for chain in chains]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def sql(statement: str) -> str:
     return _run((*MYSQL, "-e", statement), f"MariaDB: {statement}", timeout=60)
 
 
@@ -335,7 +356,7 @@ def _drop_storage(stack_id: str) -> None:
     """Drop the stack's databases and vhost (each step tolerates 'already gone')."""
     errors = []
     try:
-        _sql("; ".join(f"DROP DATABASE IF EXISTS `{db}`" for db in _databases(stack_id).values()))
+        sql("; ".join(f"DROP DATABASE IF EXISTS `{db}`" for db in _databases(stack_id).values()))
     except StackError as exc:
         errors.append(str(exc))
     try:
@@ -349,7 +370,7 @@ def _drop_storage(stack_id: str) -> None:
 
 
 def _create_storage(stack_id: str) -> None:
-    _sql("; ".join(f"CREATE DATABASE `{db}` CHARACTER SET utf8" for db in _databases(stack_id).values()))
+    sql("; ".join(f"CREATE DATABASE `{db}` CHARACTER SET utf8" for db in _databases(stack_id).values()))
     _run(("rabbitmqctl", "-q", "add_vhost", stack_id), "RabbitMQ: add vhost", timeout=60)
     _run(("rabbitmqctl", "-q", "set_permissions", "-p", stack_id, "guest", ".*", ".*", ".*"),
          "RabbitMQ: grant guest on vhost", timeout=60)
@@ -428,7 +449,8 @@ def install() -> None:
 
 
 def _alive(ref: dict | None) -> bool:
-    return bool(ref) and _start_time(ref["pid"]) == ref["start_time"]
+    """True while the process `ref` ({"pid", "start_time"}) runs; a dead one is never alive."""
+    return bool(ref) and ref["start_time"] is not None and start_time_of(ref["pid"]) == ref["start_time"]
 
 
 def reap_stale() -> list[str]:
@@ -461,6 +483,7 @@ def start(run_dir: Path | None = None, owner_pid: int | None = None) -> dict:
     t0 = time.monotonic()
     install()
     reap_stale()
+    phases = {"install check + reap": round(time.monotonic() - t0, 1)}
     stack_id = "ns" + secrets.token_hex(4)
     made_run_dir = run_dir is None
     run_dir = Path(run_dir or REGISTRY / stack_id).resolve()
@@ -474,7 +497,7 @@ def start(run_dir: Path | None = None, owner_pid: int | None = None) -> dict:
         "remove_run_dir": made_run_dir,
         "registry_entry": str(REGISTRY / f"{stack_id}.json"),
         # while starting, this process owns the stack (a concurrent reap must not take it)
-        "owner": {"pid": os.getpid(), "start_time": _start_time(os.getpid())},
+        "owner": {"pid": os.getpid(), "start_time": start_time_of(os.getpid())},
         "venv": str(VENV),
         "nova_url": f"http://127.0.0.1:{nova_port}",
         "compute_url": f"http://127.0.0.1:{nova_port}/v2.1",
@@ -487,6 +510,7 @@ def start(run_dir: Path | None = None, owner_pid: int | None = None) -> dict:
         "state_path": str(run_dir / "state"),
         "nova_conf": str(run_dir / "etc" / "nova.conf"),
         "timings": {**TIMINGS, "update_resources_interval": UPDATE_RESOURCES_INTERVAL},
+        "start_phases": phases,
     }
     REGISTRY.mkdir(parents=True, exist_ok=True)
     Path(state["registry_entry"]).write_text(json.dumps(state, indent=2))
@@ -495,7 +519,7 @@ def start(run_dir: Path | None = None, owner_pid: int | None = None) -> dict:
     except BaseException:
         stop(state)
         raise
-    state["owner"] = {"pid": owner_pid, "start_time": _start_time(owner_pid)} if owner_pid else None
+    state["owner"] = {"pid": owner_pid, "start_time": start_time_of(owner_pid)} if owner_pid else None
     state["start_seconds"] = round(time.monotonic() - t0, 1)
     (run_dir / "stack.json").write_text(json.dumps(state, indent=2))
     Path(state["registry_entry"]).write_text(json.dumps(state, indent=2))
@@ -505,29 +529,32 @@ def start(run_dir: Path | None = None, owner_pid: int | None = None) -> dict:
 def _bring_up(state: dict) -> None:
     run_dir = Path(state["run_dir"])
     etc = run_dir / "etc"
+    phases = state["start_phases"]
+    t0 = time.monotonic()
     _create_storage(state["id"])
+    phases["databases + vhost"] = round(time.monotonic() - t0, 1)
     (etc / "nova.conf").write_text(render_control_conf(state))
     (etc / "placement.conf").write_text(render_placement_conf(state))
     (etc / "api-paste.ini").write_text(render_api_paste((VENV / "etc/nova/api-paste.ini").read_text()))
 
     bin_dir = VENV / "bin"
     manage = [str(bin_dir / "nova-manage"), "--config-file", state["nova_conf"]]
-    # placement's schema is independent: migrate it while Nova's run one after another.
-    placement_sync = subprocess.Popen([str(bin_dir / "placement-manage"), "--config-file",
-                                       str(etc / "placement.conf"), "db", "sync"],
-                                      stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True)
-    try:
-        _run([*manage, "api_db", "sync"], "nova-manage api_db sync")
-        _run([*manage, "cell_v2", "map_cell0", "--database_connection",
-              state["connections"]["nova_cell0"]], "nova-manage cell_v2 map_cell0")
-        _run([*manage, "cell_v2", "create_cell", "--name", "cell1", "--verbose"],
-             "nova-manage cell_v2 create_cell")
-        _run([*manage, "db", "sync"], "nova-manage db sync")
-    finally:
-        output, _ = placement_sync.communicate(timeout=300)
-    if placement_sync.returncode != 0:
-        raise StackError(f"placement-manage db sync failed:\n{output[-2000:]}")
+    # cell0's schema: the same `db sync --local_cell`, with [database] pointing at cell0
+    (etc / "cell0.conf").write_text(render_ini({"database": {"connection": state["connections"]["nova_cell0"]}}))
+    # Schema migrations are bound by MariaDB's DDL, not CPU: the four independent chains run
+    # side by side (~15 s instead of ~35 s).
+    _run_chains([
+        [([*manage, "api_db", "sync"], "nova-manage api_db sync"),
+         ([*manage, "cell_v2", "map_cell0", "--database_connection",
+           state["connections"]["nova_cell0"]], "nova-manage cell_v2 map_cell0"),
+         ([*manage, "cell_v2", "create_cell", "--name", "cell1"], "nova-manage cell_v2 create_cell")],
+        [([*manage, "db", "sync", "--local_cell"], "nova-manage db sync (cell1)")],
+        [([*manage, "--config-file", str(etc / "cell0.conf"), "db", "sync", "--local_cell"],
+          "nova-manage db sync (cell0)")],
+        [([str(bin_dir / "placement-manage"), "--config-file", str(etc / "placement.conf"),
+           "db", "sync"], "placement-manage db sync")],
+    ])
+    phases["schemas and cells"] = round(time.monotonic() - t0 - phases["databases + vhost"], 1)
 
     gunicorn = [str(bin_dir / "gunicorn"), "--workers", "1", "--threads", "4", "--timeout", "120",
                 "--no-control-socket"]
@@ -549,6 +576,8 @@ def _bring_up(state: dict) -> None:
     _wait("nova-conductor up in Nova's services list",
           lambda: any(s["binary"] == "nova-conductor" and s["state"] == "up" for s in services(state)),
           run_dir, deadline, control)
+    phases["services up"] = round(time.monotonic() - t0 - sum(
+        phases[p] for p in ("databases + vhost", "schemas and cells")), 1)
 
 
 def stop(state: dict) -> None:

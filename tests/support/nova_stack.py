@@ -147,19 +147,32 @@ class NovaStack:
             raise StackError(f"discover_hosts failed: {done.stderr or done.stdout}")
         return done.stdout
 
-    # -- reading Nova (via its API, as any client would)
+    # -- reading Nova (its raw API, as any client sees it; independent of the operator's adapter)
+    def _get_all(self, path: str, key: str) -> list[dict]:
+        """Every item of a paged Nova list (`<key>_links` next links followed)."""
+        api = self.connection().compute
+        items: list[dict] = []
+        url = path
+        while url:
+            response = api.get(url, microversion=COMPUTE_MICROVERSION)
+            if response.status_code != 200:
+                raise StackError(f"GET {url}: HTTP {response.status_code} {response.text}")
+            body = response.json()
+            items += body[key]
+            url = next((link["href"] for link in body.get(f"{key}_links", [])
+                        if link.get("rel") == "next"), None)
+        return items
+
     def compute_services(self) -> dict[str, dict]:
-        """nova-compute services by host: {host: {"id", "state", "status", "forced_down"}}."""
-        conn = self.connection()
-        return {s.host: {"id": s.id, "state": s.state, "status": s.status,
-                         "forced_down": s.is_forced_down}
-                for s in conn.compute.services(binary="nova-compute")}
+        """nova-compute services by host: {host: {"id", "state", "status", "forced_down", ...}}."""
+        return {s["host"]: s for s in self._get_all("/os-services?binary=nova-compute", "services")}
 
     def hypervisor_hosts(self) -> dict[str, list[str]]:
         """Nova's view of ownership: {Ironic node uuid: [compute hosts listing it]}."""
         owners: dict[str, list[str]] = {}
-        for hypervisor in self.connection().compute.hypervisors(details=True):
-            owners.setdefault(hypervisor.name, []).append(hypervisor.service_details["host"])
+        for hypervisor in self._get_all("/os-hypervisors/detail", "hypervisors"):
+            owners.setdefault(hypervisor["hypervisor_hostname"], []).append(
+                hypervisor["service"]["host"])
         return owners
 
     def wait_for(self, what: str, condition: Callable[[], bool], timeout: float,
