@@ -1,0 +1,397 @@
+"""A FAKE kubelet (and scheduler) for clusters where no kubelet runs pods: the fake API server
+of tests/support/kube_emulator.py, or a real API server without nodes. Where real kubelets run
+pods it is not used (the `kubelet` fixture of tests/support/kube_api.py skips there).
+
+It writes only what a real API server accepts from a kubelet and a scheduler:
+- its fake Node objects (labelled FAKE_NODE_LABEL and tainted NoSchedule so that a real scheduler
+  leaves them alone; status Ready; heartbeats through Leases in kube-node-lease, as kubelets send
+  them), deleted again at stop();
+- pods/binding, as a scheduler: an unscheduled pod of its namespace goes to the fake node with
+  the fewest pods;
+- pods/status, as a kubelet: Pending -> Running with the conditions PodScheduled, Initialized,
+  ContainersReady, Ready and containerStatuses; on command Failed, NotReady or CrashLoopBackOff;
+- DELETE with gracePeriodSeconds=0 and a uid precondition for its pods that are being deleted:
+  how a kubelet finishes a graceful deletion. At stop(), pods left on its nodes are deleted the
+  same way, as the pod garbage collector does for pods of deleted nodes.
+
+A node can be made unreachable (its kubelet is gone): its heartbeats stop, the node turns
+Ready=Unknown with the unreachable taints, its pods turn NotReady (what the node lifecycle
+controller does), and its pods are neither updated nor finished until it is reachable again.
+"""
+from __future__ import annotations
+
+import datetime
+import enum
+import hashlib
+import threading
+import time
+from typing import Any
+
+from tests.support.kube_api import FAKE_NODE_LABEL, KubeAPIError, KubeClient
+
+LEASE_SECONDS = 40
+HEARTBEAT_SECONDS = 10
+UNREACHABLE_TAINT = 'node.kubernetes.io/unreachable'
+# Keeps a real scheduler away from the fake nodes: only this fake kubelet binds pods to them.
+FAKE_NODE_TAINT = {'key': FAKE_NODE_LABEL, 'value': 'true', 'effect': 'NoSchedule'}
+
+
+class PodState(enum.Enum):
+    """What the fake kubelet makes of a pod."""
+    PENDING = 'Pending'  # bound, containers not started (ContainerCreating)
+    READY = 'Ready'  # Running, all containers ready
+    NOT_READY = 'NotReady'  # Running, readiness probe failing
+    CRASH_LOOP = 'CrashLoopBackOff'  # Running, container restarting
+    FAILED = 'Failed'  # terminal: phase Failed
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+def _micro_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
+
+
+def state_of(pod: dict[str, Any]) -> PodState:
+    """The state a pod's status shows, in the fake kubelet's terms."""
+    status = pod.get('status') or {}
+    if status.get('phase') == 'Failed':
+        return PodState.FAILED
+    if status.get('phase') != 'Running':
+        return PodState.PENDING
+    containers = status.get('containerStatuses') or []
+    if any(((c.get('state') or {}).get('waiting') or {}).get('reason') == 'CrashLoopBackOff' for c in containers):
+        return PodState.CRASH_LOOP
+    ready = any(c['type'] == 'Ready' and c['status'] == 'True' for c in status.get('conditions') or [])
+    return PodState.READY if ready else PodState.NOT_READY
+
+
+def pod_status(pod: dict[str, Any], state: PodState) -> dict[str, Any]:
+    """The status a kubelet would write for `pod` in `state` (transition times kept if unchanged)."""
+    now = _now()
+    old = pod.get('status') or {}
+    old_conditions = {c['type']: c for c in old.get('conditions') or []}
+    running = state in (PodState.READY, PodState.NOT_READY, PodState.CRASH_LOOP)
+    ready = state == PodState.READY
+
+    def condition(kind: str, value: bool, reason: str | None = None) -> dict[str, Any]:
+        status = 'True' if value else 'False'
+        previous = old_conditions.get(kind) or {}
+        since = previous['lastTransitionTime'] if previous.get('status') == status else now
+        result = {'type': kind, 'status': status, 'lastProbeTime': None, 'lastTransitionTime': since}
+        if reason and not value:
+            result['reason'] = reason
+        return result
+
+    old_containers = {c['name']: c for c in old.get('containerStatuses') or []}
+    containers = []
+    for spec in pod['spec']['containers']:
+        previous = old_containers.get(spec['name']) or {}
+        digest = hashlib.sha256(f'{pod["metadata"]["uid"]}/{spec["name"]}'.encode()).hexdigest()
+        started_at = ((previous.get('state') or {}).get('running') or {}).get('startedAt') or now
+        item: dict[str, Any] = {
+            'name': spec['name'], 'image': spec['image'], 'imageID': f'fake-kubelet://{spec["image"]}',
+            'containerID': f'containerd://{digest}', 'ready': ready, 'started': running and state != PodState.CRASH_LOOP,
+            'restartCount': previous.get('restartCount', 0)}
+        if state == PodState.PENDING:
+            item['state'] = {'waiting': {'reason': 'ContainerCreating'}}
+            del item['containerID']
+        elif state == PodState.FAILED:
+            item['state'] = {'terminated': {'exitCode': 1, 'reason': 'Error', 'startedAt': started_at,
+                                            'finishedAt': now, 'containerID': item['containerID']}}
+        elif state == PodState.CRASH_LOOP:
+            item['restartCount'] += 0 if state_of(pod) == PodState.CRASH_LOOP else 1
+            item['state'] = {'waiting': {'reason': 'CrashLoopBackOff',
+                                         'message': f'back-off restarting failed container {spec["name"]}'}}
+            item['lastState'] = {'terminated': {'exitCode': 1, 'reason': 'Error', 'startedAt': started_at,
+                                                'finishedAt': now, 'containerID': item['containerID']}}
+        else:
+            item['state'] = {'running': {'startedAt': started_at}}
+        containers.append(item)
+
+    not_ready = 'ContainersNotReady' if state != PodState.FAILED else 'PodFailed'
+    status = {
+        'phase': 'Failed' if state == PodState.FAILED else 'Running' if running else 'Pending',
+        'conditions': [condition('PodScheduled', True), condition('Initialized', True),
+                       condition('ContainersReady', ready, not_ready), condition('Ready', ready, not_ready)],
+        'containerStatuses': containers,
+        'startTime': old.get('startTime') or now,
+        'qosClass': old.get('qosClass', 'BestEffort'),
+    }
+    if state == PodState.FAILED:
+        status['reason'], status['message'] = 'Error', 'a container exited with an error (fake kubelet)'
+    return status
+
+
+class FakeKubelet:
+    """Plays kubelet and scheduler for the pods of one namespace on `nodes` fake nodes.
+
+    By policy, every pod becomes Running and Ready (`default_state`); commands change one pod
+    and return once its status is written. Pods keep a commanded state until they are
+    replaced: a new pod with the same name starts from the policy again (see `hold`).
+    """
+
+    def __init__(self, client: KubeClient, namespace: str, *, nodes: int = 3,
+                 default_state: PodState = PodState.READY) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.default_state = default_state
+        self.nodes = [f'fake-kubelet-{namespace}-{i}' for i in range(nodes)]
+        self._reachable = {node: True for node in self.nodes}
+        self._wanted: dict[str, PodState] = {}  # by pod uid: commanded states
+        self._held: set[str] = set()  # pod names kept Pending
+        self._pods: dict[str, dict[str, Any]] = {}  # by uid: the latest seen pods
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._stream: Any = None
+        self._threads = [threading.Thread(target=self._watch_pods, name='fake-kubelet-pods', daemon=True),
+                         threading.Thread(target=self._heartbeat, name='fake-kubelet-heartbeat', daemon=True)]
+        self.errors: list[BaseException] = []  # anything the background threads failed with
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> FakeKubelet:
+        for node in self.nodes:
+            self._register_node(node)
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._stream is not None:
+            self._stream.close()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        for pod in self._list_pods():  # as the pod GC does for pods on deleted nodes
+            if pod['spec'].get('nodeName') in self.nodes:
+                self._finish_deletion(pod)
+        for node in self.nodes:
+            try:
+                self.client.delete(f'/api/v1/nodes/{node}')  # its Lease goes with it (owner reference)
+            except KubeAPIError as e:
+                if e.status != 404:
+                    raise
+        if self.errors:
+            raise RuntimeError(f'the fake kubelet failed: {self.errors[0]!r}') from self.errors[0]
+
+    def __enter__(self) -> FakeKubelet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- commands --------------------------------------------------------------------------
+
+    def fail(self, pod_name: str) -> dict[str, Any]:
+        """The pod's container exits with an error: phase Failed, Ready False (terminal)."""
+        return self._command(pod_name, PodState.FAILED)
+
+    def not_ready(self, pod_name: str) -> dict[str, Any]:
+        """The pod keeps running but its readiness probe fails: Ready False."""
+        return self._command(pod_name, PodState.NOT_READY)
+
+    def crash_loop(self, pod_name: str) -> dict[str, Any]:
+        """The pod's container keeps crashing: waiting CrashLoopBackOff, restarts counted."""
+        return self._command(pod_name, PodState.CRASH_LOOP)
+
+    def ready(self, pod_name: str) -> dict[str, Any]:
+        """The pod runs and is Ready (again); also releases a `hold`."""
+        with self._lock:
+            self._held.discard(pod_name)
+        return self._command(pod_name, PodState.READY)
+
+    def hold(self, pod_name: str) -> None:
+        """Pods with this name (now and replacements) stay Pending until `ready(pod_name)`."""
+        with self._lock:
+            self._held.add(pod_name)
+
+    def set_node_reachable(self, node: str, reachable: bool) -> None:
+        """Take a node's kubelet away (or bring it back), as a network partition would."""
+        with self._lock:
+            self._reachable[node] = reachable
+            taints = [FAKE_NODE_TAINT]
+            if not reachable:
+                taints += [{'key': UNREACHABLE_TAINT, 'effect': 'NoSchedule'},
+                           {'key': UNREACHABLE_TAINT, 'effect': 'NoExecute', 'timeAdded': _now()}]
+            self.client.patch(f'/api/v1/nodes/{node}', {'spec': {'taints': taints}})
+            self._write_node_status(node)
+            if reachable:
+                for pod in self._list_pods():
+                    self._reconcile(pod)
+                return
+            for pod in self._list_pods():  # the node lifecycle controller marks its pods NotReady
+                if pod['spec'].get('nodeName') == node and state_of(pod) != PodState.FAILED:
+                    self._patch_status(pod, {'conditions': pod_status(pod, PodState.NOT_READY)['conditions']})
+
+    def _command(self, pod_name: str, state: PodState) -> dict[str, Any]:
+        pod = self.client.get(f'/api/v1/namespaces/{self.namespace}/pods/{pod_name}')
+        if state_of(pod) == PodState.FAILED and state != PodState.FAILED:
+            raise ValueError(f'pod {pod_name} has failed: a failed pod never runs again, it is replaced')
+        with self._lock:
+            self._wanted[pod['metadata']['uid']] = state
+            return self._reconcile(pod) or pod
+
+    # -- the kubelet's work ----------------------------------------------------------------
+
+    def _list_pods(self) -> list[dict[str, Any]]:
+        return self.client.get(f'/api/v1/namespaces/{self.namespace}/pods')['items']
+
+    def _watch_pods(self) -> None:
+        """List, then watch from the list's resourceVersion; relist when it has expired."""
+        try:
+            while not self._stopping.is_set():
+                listing = self.client.get(f'/api/v1/namespaces/{self.namespace}/pods')
+                for pod in listing['items']:
+                    self._reconcile(pod)
+                since = listing['metadata']['resourceVersion']
+                while since and not self._stopping.is_set():
+                    self._stream = self.client.watch(f'/api/v1/namespaces/{self.namespace}/pods',
+                                                     timeout_seconds=60, resourceVersion=since)
+                    if self._stopping.is_set():
+                        self._stream.close()
+                    for event in self._stream:
+                        if event['type'] == 'ERROR':  # 410 Expired: start over with a new list
+                            since = ''
+                            break
+                        since = event['object']['metadata']['resourceVersion']
+                        if event['type'] == 'DELETED':
+                            with self._lock:
+                                self._pods.pop(event['object']['metadata']['uid'], None)
+                                self._wanted.pop(event['object']['metadata']['uid'], None)
+                        elif event['type'] in ('ADDED', 'MODIFIED'):
+                            self._reconcile(event['object'])
+        except BaseException as e:  # reported by stop()
+            if not self._stopping.is_set():
+                self.errors.append(e)
+
+    def _reconcile(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """Bring one pod to the state the policy or a command wants; the written pod, if any."""
+        with self._lock:
+            meta, spec = pod['metadata'], pod['spec']
+            self._pods[meta['uid']] = pod
+            node = spec.get('nodeName') or None
+            if node is not None and (node not in self.nodes or not self._reachable[node]):
+                return None  # another kubelet's pod, or this node's kubelet is gone
+            if meta.get('deletionTimestamp'):
+                if node is not None:
+                    self._finish_deletion(pod)
+                return None
+            if node is None:
+                if spec.get('schedulerName', 'default-scheduler') == 'default-scheduler':
+                    self._bind(pod)
+                return None
+            wanted = self._wanted.get(meta['uid'])
+            if wanted is None:
+                wanted = PodState.PENDING if meta['name'] in self._held else self.default_state
+            current = state_of(pod)
+            if current == wanted or current == PodState.FAILED:
+                return None
+            return self._patch_status(pod, pod_status(pod, wanted))
+
+    def _bind(self, pod: dict[str, Any]) -> None:
+        load = {node: 0 for node in self.nodes if self._reachable[node]}
+        if not load:
+            return
+        for other in self._pods.values():
+            if other['spec'].get('nodeName') in load:
+                load[other['spec']['nodeName']] += 1
+        node = min(load, key=lambda n: (load[n], n))
+        binding = {'apiVersion': 'v1', 'kind': 'Binding', 'metadata': {'name': pod['metadata']['name']},
+                   'target': {'apiVersion': 'v1', 'kind': 'Node', 'name': node}}
+        try:
+            self.client.create(f'/api/v1/namespaces/{self.namespace}/pods/{pod["metadata"]["name"]}/binding', binding)
+        except KubeAPIError as e:
+            if e.status not in (404, 409):  # gone, or bound meanwhile (by a real scheduler)
+                raise
+        else:  # counted on its node before the watch reports the binding
+            self._pods[pod['metadata']['uid']] = dict(pod, spec=dict(pod['spec'], nodeName=node))
+
+    def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
+        path = f'/api/v1/namespaces/{self.namespace}/pods/{pod["metadata"]["name"]}/status'
+        patch = {'metadata': {'uid': pod['metadata']['uid']}, 'status': status}
+        try:
+            return self.client.patch(path, patch)  # the uid makes it fail on a replacement pod
+        except KubeAPIError as e:
+            if e.status == 404 or (e.status == 422 and self._replaced(pod)):
+                return None
+            raise
+
+    def _replaced(self, pod: dict[str, Any]) -> bool:
+        try:
+            current = self.client.get(f'/api/v1/namespaces/{self.namespace}/pods/{pod["metadata"]["name"]}')
+        except KubeAPIError as e:
+            if e.status == 404:
+                return True
+            raise
+        return current['metadata']['uid'] != pod['metadata']['uid']
+
+    def _finish_deletion(self, pod: dict[str, Any]) -> None:
+        path = f'/api/v1/namespaces/{self.namespace}/pods/{pod["metadata"]["name"]}'
+        try:
+            self.client.delete(path, gracePeriodSeconds=0, preconditions={'uid': pod['metadata']['uid']})
+        except KubeAPIError as e:
+            if e.status not in (404, 409):
+                raise
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def _register_node(self, node: str) -> None:
+        labels = {'kubernetes.io/hostname': node, 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64',
+                  FAKE_NODE_LABEL: 'true'}
+        body = {'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': node, 'labels': labels},
+                'spec': {'taints': [FAKE_NODE_TAINT]}}
+        try:
+            self.client.create('/api/v1/nodes', body)
+        except KubeAPIError as e:
+            existing = self.client.get(f'/api/v1/nodes/{node}') if e.status == 409 else {}
+            if FAKE_NODE_LABEL not in (existing.get('metadata', {}).get('labels') or {}):
+                raise
+        self._write_node_status(node)
+        self._renew_lease(node)
+
+    def _write_node_status(self, node: str) -> None:
+        now = _now()
+        ready = self._reachable[node]
+        conditions = [{'type': kind, 'status': 'False', 'reason': f'KubeletHas{reason}', 'message': f'fake kubelet has {reason}',
+                       'lastHeartbeatTime': now, 'lastTransitionTime': now}
+                      for kind, reason in (('MemoryPressure', 'SufficientMemory'), ('DiskPressure', 'NoDiskPressure'),
+                                           ('PIDPressure', 'SufficientPID'))]
+        conditions.append({'type': 'Ready', 'status': 'True' if ready else 'Unknown',
+                           'reason': 'KubeletReady' if ready else 'NodeStatusUnknown',
+                           'message': 'fake kubelet is posting ready status' if ready else 'Kubelet stopped posting node status.',
+                           'lastHeartbeatTime': now, 'lastTransitionTime': now})
+        capacity = {'cpu': '8', 'memory': '32Gi', 'pods': '110'}
+        info = {key: 'fake' for key in ('machineID', 'systemUUID', 'bootID', 'kernelVersion', 'osImage')}
+        info.update(containerRuntimeVersion='fake://1.0', kubeletVersion='v1.32.0-fake', kubeProxyVersion='v1.32.0-fake',
+                    operatingSystem='linux', architecture='amd64')
+        index = self.nodes.index(node)
+        status = {'conditions': conditions, 'capacity': capacity, 'allocatable': capacity, 'nodeInfo': info,
+                  'addresses': [{'type': 'InternalIP', 'address': f'192.0.2.{index + 1}'},  # TEST-NET-1: fake
+                                {'type': 'Hostname', 'address': node}]}
+        self.client.patch(f'/api/v1/nodes/{node}/status', {'status': status})
+
+    def _renew_lease(self, node: str) -> None:
+        path = f'/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}'
+        spec = {'holderIdentity': node, 'leaseDurationSeconds': LEASE_SECONDS, 'renewTime': _micro_now()}
+        try:
+            self.client.patch(path, {'spec': spec})
+        except KubeAPIError as e:
+            if e.status != 404:
+                raise
+            owner = self.client.get(f'/api/v1/nodes/{node}')
+            lease = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease', 'spec': spec, 'metadata': {
+                'name': node, 'ownerReferences': [{'apiVersion': 'v1', 'kind': 'Node', 'name': node,
+                                                   'uid': owner['metadata']['uid']}]}}
+            self.client.create('/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases', lease)
+
+    def _heartbeat(self) -> None:
+        try:
+            while not self._stopping.wait(HEARTBEAT_SECONDS):
+                for node in self.nodes:
+                    if self._reachable[node]:
+                        self._renew_lease(node)
+        except BaseException as e:
+            if not self._stopping.is_set():
+                self.errors.append(e)
