@@ -138,6 +138,20 @@ def test_errors_are_status_objects_with_the_real_reasons(kube_api: KubeAPI, kube
     assert (no_namespace.value.status, no_namespace.value.reason) == (404, 'NotFound')
 
 
+def test_unknown_fields_are_dropped_or_refused_when_strict(kube_api: KubeAPI, kube_namespace: str) -> None:
+    client = kube_api.client
+    path = resource_path('v1', 'configmaps', kube_namespace)
+    created = client.create(path, configmap('loose', dta={'typo': 'here'}))
+    assert 'dta' not in created and 'dta' not in client.get(f'{path}/loose')
+
+    with pytest.raises(KubeAPIError) as strict:
+        client.create(path, configmap('strict', dta={'typo': 'here'}), fieldValidation='Strict')
+    assert strict.value.status == 400 and 'unknown field "dta"' in strict.value.body['message']
+    typo = yaml.safe_dump(configmap('typo', dta={'a': 'b'}))
+    refused = kube_api.kubectl('apply', '-f', '-', '--namespace', kube_namespace, input=typo, check=False)
+    assert refused.returncode != 0 and 'unknown field "dta"' in refused.stderr
+
+
 def test_lists_select_by_labels_and_fields(kube_api: KubeAPI, kube_namespace: str) -> None:
     client = kube_api.client
     path = resource_path('v1', 'configmaps', kube_namespace)

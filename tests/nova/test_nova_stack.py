@@ -7,13 +7,16 @@ operator's overlay. Nova's own API is the judge.
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from ironic_shard_operator.podspec import member_conf
+from ironic_shard_operator.resource import Pool, read_pool
 from tests.support.ironic_service import (
-    IronicService, enrol_nodes, set_provision_state, unique_resource_class)
+    IronicService, enrol_nodes, unique_resource_class)
 from tests.support.nova_stack import NovaStack
 
 pytestmark = pytest.mark.nova
@@ -21,33 +24,44 @@ pytestmark = pytest.mark.nova
 NODES = 12
 
 
-def member_conf(member: str, conductor_group: str | None = None) -> str:
-    """The operator's per-member overlay (member contract: host = shard = member name)."""
-    text = f"[DEFAULT]\nhost = {member}\n[ironic]\nshard = {member}\n"
-    if conductor_group is not None:
-        text += f"conductor_group = {conductor_group}\n"
-    return text
+def pool_named(name: str, resource_class: str) -> Pool:
+    """A pool as the operator reads it from its CR (only what the overlay depends on matters)."""
+    return read_pool({
+        "metadata": {"name": name, "namespace": "nova-tier"},
+        "spec": {"replicas": 2, "image": "nova-compute", "selector": {"resourceClass": resource_class},
+                 "novaConfig": {"secretRef": {"name": "nova-config"}},
+                 "cloud": {"secretRef": {"name": "openstack-cloud"}}},
+    })
 
 
-def available_nodes(ironic: IronicService, count: int, resource_class: str) -> list[str]:
-    """`count` fake-hardware nodes made `available` through Ironic's API, as an operator would."""
+def available_nodes(ironic: IronicService, count: int, resource_class: str,
+                    timeout: float = 60.0) -> list[str]:
+    """`count` fake-hardware nodes made `available` through Ironic's API (enroll -> manage ->
+    provide), all nodes moving at once."""
     nodes = enrol_nodes(ironic, count, resource_class=resource_class)
-    for node in nodes:
-        ironic.request("PATCH", f"/nodes/{node}", json=[
-            {"op": "add", "path": "/properties/cpus", "value": 4},
-            {"op": "add", "path": "/properties/memory_mb", "value": 4096},
-            {"op": "add", "path": "/properties/local_gb", "value": 10}])
-        set_provision_state(ironic, node, "manage", "manageable")
-        set_provision_state(ironic, node, "provide", "available")
+    for target, expect in (("manage", "manageable"), ("provide", "available")):
+        for node in nodes:
+            ironic.request("PUT", f"/nodes/{node}/states/provision", json={"target": target})
+        deadline = time.monotonic() + timeout
+        while True:
+            listed = ironic.request(
+                "GET", f"/nodes?resource_class={resource_class}&fields=uuid,provision_state").json()
+            states = {n["uuid"]: n["provision_state"] for n in listed["nodes"]}
+            if all(states.get(node) == expect for node in nodes):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nodes did not all reach {expect}: {states}")
+            time.sleep(0.2)
     return nodes
 
 
 def test_each_compute_lists_exactly_its_shard_and_a_killed_one_goes_down(
         nova_stack: NovaStack, nova_computes, ironic_service: IronicService,
         tmp_path: Path) -> None:
-    pool = f"smoke{uuid.uuid4().hex[:6]}"
-    members = [f"{pool}-0", f"{pool}-1"]
-    nodes = available_nodes(ironic_service, NODES, unique_resource_class("nova-smoke"))
+    resource_class = unique_resource_class("nova-smoke")
+    pool = pool_named(f"smoke{uuid.uuid4().hex[:6]}", resource_class)
+    members = [f"{pool.name}-0", f"{pool.name}-1"]
+    nodes = available_nodes(ironic_service, NODES, resource_class)
     shard_of = {node: members[i % 2] for i, node in enumerate(nodes)}
     for node, shard in shard_of.items():
         ironic_service.request("PATCH", f"/nodes/{node}",
@@ -59,7 +73,7 @@ def test_each_compute_lists_exactly_its_shard_and_a_killed_one_goes_down(
     for member in members:
         overlay = tmp_path / member / "member.conf"
         overlay.parent.mkdir()
-        overlay.write_text(member_conf(member))
+        overlay.write_text(member_conf(pool, member))  # exactly what the operator renders
         processes[member] = nova_computes(member, [base, overlay])
 
     nova_stack.wait_for(

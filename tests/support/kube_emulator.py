@@ -470,11 +470,46 @@ def _openapi_definitions() -> dict[str, Any]:
 
 
 def _definition_of(rt: ResourceType) -> dict[str, Any]:
+    return _definition_by_gvk(rt.group, rt.version, rt.kind)
+
+
+@functools.cache
+def _definition_by_gvk(group: str, version: str, kind: str) -> dict[str, Any]:
     for definition in _openapi_definitions().values():
         for gvk in definition.get('x-kubernetes-group-version-kind', ()):
-            if (gvk['group'], gvk['version'], gvk['kind']) == (rt.group, rt.version, rt.kind):
+            if (gvk['group'], gvk['version'], gvk['kind']) == (group, version, kind):
                 return definition
     return {}
+
+
+def _resolve(node: Any) -> dict[str, Any]:
+    """A schema node of the real OpenAPI definitions with its $ref followed."""
+    while isinstance(node, dict) and '$ref' in node:
+        node = _openapi_definitions()[node['$ref'].rsplit('/', 1)[-1]]
+    return node if isinstance(node, dict) else {}
+
+
+def prune_unknown_fields(value: Any, node: Any, unknown: list[str], path: str = '') -> Any:
+    """Built-in kinds: drop the fields their real schema does not declare (listed in `unknown`),
+    as a real server drops them (or refuses them under fieldValidation=Strict)."""
+    node = _resolve(node)
+    if isinstance(value, list):
+        return [prune_unknown_fields(item, node.get('items'), unknown, f'{path}[{i}]') for i, item in enumerate(value)]
+    if not isinstance(value, dict):
+        return value
+    if 'properties' not in node:  # a map, or a free-form field (RawExtension, JSON)
+        additional = node.get('additionalProperties')
+        if isinstance(additional, dict):
+            return {k: prune_unknown_fields(v, additional, unknown, f'{path}.{k}') for k, v in value.items()}
+        return value
+    result = {}
+    for key, item in value.items():
+        child = f'{path}.{key}' if path else key
+        if key in node['properties']:
+            result[key] = prune_unknown_fields(item, node['properties'][key], unknown, child)
+        else:
+            unknown.append(child)
+    return result
 
 
 def strategic_merge_patch(target: Any, patch: Any, schema: dict[str, Any]) -> Any:
@@ -484,12 +519,7 @@ def strategic_merge_patch(target: Any, patch: Any, schema: dict[str, Any]) -> An
     (primitive lists as sets); other lists are replaced. The directives $patch (replace/delete),
     $retainKeys, $deleteFromPrimitiveList/<field> and $setElementOrder/<field> are honoured.
     """
-    definitions = _openapi_definitions()
-
-    def resolve(node: Any) -> dict[str, Any]:
-        while isinstance(node, dict) and '$ref' in node:
-            node = definitions[node['$ref'].rsplit('/', 1)[-1]]
-        return node if isinstance(node, dict) else {}
+    resolve = _resolve
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
@@ -659,10 +689,10 @@ def cel_errors(value: Any, old: Any, schema: dict[str, Any], path: str = '') -> 
     return errors
 
 
-def builtin_errors(obj: dict[str, Any], strict: bool) -> list[tuple[str, str]]:
+def builtin_errors(obj: dict[str, Any]) -> list[tuple[str, str]]:
     """Validation of a built-in kind against the real OpenAPI schema (types, required fields)."""
     try:
-        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=strict)
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=False)
     except kubernetes_validate.ValidationError as e:
         path = '.'.join(str(p) for p in e.absolute_path)
         return [(path or '<root>', e.message)]
@@ -718,6 +748,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         self['get', re.compile(r'/openapi/v3/?')] << self._serve_openapi_v3_index
         self['get', re.compile(r'/openapi/v3/.+')] << self._serve_openapi_v3
         self[kmock.action.WATCH] << JSON << self._serve_watch
+        self[kmock.action.CREATE] << 201 << self._serve_resource
         self[re.compile(r'/apis?/.+')] << self._serve_resource
 
     # -- kmock plumbing --------------------------------------------------------------------
@@ -975,7 +1006,10 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
     def _list(self, rt: ResourceType, namespace: str | None, params: dict[str, str], accept: str) -> dict[str, Any]:
         items = list(self._selected(rt, namespace, params))
         metadata: dict[str, Any] = {'resourceVersion': str(self._resource_version)}
-        start = int(base64.b64decode(params['continue']).decode()) if params.get('continue') else 0
+        try:
+            start = int(base64.b64decode(params['continue']).decode()) if params.get('continue') else 0
+        except ValueError:
+            raise ApiError(410, 'Expired', 'the provided continue parameter is too old or malformed', {}) from None
         limit = int(params.get('limit') or 0)
         if limit and start + limit < len(items):
             metadata['continue'] = base64.b64encode(str(start + limit).encode()).decode()
@@ -1149,17 +1183,19 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
     def _admit(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
                params: dict[str, str]) -> dict[str, Any]:
         """Defaulting and validation, as the real registry does them before storing."""
+        unknown: list[str] = []
         if rt.is_custom:
-            unknown: list[str] = []
             obj = prune_and_default(obj, rt.schema or {}, unknown)
-            if unknown and params.get('fieldValidation') == 'Strict':
-                raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict '
-                                  f'decoding error: ' + ', '.join(f'unknown field "{field}"' for field in unknown))
+        else:
+            obj = prune_unknown_fields(obj, _definition_of(rt), unknown)
+        if unknown and params.get('fieldValidation') == 'Strict':
+            raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict '
+                              f'decoding error: ' + ', '.join(f'unknown field "{field}"' for field in unknown))
+        if rt.is_custom:
             errors = schema_errors(obj, rt.schema or {}) or cel_errors(obj, old, rt.schema or {})
         else:
             obj = _builtin_defaults(rt, obj, old)
-            errors = builtin_errors(obj, strict=params.get('fieldValidation') == 'Strict')
-            errors += _builtin_rules(rt, obj, old)
+            errors = builtin_errors(obj) + _builtin_rules(rt, obj, old)
         if rt.kind == 'CustomResourceDefinition' and rt.group == 'apiextensions.k8s.io':
             errors += _crd_errors(obj, old)
         if errors:
@@ -1514,6 +1550,11 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
                      for c in printer]
             columns += [{'name': c['name'], 'type': c.get('type', 'string'), 'format': c.get('format', ''),
                          'description': c.get('description', ''), 'priority': c.get('priority', 0)} for c in printer]
+        elif rt.kind == 'Node' and rt.group == '':
+            cells = [_node_status, lambda obj: '<none>', lambda obj: _age(obj['metadata']['creationTimestamp']),
+                     lambda obj: ((obj.get('status') or {}).get('nodeInfo') or {}).get('kubeletVersion', '')]
+            columns += [{'name': n, 'type': 'string', 'format': '', 'description': n, 'priority': 0}
+                        for n in ('Status', 'Roles', 'Age', 'Version')]
         elif rt.kind == 'Pod':
             cells = [_pod_ready, _pod_status, _pod_restarts, lambda obj: _age(obj['metadata']['creationTimestamp']),
                      lambda obj: obj['spec'].get('nodeName') or '<none>']
@@ -1576,6 +1617,12 @@ def _pod_status(pod: dict[str, Any]) -> str:
         if waiting and waiting.get('reason'):
             return waiting['reason']
     return (pod.get('status') or {}).get('phase', 'Pending')
+
+
+def _node_status(node: dict[str, Any]) -> str:
+    ready = next((c['status'] for c in (node.get('status') or {}).get('conditions') or [] if c['type'] == 'Ready'), None)
+    status = {'True': 'Ready', 'False': 'NotReady'}.get(ready or '', 'Unknown')
+    return status + (',SchedulingDisabled' if node['spec'].get('unschedulable') else '')
 
 
 def _pod_restarts(pod: dict[str, Any]) -> str:

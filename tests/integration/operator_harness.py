@@ -1,0 +1,174 @@
+"""What the operator scenario tests share: the CRD, a pool's Secrets and CR, the operator
+process, and short readers of what a user would look at (pods, status, Ironic shards).
+
+The operator runs as a real process (`python -m ironic_shard_operator.runner`, what
+`ironic-shard-operator run` starts) against the `kube_api` cluster; every process started
+here is stopped again by `OperatorProcess.stop()` / the context manager.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.kube_api import KubeAPI, KubeAPIError, KubeClient, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+CRD = REPO / "crds" / "ironicshards.io_ironiccomputeshards.yaml"
+POOLS = "/apis/ironicshards.io/v1alpha1/namespaces/{ns}/ironiccomputeshards"
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/ironic-shard-operator"
+
+
+def install_crd(api: KubeAPI) -> None:
+    """Create (or update) the project's CRD and wait until its resource is served."""
+    crd = yaml.safe_load(CRD.read_text())
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    try:
+        api.client.create(path, crd)
+    except KubeAPIError as error:
+        if error.status != 409:
+            raise
+        current = api.client.get(f"{path}/{crd['metadata']['name']}")
+        crd["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        api.client.replace(f"{path}/{crd['metadata']['name']}", crd)
+
+    def served() -> bool:
+        try:
+            api.client.get("/apis/ironicshards.io/v1alpha1/ironiccomputeshards")
+            return True
+        except KubeAPIError:
+            return False
+    wait_for(served, timeout=30, what="the IronicComputeShard resource to be served")
+
+
+def create_secrets(client: KubeClient, namespace: str, clouds_yaml: str,
+                   nova_conf: str = "[DEFAULT]\ncompute_driver = ironic.IronicDriver\n") -> None:
+    for name, key, text in (("nova-config", "nova.conf", nova_conf),
+                            ("openstack-cloud", "clouds.yaml", clouds_yaml)):
+        client.create(f"/api/v1/namespaces/{namespace}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+            "data": {key: base64.b64encode(text.encode()).decode()}})
+
+
+def pool_manifest(name: str, *, cloud_name: str, resource_class: str, **spec: Any) -> dict[str, Any]:
+    body = {
+        "replicas": 3,
+        "image": "registry.example/nova-compute:1",
+        "novaConfig": {"secretRef": {"name": "nova-config"}},
+        "cloud": {"secretRef": {"name": "openstack-cloud"}, "cloudName": cloud_name},
+        "selector": {"resourceClass": resource_class},
+        "ironic": {"pollIntervalSeconds": 5},
+    }
+    body.update(spec)
+    return {"apiVersion": "ironicshards.io/v1alpha1", "kind": "IronicComputeShard",
+            "metadata": {"name": name}, "spec": body}
+
+
+class OperatorProcess:
+    """One `ironic-shard-operator run` process watching `namespace` (Lease there too)."""
+
+    def __init__(self, api: KubeAPI, namespace: str, identity: str, log_dir: Path) -> None:
+        self.identity = identity
+        self.log_path = log_dir / f"operator-{identity}.log"
+        self._env = dict(api.env, WATCH_NAMESPACES=namespace, POD_NAMESPACE=namespace,
+                         POD_NAME=identity, METRICS_PORT="0", HEALTH_PORT="0",
+                         PYTHONPATH=str(REPO / "operator"))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "ironic_shard_operator.runner"], env=self._env,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: the operator dies mid-work, as on a node crash."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after 30 s; the exit code (None if it had to be killed)."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                return self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                return None
+        return self.process.returncode
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def __enter__(self) -> OperatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def lease_holder(client: KubeClient, namespace: str) -> str:
+    try:
+        return client.get(LEASE.format(ns=namespace))["spec"].get("holderIdentity") or ""
+    except KubeAPIError as error:
+        if error.status == 404:
+            return ""
+        raise
+
+
+def get_pool(client: KubeClient, namespace: str, name: str) -> dict[str, Any]:
+    return client.get(f"{POOLS.format(ns=namespace)}/{name}")
+
+
+def patch_spec(client: KubeClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    client.patch(f"{POOLS.format(ns=namespace)}/{name}", {"spec": spec})
+
+
+def condition(pool: dict[str, Any], kind: str) -> dict[str, Any]:
+    for item in (pool.get("status") or {}).get("conditions") or ():
+        if item["type"] == kind:
+            return item
+    return {}
+
+
+def member_pods(client: KubeClient, namespace: str, pool: str) -> dict[str, dict[str, Any]]:
+    items = client.get(f"/api/v1/namespaces/{namespace}/pods",
+                       labelSelector=f"ironicshards.io/pool={pool}")["items"]
+    return {pod["metadata"]["name"]: pod for pod in items}
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or ())
+
+
+def ready_members(client: KubeClient, namespace: str, pool: str) -> list[str]:
+    return sorted(name for name, pod in member_pods(client, namespace, pool).items() if is_ready(pod))
+
+
+def events(client: KubeClient, namespace: str, reason: str) -> list[dict[str, Any]]:
+    items = client.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    return [e for e in items if e.get("reason") == reason]
+
+
+def loads(owners: dict[str, str | None]) -> Counter[str | None]:
+    return Counter(owners.values())
+
+
+def settle(seconds: float) -> None:
+    """Give the operator time to (wrongly) act, for checks that something did NOT happen."""
+    time.sleep(seconds)

@@ -1,0 +1,115 @@
+"""Reconcile cycles against the real Ironic service with 1,000-node pools.
+
+Writes are counted by the adapter's own request counter (`writes_made`), ownership is read
+back from Ironic. Each test has its own resource class, hence its own pool.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+
+import pytest
+
+from ironic_shard_operator.cycle import run_cycle
+from ironic_shard_operator.model import PoolSpec
+from tests.integration.conftest import POOL, members_with_down, ready_members
+from tests.support.ironic_service import (
+    IronicService,
+    claim_for_instance,
+    enrol_nodes,
+    seed_nodes_directly_in_db,
+    set_provision_state_directly_in_db,
+    shards_of,
+    unique_resource_class,
+)
+
+pytestmark = pytest.mark.integration
+
+NODES = 1000
+
+
+def test_first_adoption_spreads_every_unassigned_node_evenly_and_a_rerun_writes_nothing(
+        ironic_service: IronicService):
+    pool_class = unique_resource_class("adoption")
+    seed_nodes_directly_in_db(ironic_service, NODES, resource_class=pool_class)
+    other_class = unique_resource_class("not-ours")
+    others = seed_nodes_directly_in_db(ironic_service, 50, resource_class=other_class)
+    adapter = ironic_service.adapter(pool_class)
+    spec = PoolSpec(POOL, replicas=4)
+
+    first = run_cycle(adapter, spec, ready_members(4))
+
+    owners = shards_of(ironic_service, pool_class)
+    assert Counter(owners.values()) == {f"{POOL}-{i}": NODES // 4 for i in range(4)}
+    assert first.moves_planned == first.moves_applied == NODES
+    assert first.observe_requests <= math.ceil(NODES / 1000) + 1
+    assert set(shards_of(ironic_service, other_class).values()) == {None}, \
+        "nodes outside the selector were written"
+    assert len(others) == 50
+
+    writes_before = adapter.writes_made
+    second = run_cycle(adapter, spec, ready_members(4))
+
+    assert adapter.writes_made == writes_before, "a cycle with nothing changed wrote to Ironic"
+    assert second.moves_planned == 0
+    assert second.ironic_requests == second.observe_requests <= math.ceil(NODES / 1000) + 1
+    assert shards_of(ironic_service, pool_class) == owners
+
+
+def test_a_member_leaving_gives_up_only_its_free_nodes_and_gets_its_share_back_on_return(
+        ironic_service: IronicService, converged_pool):
+    pool_class, owners = converged_pool(NODES, members=10, name="leave-return")
+    adapter = ironic_service.adapter(pool_class)
+    spec = PoolSpec(POOL, replicas=10)
+    leaving = f"{POOL}-3"
+    its_nodes = sorted(node for node, owner in owners.items() if owner == leaving)
+    with_instances, deploying, cleaning = its_nodes[:4], its_nodes[4:6], its_nodes[6:7]
+    claim_for_instance(ironic_service, with_instances)
+    set_provision_state_directly_in_db(ironic_service, deploying, "deploying", "active")
+    set_provision_state_directly_in_db(ironic_service, cleaning, "cleaning", "available")
+    pinned = set(with_instances + deploying + cleaning)
+    now = time.time()
+
+    writes = adapter.writes_made
+    run_cycle(adapter, spec, members_with_down(10, down={3}, now=now), now=now)
+
+    after_leave = shards_of(ironic_service, pool_class)
+    moved = {node for node in owners if after_leave[node] != owners[node]}
+    assert moved == set(its_nodes) - pinned, "only the leaving member's free nodes may move"
+    assert all(after_leave[node] == leaving for node in pinned), "a pinned node was moved"
+    ready = {f"{POOL}-{i}" for i in range(10)} - {leaving}
+    assert {after_leave[node] for node in moved} <= ready
+    assert adapter.writes_made - writes == len(moved) == len(its_nodes) - len(pinned)
+    ready_loads = [count for owner, count in Counter(after_leave.values()).items()
+                   if owner in ready]
+    assert max(ready_loads) - min(ready_loads) <= 1, f"uneven after leave: {ready_loads}"
+
+    writes = adapter.writes_made
+    run_cycle(adapter, spec, ready_members(10))
+
+    after_return = shards_of(ironic_service, pool_class)
+    moved_back = {node for node in owners if after_return[node] != after_leave[node]}
+    assert {after_return[node] for node in moved_back} == {leaving}, \
+        "the return moved nodes between members that stayed"
+    assert Counter(after_return.values()) == {f"{POOL}-{i}": NODES // 10 for i in range(10)}
+    # The ideal: the returning member's fair share minus the pinned nodes it kept.
+    assert adapter.writes_made - writes == len(moved_back) == NODES // 10 - len(pinned)
+
+
+def test_nodes_enrolled_later_are_adopted_by_the_next_cycle_and_nothing_else_moves(
+        ironic_service: IronicService, converged_pool):
+    pool_class, owners = converged_pool(NODES, members=10, name="late-nodes")
+    adapter = ironic_service.adapter(pool_class)
+    spec = PoolSpec(POOL, replicas=10)
+    run_cycle(adapter, spec, ready_members(10))  # converged already: nothing to do
+    new_nodes = enrol_nodes(ironic_service, 10, resource_class=pool_class)
+
+    writes = adapter.writes_made
+    run_cycle(adapter, spec, ready_members(10))
+
+    after = shards_of(ironic_service, pool_class)
+    assert {node for node, owner in after.items() if owners.get(node) != owner} == set(new_nodes)
+    assert adapter.writes_made - writes == len(new_nodes)
+    assert Counter(after.values()) == {f"{POOL}-{i}": (NODES + 10) // 10 for i in range(10)}

@@ -1,0 +1,286 @@
+"""The operator end to end: real operator processes, a Kubernetes API server (the session's
+cluster, or the local emulator), the fake kubelet, and the real Ironic service.
+
+Everything is checked where a user would look: pods, the CR's status and Events, and the
+shard of every Ironic node. The same tests run unchanged against a real API server given
+by KUBECONFIG (where real kubelets run pods, the `kubelet` fixture skips them).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.operator_harness import (
+    POOLS, OperatorProcess, condition, create_secrets, events, get_pool, install_crd, is_ready,
+    lease_holder, loads, member_pods, patch_spec, pool_manifest, ready_members, settle,
+)
+from tests.support.ironic_service import (
+    IronicService, assign_shards_directly_in_db, claim_for_instance, seed_nodes_directly_in_db,
+    shards_of, unique_resource_class,
+)
+from tests.support.kube_api import KubeAPI, KubeAPIError, kube_api, kube_namespace, kubelet  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+POOL = "rack-a"
+GRACE = 12  # failover.rebalanceAfterSeconds in these tests
+
+
+@pytest.fixture(scope="module")
+def crd(kube_api: KubeAPI) -> None:
+    install_crd(kube_api)
+
+
+@pytest.fixture
+def operators(kube_api: KubeAPI, kube_namespace: str, tmp_path: Path, crd: None):
+    """Start operator processes by identity; at the end, delete the namespace's pools (the
+    operator removes its finalizer) and stop every process, printing their logs."""
+    started: list[OperatorProcess] = []
+
+    def start(identity: str) -> OperatorProcess:
+        process = OperatorProcess(kube_api, kube_namespace, identity, tmp_path).start()
+        started.append(process)
+        return process
+
+    yield start
+    pools = POOLS.format(ns=kube_namespace)
+    try:
+        for item in kube_api.client.get(pools)["items"]:
+            kube_api.client.delete(f"{pools}/{item['metadata']['name']}")
+        kube_api.wait_for(lambda: not kube_api.client.get(pools)["items"], timeout=60,
+                          what="the pools to be deleted")
+    finally:
+        for process in started:
+            process.stop()
+        for process in started:
+            print(f"----- operator {process.identity} -----\n{process.log()[-20000:]}")
+
+
+def owners_now(ironic: IronicService, resource_class: str) -> dict[str, str | None]:
+    return shards_of(ironic, resource_class)
+
+
+def totals(owners: dict[str, str | None]) -> dict[str | None, int]:
+    return dict(loads(owners))
+
+
+def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operators,
+                        ironic_service: IronicService) -> None:
+    """Apply -> fail a member -> scale up (operator killed mid-way) -> scale down blocked by an
+    instance, then unblocked -> roll a new image -> delete the CR."""
+    client, ns = kube_api.client, kube_namespace
+    wait = kube_api.wait_for
+
+    # An existing deployment: 600 nodes, 150 of them with instances on the future members.
+    resource_class = unique_resource_class("operator")
+    nodes = seed_nodes_directly_in_db(ironic_service, 600, resource_class=resource_class)
+    pinned = {node: f"{POOL}-{i % 3}" for i, node in enumerate(nodes[:150])}
+    assign_shards_directly_in_db(ironic_service, pinned)
+    claim_for_instance(ironic_service, list(pinned))
+    create_secrets(client, ns, ironic_service.clouds_yaml)
+
+    def pinned_unmoved() -> None:
+        now = owners_now(ironic_service, resource_class)
+        assert {n: now[n] for n in pinned} == pinned, "a node with an instance changed owner"
+
+    first, second = operators("op-a"), operators("op-b")
+    holder = wait(lambda: lease_holder(client, ns), timeout=30, what="a leader")
+    assert holder in (first.identity, second.identity)
+
+    # 1. Apply: three pods, all Ready, every node owned by a ready member, balanced.
+    client.create(POOLS.format(ns=ns), pool_manifest(
+        POOL, cloud_name=ironic_service.cloud_name, resource_class=resource_class,
+        failover={"rebalanceAfterSeconds": GRACE}))
+    wait(lambda: ready_members(client, ns, POOL) == [f"{POOL}-{i}" for i in range(3)], timeout=60,
+         what="three Ready members")
+    balanced3 = {f"{POOL}-{i}": 200 for i in range(3)}
+    wait(lambda: totals(owners_now(ironic_service, resource_class)) == balanced3, timeout=90,
+         what="600 nodes balanced over 3 members")
+    pool = wait(lambda: (p := get_pool(client, ns, POOL)) and condition(p, "Ready").get("status") == "True" and p,
+                timeout=30, what="condition Ready=True")
+    status = pool["status"]
+    assert status["observedGeneration"] == pool["metadata"]["generation"]
+    assert (status["replicas"], status["readyReplicas"]) == (3, 3)
+    assert status["nodes"] == {"total": 600, "free": 450, "pinned": 150, "unassigned": 0,
+                               "pendingMoves": 0, "misplaced": 0}
+    assert [(m["name"], m["nodes"], m["pinnedNodes"]) for m in status["members"]] == [
+        (f"{POOL}-{i}", 200, 50) for i in range(3)]
+    pods = member_pods(client, ns, POOL)
+    owner, = pods[f"{POOL}-0"]["metadata"]["ownerReferences"]
+    assert owner["uid"] == pool["metadata"]["uid"] and owner["controller"] is True
+    pinned_unmoved()
+
+    # A quiet pool is left alone: no status rewrite, no pod touched (invariant 6).
+    settle(2)
+    before = (get_pool(client, ns, POOL)["metadata"]["resourceVersion"],
+              {n: p["metadata"]["resourceVersion"] for n, p in member_pods(client, ns, POOL).items()})
+    settle(11)  # two poll intervals
+    after = (get_pool(client, ns, POOL)["metadata"]["resourceVersion"],
+             {n: p["metadata"]["resourceVersion"] for n, p in member_pods(client, ns, POOL).items()})
+    assert after == before
+
+    # 2. Member 1 fails; its replacement is held Pending (a slow image pull).
+    kubelet.hold(f"{POOL}-1")
+    failed_at = time.monotonic()
+    old_uid = kubelet.fail(f"{POOL}-1")["metadata"]["uid"]
+    replacement = wait(lambda: (p := member_pods(client, ns, POOL).get(f"{POOL}-1"))
+                       and p["metadata"]["uid"] != old_uid and p, timeout=30,
+                       what="a new pod with the same name")
+    assert replacement["metadata"]["name"] == f"{POOL}-1"
+    assert events(client, ns, "ReplacingPod")
+    # Within the grace, nothing moves.
+    settle(max(0.0, GRACE / 2 - (time.monotonic() - failed_at)))
+    assert totals(owners_now(ironic_service, resource_class)) == balanced3
+    # After the grace, its free nodes go to the ready members; its pinned nodes stay.
+    wait(lambda: totals(owners_now(ironic_service, resource_class))
+         == {f"{POOL}-0": 275, f"{POOL}-1": 50, f"{POOL}-2": 275}, timeout=60,
+         what="member 1's free nodes re-owned after the grace")
+    assert time.monotonic() - failed_at >= GRACE
+    pinned_unmoved()
+    # It comes back: free nodes return, balance again.
+    kubelet.ready(f"{POOL}-1")
+    wait(lambda: totals(owners_now(ironic_service, resource_class)) == balanced3, timeout=60,
+         what="balance again once member 1 is back")
+    pinned_unmoved()
+
+    # 3. Scale to 5; the leader is killed while it works; the standby takes over.
+    patch_spec(client, ns, POOL, {"replicas": 5})
+    wait(lambda: {f"{POOL}-3", f"{POOL}-4"} <= set(member_pods(client, ns, POOL)), timeout=30,
+         what="pods for the new members")
+    leader = first if lease_holder(client, ns) == first.identity else second
+    standby = second if leader is first else first
+    killed_at = time.monotonic()
+    leader.kill()
+    wait(lambda: lease_holder(client, ns) == standby.identity, timeout=30, what="the standby to take over")
+    takeover = time.monotonic() - killed_at
+    print(f"standby took over {takeover:.1f}s after the leader was killed")
+    operators("op-c")  # the restarted replica is the new standby
+    wait(lambda: totals(owners_now(ironic_service, resource_class)) == {f"{POOL}-{i}": 120 for i in range(5)},
+         timeout=90, what="600 nodes balanced over 5 members")
+    assert len(ready_members(client, ns, POOL)) == 5
+    pinned_unmoved()
+
+    # 4. Scale to 2: rack-a-2 owns nodes with instances and blocks; 3 and 4 go.
+    patch_spec(client, ns, POOL, {"replicas": 2})
+    blocked = wait(lambda: (c := condition(get_pool(client, ns, POOL), "ScaleDownBlocked"))
+                   .get("status") == "True" and c, timeout=60, what="ScaleDownBlocked")
+    assert f"{POOL}-2 owns 50 pinned nodes" in blocked["message"]
+    wait(lambda: set(member_pods(client, ns, POOL)) == {f"{POOL}-0", f"{POOL}-1", f"{POOL}-2"},
+         timeout=60, what="members 3 and 4 removed, 2 kept")
+    wait(lambda: totals(owners_now(ironic_service, resource_class))
+         == {f"{POOL}-0": 275, f"{POOL}-1": 275, f"{POOL}-2": 50}, timeout=60,
+         what="free nodes on the two remaining members")
+    assert any(e["type"] == "Warning" for e in events(client, ns, "ScaleDownBlocked"))
+    pinned_unmoved()
+    # Its instances are deleted: the nodes are free, move, and the member goes.
+    for node in [n for n, m in pinned.items() if m == f"{POOL}-2"]:
+        ironic_service.request("PATCH", f"/nodes/{node}", json=[{"op": "remove", "path": "/instance_uuid"}])
+        del pinned[node]
+    wait(lambda: set(member_pods(client, ns, POOL)) == {f"{POOL}-0", f"{POOL}-1"}, timeout=60,
+         what="member 2 removed once it owns nothing")
+    wait(lambda: condition(get_pool(client, ns, POOL), "ScaleDownBlocked").get("status") == "False",
+         timeout=30, what="ScaleDownBlocked cleared")
+    assert totals(owners_now(ironic_service, resource_class)) == {f"{POOL}-0": 300, f"{POOL}-1": 300}
+    pinned_unmoved()
+
+    # 5. A new image rolls one member at a time, each Ready before the next.
+    patch_spec(client, ns, POOL, {"image": "registry.example/nova-compute:2"})
+    worst = 0
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        pods = member_pods(client, ns, POOL)
+        down = 2 - sum(1 for p in pods.values() if is_ready(p))
+        worst = max(worst, down)
+        images = {p["spec"]["containers"][0]["image"] for p in pods.values() if is_ready(p)}
+        if down == 0 and images == {"registry.example/nova-compute:2"}:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the new image did not roll out within 90 s")
+    assert worst == 1, "the roll took both members down at once (or none was restarted)"
+    assert len(events(client, ns, "RollingUpdate")) == 2
+
+    # 6. Delete the CR: pods and ConfigMaps go; Ironic shards are left as they were.
+    shards_before = owners_now(ironic_service, resource_class)
+    client.delete(f"{POOLS.format(ns=ns)}/{POOL}")
+    wait(lambda: not member_pods(client, ns, POOL), timeout=60, what="pods garbage-collected")
+    wait(lambda: not client.get(f"/api/v1/namespaces/{ns}/configmaps",
+                                labelSelector=f"ironicshards.io/pool={POOL}")["items"],
+         timeout=60, what="ConfigMaps garbage-collected")
+    settle(3)
+    assert owners_now(ironic_service, resource_class) == shards_before
+
+
+def test_paused_and_conflicting_pools_write_nothing(kube_api: KubeAPI, kube_namespace: str, kubelet,
+                                                    operators, ironic_service: IronicService) -> None:
+    client, ns = kube_api.client, kube_namespace
+    resource_class = unique_resource_class("guards")
+    seed_nodes_directly_in_db(ironic_service, 20, resource_class=resource_class)
+    create_secrets(client, ns, ironic_service.clouds_yaml)
+    operators("op-a")
+    cloud = ironic_service.cloud_name
+
+    # Paused: reports, creates no pod, writes no shard.
+    client.create(POOLS.format(ns=ns), pool_manifest("held", cloud_name=cloud, resource_class=resource_class,
+                                                     paused=True, replicas=2))
+    pool = kube_api.wait_for(lambda: (p := get_pool(client, ns, "held")).get("status", {}).get("nodes") and p,
+                             timeout=30, what="status of the paused pool")
+    assert pool["status"]["nodes"]["total"] == 20
+    assert condition(pool, "Progressing")["reason"] == "Paused"
+    settle(3)
+    assert not member_pods(client, ns, "held")
+    assert set(shards_of(ironic_service, resource_class).values()) == {None}
+
+    # A second pool over the same nodes, created later, is refused; the first one runs.
+    client.create(POOLS.format(ns=ns), pool_manifest("late", cloud_name=cloud, resource_class=resource_class,
+                                                     replicas=1))
+    late = kube_api.wait_for(lambda: (p := get_pool(client, ns, "late")) and
+                             condition(p, "Conflict").get("status") == "True" and p,
+                             timeout=30, what="Conflict on the later pool")
+    assert f"{ns}/held" in condition(late, "Conflict")["message"]
+    patch_spec(client, ns, "held", {"paused": False})
+    kube_api.wait_for(lambda: set(shards_of(ironic_service, resource_class).values()) == {"held-0", "held-1"},
+                      timeout=60, what="the first pool adopting its nodes")
+    settle(3)
+    assert not member_pods(client, ns, "late")
+    assert condition(get_pool(client, ns, "late"), "Conflict")["status"] == "True"
+
+
+@pytest.mark.parametrize("mode", ["Wait", "OutOfServiceTaint"])
+def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
+        mode: str, kube_api: KubeAPI, kube_namespace: str, kubelet, operators,
+        ironic_service: IronicService) -> None:
+    client, ns = kube_api.client, kube_namespace
+    resource_class = unique_resource_class("fencing")
+    seed_nodes_directly_in_db(ironic_service, 10, resource_class=resource_class)
+    create_secrets(client, ns, ironic_service.clouds_yaml)
+    operators("op-a")
+    client.create(POOLS.format(ns=ns), pool_manifest(
+        "fence", cloud_name=ironic_service.cloud_name, resource_class=resource_class, replicas=2,
+        failover={"fencing": {"mode": mode}}))
+    kube_api.wait_for(lambda: ready_members(client, ns, "fence") == ["fence-0", "fence-1"], timeout=60,
+                      what="two Ready members")
+    victim = member_pods(client, ns, "fence")["fence-1"]
+    node = victim["spec"]["nodeName"]
+    kubelet.set_node_reachable(node, False)
+
+    # The operator deletes the pod, but nothing confirms it stopped: it is not replaced.
+    kube_api.wait_for(lambda: member_pods(client, ns, "fence")["fence-1"]["metadata"].get("deletionTimestamp"),
+                      timeout=30, what="the lost pod to be deleted gracefully")
+    settle(6)
+    pod = member_pods(client, ns, "fence")["fence-1"]
+    assert pod["metadata"]["uid"] == victim["metadata"]["uid"], "replaced while the old pod may still run"
+    assert condition(get_pool(client, ns, "fence"), "Degraded")["status"] == "True"
+    if mode == "Wait":
+        return
+    # The administrator declares the node out of service: now it is forgotten and replaced.
+    client.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": [
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+        {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]}})
+    kube_api.wait_for(lambda: (p := member_pods(client, ns, "fence").get("fence-1"))
+                      and p["metadata"]["uid"] != victim["metadata"]["uid"] and is_ready(p),
+                      timeout=60, what="a replacement on a reachable node")
+    assert events(client, ns, "FencedPod")
