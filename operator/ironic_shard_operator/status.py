@@ -183,9 +183,9 @@ def _conditions(facts: CycleFacts) -> list[_Condition]:
     elif desired is not None and facts.pods_ready < desired:
         ready = _Condition("Ready", False, "MembersNotReady",
                            f"{facts.pods_ready}/{desired} members ready")
-    elif plan is not None and (plan.counts.pending_moves or plan.counts.unassigned):
+    elif plan is not None and plan.counts.pending_moves:
         ready = _Condition("Ready", False, "NodesPending",
-                           f"{plan.counts.pending_moves} moves pending, {plan.counts.unassigned} nodes unassigned")
+                           f"{plan.counts.pending_moves} free nodes still to move to a ready member")
     else:
         ready = _Condition("Ready", True, "AllMembersReady",
                            f"{facts.pods_ready} members ready, every free node owned by a ready member")
