@@ -15,14 +15,27 @@ make it answer like a real kube-apiserver (v1.32) where our operator, kopf and k
   from the real OpenAPI schema shipped with kubernetes-validate), PUT with resourceVersion -> 409;
 - DELETE with finalizers, grace periods (bound pods wait for their kubelet), preconditions,
   propagationPolicy Background/Foreground/Orphan and owner-reference garbage collection;
-- CRDs: applying one serves its resource (discovery, schema pruning/defaulting/validation,
-  status and scale subresources, printer columns); deleting one deletes its objects;
+- CRDs: applying one serves its resource (discovery, schema pruning/defaulting/validation and
+  its CEL rules via cel-python, status and scale subresources, printer columns); deleting one
+  deletes its objects;
+- built-in kinds validated against their real schema (kubernetes-validate), unknown fields dropped
+  (refused under fieldValidation=Strict, as kubectl asks), the API defaults of pods, the pod-spec
+  immutability rule, PriorityClass admission;
 - discovery, /version, and just enough /openapi/v2 + /openapi/v3 for kubectl apply/get/scale;
 - server-side Table output for `kubectl get` (CRD printer columns; pods READY/STATUS).
 
-Not served (a clear error, or documented in tests/support/README-kube-api.md): server-side apply,
-protobuf, CEL validation rules, admission webhooks, RBAC/authentication, controllers beyond the
-garbage collector and the namespace/CRD cleanup (no scheduler, no kubelet: see kubelet.py).
+What it does not do (answered with a clear error where a client could ask for it):
+- server-side apply (`kubectl apply --server-side`: 415), protobuf bodies other than the
+  Namespace/ConfigMap/Secret that kubectl's `create` generators send, deletecollection, the
+  `/finalize`, eviction, exec/log/attach/portforward subresources;
+- CRD conversion webhooks (all versions share one stored object), messageExpression of CEL rules
+  (their message is used), admission webhooks, RBAC and authentication (anyone may do anything),
+  managedFields, the event TTL, watch bookmarks other than the initial-events-end one;
+- core v1 Events and events.k8s.io/v1 Events are separate stores here (one store, two views on a
+  real server); only the kinds listed in BUILTIN_TYPES are served (no apps/v1, no RBAC kinds);
+- no controllers but the garbage collector and the namespace and CRD cleanup: no scheduler, no
+  kubelet (tests/support/kubelet.py plays both), no node lifecycle or taint eviction, no
+  Deployments/ReplicaSets, no service accounts tokens (a `default` ServiceAccount per namespace).
 """
 import asyncio
 import base64
@@ -52,7 +65,6 @@ from kmock._internal.rendering import StreamingError  # not re-exported by kmock
 
 KUBERNETES_VERSION = '1.32'
 JSON = {'Content-Type': 'application/json'}
-FAKE_NODE_IP = '127.0.0.1'
 HISTORY_KEPT = 20_000  # watch events kept for resuming watches; older ones answer 410 Expired
 REQUESTS_KEPT = 500  # kmock keeps served requests for assertions; a long demo keeps only the last
 
@@ -239,7 +251,8 @@ class ApiPath:
         else:
             return None
         namespace = None
-        if len(rest) >= 3 and rest[0] == 'namespaces':  # .../namespaces/NS/PLURAL/...
+        own_subresource = len(rest) == 3 and rest[2] in ('status', 'finalize')  # of a namespace itself
+        if len(rest) >= 3 and rest[0] == 'namespaces' and not own_subresource:  # .../namespaces/NS/PLURAL/...
             namespace, rest = rest[1], rest[2:]
         if not 1 <= len(rest) <= 3:
             return None
@@ -460,6 +473,10 @@ def decode_protobuf(body: bytes) -> dict[str, Any]:
                        f'{", ".join(_PROTOBUF_KINDS)}, not {kind!r}: send application/json', {})
     return dict(_protobuf_message(bytes(envelope.get(2, b'')), _PROTOBUF_KINDS[kind]), apiVersion=api_version, kind=kind)
 
+
+# --------------------------------------------------------------------------------------------
+# Built-in kinds: their real OpenAPI schema (pruning, strategic merge patch, validation)
+# --------------------------------------------------------------------------------------------
 
 @functools.cache
 def _openapi_definitions() -> dict[str, Any]:
@@ -1147,7 +1164,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_timestamp())
         if rt.tracks_generation:
             meta['generation'] = 1
-        if 'status' in rt.subresources:
+        if 'status' in rt.subresources and rt.kind != 'Node':  # a kubelet registers its node with status
             obj.pop('status', None)
         if rt.kind == 'Pod' and rt.group == '':
             self._admit_pod_priority(obj)
@@ -1200,6 +1217,9 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             errors += _crd_errors(obj, old)
         if errors:
             raise invalid(rt, obj['metadata']['name'], errors)
+        for field in ('labels', 'annotations', 'finalizers', 'ownerReferences'):  # Go's omitempty
+            if not obj['metadata'].get(field, True):
+                del obj['metadata'][field]
         return obj
 
     def _write(self, rt: ResourceType, namespace: str | None, name: str, subresource: str | None,
