@@ -45,6 +45,7 @@ import dataclasses
 import datetime
 import functools
 import hashlib
+import importlib.resources
 import json
 import random
 import re
@@ -56,7 +57,6 @@ from typing import Any
 import aiohttp.web
 import attrs
 import celpy
-import importlib_resources
 import jsonschema
 import kmock
 import kubernetes_validate
@@ -481,7 +481,7 @@ def decode_protobuf(body: bytes) -> dict[str, Any]:
 @functools.cache
 def _openapi_definitions() -> dict[str, Any]:
     """The real v1.32 OpenAPI definitions (as shipped by kubernetes-validate): merge keys, GVKs."""
-    root = importlib_resources.files('kubernetes_validate') / 'kubernetes-json-schema'
+    root = importlib.resources.files('kubernetes_validate') / 'kubernetes-json-schema'
     text = (root / f'v{KUBERNETES_VERSION}.0-local' / '_definitions.json').read_text()
     return json.loads(text)['$defs']
 

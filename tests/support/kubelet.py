@@ -24,7 +24,6 @@ import datetime
 import enum
 import hashlib
 import threading
-import time
 from typing import Any
 
 from tests.support.kube_api import FAKE_NODE_LABEL, KubeAPIError, KubeClient

@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -101,18 +102,20 @@ class NovaStack:
             return novastack.render_compute_conf(self.state, url, auth["username"], auth["password"])
         return novastack.render_compute_conf(self.state, url)
 
-    def cloud_config(self) -> dict:
-        """A clouds.yaml `clouds:` entry for openstacksdk that reaches this Nova as admin."""
+    def cloud_config(self, token: str | None = None) -> dict:
+        """A clouds.yaml `clouds:` entry for openstacksdk that reaches this Nova (as admin, or
+        as `token` = "<user>:<project>")."""
         return {
             "auth_type": "admin_token",
-            "auth": {"endpoint": self.compute_url, "token": self.token},
+            "auth": {"endpoint": self.compute_url, "token": token or self.token},
             "compute_endpoint_override": self.compute_url,
             "compute_api_version": COMPUTE_MICROVERSION,
         }
 
-    def connection(self) -> openstack.connection.Connection:
-        """openstacksdk connection to this Nova (admin, microversion 2.53)."""
-        return openstack.connect(load_yaml_config=False, load_envvars=False, **self.cloud_config())
+    def connection(self, token: str | None = None) -> openstack.connection.Connection:
+        """openstacksdk connection to this Nova (admin unless `token` says otherwise)."""
+        return openstack.connect(load_yaml_config=False, load_envvars=False,
+                                 **self.cloud_config(token))
 
     # -- processes
     def start_compute(self, name: str, config_files: list[str | Path]) -> ComputeProcess:
@@ -146,6 +149,19 @@ class NovaStack:
         if done.returncode != 0:
             raise StackError(f"discover_hosts failed: {done.stderr or done.stdout}")
         return done.stdout
+
+    def seed_instance(self, host: str, node: str) -> str:
+        """TEST SETUP SHORTCUT (hack/nova/seed_instance.py): record an instance on `host`'s
+        compute node `node` through Nova's own objects, as a boot would have; returns its UUID.
+        Nothing here can boot a real one (no Glance/Neutron/scheduler). The compute node must
+        exist, i.e. `host`'s nova-compute has listed `node` once."""
+        done = subprocess.run(
+            [str(Path(self.state["venv"]) / "bin" / "python"),
+             str(ROOT / "hack" / "nova" / "seed_instance.py"), str(self.nova_conf), host, node],
+            capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise StackError(f"seed_instance failed: {done.stderr[-2000:] or done.stdout}")
+        return done.stdout.strip().splitlines()[-1]
 
     # -- reading Nova (its raw API, as any client sees it; independent of the operator's adapter)
     def _get_all(self, path: str, key: str) -> list[dict]:
@@ -211,15 +227,24 @@ def nova_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
         novastack.stop(state)
 
 
-@pytest.fixture
-def nova_computes(nova_stack: NovaStack) -> Iterator[Callable[[str, list], ComputeProcess]]:
-    """`start(name, config_files)` for nova-compute processes that are stopped after the test."""
+@contextmanager
+def started_computes(stack: NovaStack) -> Iterator[Callable[[str, list], ComputeProcess]]:
+    """Yield `start(name, config_files)`; every nova-compute it started is stopped on exit."""
     started: list[ComputeProcess] = []
 
     def start(name: str, config_files: list[str | Path]) -> ComputeProcess:
-        process = nova_stack.start_compute(name, config_files)
+        process = stack.start_compute(name, config_files)
         started.append(process)
         return process
 
-    yield start
-    novastack.terminate(nova_stack.run_dir, [p.name for p in started])
+    try:
+        yield start
+    finally:
+        novastack.terminate(stack.run_dir, [p.name for p in started])
+
+
+@pytest.fixture
+def nova_computes(nova_stack: NovaStack) -> Iterator[Callable[[str, list], ComputeProcess]]:
+    """`start(name, config_files)` for nova-compute processes that are stopped after the test."""
+    with started_computes(nova_stack) as start:
+        yield start
