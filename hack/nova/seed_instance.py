@@ -1,0 +1,42 @@
+"""TEST SETUP SHORTCUT: record an instance on an Ironic node in Nova, through Nova's own objects.
+
+Nothing here can boot a real instance (no Glance, no Neutron, no scheduler), yet the operator
+must meet Nova's answers for hosts that carry instances (DELETE os-services -> 409). This
+script, run by the Nova venv's python with the control plane's nova.conf, writes what a boot
+would have left behind: an Instance in cell1 on `host`/`node` (with the compute node's id,
+as Nova requires) and its InstanceMapping in the API database. It prints the instance UUID;
+the caller sets the same UUID as the Ironic node's instance_uuid.
+
+    .tools/nova-venv/bin/python hack/nova/seed_instance.py NOVA_CONF HOST NODE_UUID
+"""
+
+import sys
+import uuid
+
+from nova import config, context, objects
+
+
+def main(nova_conf: str, host: str, node: str) -> str:
+    config.parse_args(["seed-instance", "--config-file", nova_conf])
+    objects.register_all()
+    admin = context.get_admin_context()
+    cell = next((c for c in objects.CellMappingList.get_all(admin) if c.name == "cell1"), None)
+    if cell is None:
+        raise SystemExit("seed_instance: no cell 'cell1' in this stack")
+    instance_uuid = str(uuid.uuid4())
+    with context.target_cell(admin, cell) as cell_context:
+        compute_node = objects.ComputeNode.get_by_host_and_nodename(cell_context, host, node)
+        objects.Instance(
+            cell_context, uuid=instance_uuid, host=host, node=node, compute_id=compute_node.id,
+            project_id="seeded", user_id="seeded", display_name=f"seeded-{node[:8]}",
+            vm_state="active", power_state=1,
+        ).create()
+    objects.InstanceMapping(admin, instance_uuid=instance_uuid, cell_mapping=cell,
+                            project_id="seeded", user_id="seeded").create()
+    return instance_uuid
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        raise SystemExit(__doc__)
+    print(main(*sys.argv[1:]))

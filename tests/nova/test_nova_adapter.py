@@ -1,0 +1,118 @@
+"""The operator's Nova adapter against the real Nova stack and real nova-compute members."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import openstack
+import pytest
+
+from ironic_shard_operator.nova import (
+    NovaAdapter, NovaAuthError, NovaNotConfigured, NovaUnavailable, ServiceInUse)
+from tests.nova.sharded_pool import ShardedPool, start_sharded_pool
+from tests.support.ironic_service import IronicService
+from tests.support.nova_stack import NovaStack, started_computes
+
+pytestmark = pytest.mark.nova
+
+
+@pytest.fixture(scope="module")
+def running_pool(nova_stack: NovaStack, ironic_service: IronicService,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShardedPool]:
+    """Two live members over 6 nodes, shared by this module's read-and-restore tests."""
+    with started_computes(nova_stack) as start:
+        yield start_sharded_pool(nova_stack, ironic_service, tmp_path_factory.mktemp("pool"),
+                                 members=2, nodes=6, start=start)
+
+
+@pytest.fixture
+def nova(nova_stack: NovaStack) -> NovaAdapter:
+    return NovaAdapter(nova_stack.connection(), cloud_name="nova-test")
+
+
+def test_reads_members_services_and_which_nodes_each_reports(
+        nova: NovaAdapter, running_pool: ShardedPool) -> None:
+    services = nova.compute_services(running_pool.members)
+    assert set(services) == set(running_pool.members)
+    assert all(s.up and s.enabled and not s.forced_down for s in services.values())
+    assert nova.service(running_pool.members[0]) == services[running_pool.members[0]]
+    assert nova.service("no-such-member-0") is None
+
+    reported: dict[str, set[str]] = {}
+    for hypervisor in nova.hypervisors():
+        if hypervisor.host in running_pool.members:
+            reported.setdefault(hypervisor.host, set()).add(hypervisor.node_uuid)
+    assert reported == {m: set(running_pool.nodes_of(m)) for m in running_pool.members}
+    assert nova.writes_made == 0
+
+
+def test_forced_down_is_set_and_then_cleared_by_us(
+        nova: NovaAdapter, nova_stack: NovaStack, running_pool: ShardedPool) -> None:
+    member = running_pool.members[1]
+    service = nova.service(member)
+
+    forced = nova.set_forced_down(service, True)
+    assert forced.forced_down and not forced.up
+    assert nova_stack.compute_services()[member]["forced_down"] is True
+    assert nova_stack.compute_services()[member]["state"] == "down"  # though its process runs
+
+    cleared = nova.set_forced_down(forced, False)
+    assert not cleared.forced_down
+    assert nova_stack.compute_services()[member]["forced_down"] is False
+    nova_stack.wait_for(f"{member} up again", lambda: nova.service(member).up, timeout=30)
+    assert nova.writes_made == 2
+
+
+def test_service_delete_is_refused_while_its_host_has_an_instance_and_idempotent_otherwise(
+        nova: NovaAdapter, nova_stack: NovaStack, ironic_service: IronicService,
+        tmp_path: Path) -> None:
+    with started_computes(nova_stack) as start:
+        pool = start_sharded_pool(nova_stack, ironic_service, tmp_path, members=2, nodes=4,
+                                  start=start)
+        busy, idle = pool.members
+        for process in pool.processes.values():  # scale-down: the members are gone first
+            process.stop()
+    pinned = pool.nodes_of(busy)[0]
+    instance = nova_stack.seed_instance(busy, pinned)
+    ironic_service.request("PATCH", f"/nodes/{pinned}", json=[
+        {"op": "add", "path": "/instance_uuid", "value": instance}])
+
+    with pytest.raises(ServiceInUse) as refused:
+        nova.delete_service(nova.service(busy))
+    assert refused.value.host == busy
+    assert "instances" in refused.value.reason
+    assert busy in str(refused.value)
+    assert nova.service(busy) is not None
+
+    gone = nova.service(idle)
+    assert nova.delete_service(gone) is True
+    assert nova.service(idle) is None
+    assert not {h.node_uuid for h in nova.hypervisors()} & set(pool.nodes_of(idle))
+    assert nova.delete_service(gone) is False  # already gone: nothing to do, no error
+
+
+def test_a_cloud_whose_only_endpoint_is_ironic_turns_nova_off(
+        ironic_service: IronicService) -> None:
+    nova = NovaAdapter(ironic_service.connection(), cloud_name="ironic-only")
+    with pytest.raises(NovaNotConfigured, match="not the Nova compute API.*features are off"):
+        nova.check()
+
+
+def test_credentials_without_admin_are_refused_with_a_clear_error(nova_stack: NovaStack) -> None:
+    nova = NovaAdapter(nova_stack.connection(token="alice:project-a"), cloud_name="not-admin")
+    with pytest.raises(NovaAuthError, match="does not allow.*admin is needed.*not-admin"):
+        nova.compute_services()
+
+
+def test_nova_not_answering_is_retried_then_reported(nova_stack: NovaStack) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v2.1"
+    cloud = {**nova_stack.cloud_config(), "compute_endpoint_override": closed}
+    connection = openstack.connect(load_yaml_config=False, load_envvars=False, **cloud)
+    nova = NovaAdapter(connection, cloud_name="down", retry_attempts=3, backoff_seconds=0.05)
+    with pytest.raises(NovaUnavailable, match="not answering.*refused.*3 attempts"):
+        nova.check()
+    assert nova.requests_made == 3
