@@ -59,14 +59,17 @@ import attrs
 import celpy
 import jsonschema
 import kmock
-import kubernetes_validate
+import referencing
 import yaml
 from kmock._internal.rendering import StreamingError  # not re-exported by kmock 0.8
 
 KUBERNETES_VERSION = '1.32'
 JSON = {'Content-Type': 'application/json'}
 HISTORY_KEPT = 20_000  # watch events kept for resuming watches; older ones answer 410 Expired
-REQUESTS_KEPT = 500  # kmock keeps served requests for assertions; a long demo keeps only the last
+# kmock keeps every served request for assertions, and routes a request by scanning them all:
+# its cost grows with the requests served. This fake keeps only the request being routed (routing
+# is synchronous up to the first await, and no reaction here declines a request it matched).
+REQUESTS_KEPT = 1
 
 
 class ApiError(kmock.KubernetesError):
@@ -146,6 +149,7 @@ class ResourceType:
     printer_columns: tuple[dict[str, Any], ...] = ()
     field_selectors: tuple[str, ...] = ()  # beyond metadata.name and metadata.namespace
     tracks_generation: bool = False
+    validator: Any = dataclasses.field(default=None, compare=False, repr=False)  # of `schema`, built once
 
     @property
     def api_version(self) -> str:
@@ -212,6 +216,7 @@ def custom_resource_types(crd: dict[str, Any]) -> list[ResourceType]:
         if not version.get('served', True):
             continue
         subresources = version.get('subresources') or {}
+        schema = (version.get('schema') or {}).get('openAPIV3Schema') or {'type': 'object'}
         types.append(ResourceType(
             group=spec['group'], version=version['name'], plural=names['plural'], kind=names['kind'],
             namespaced=spec.get('scope', 'Namespaced') == 'Namespaced',
@@ -219,7 +224,7 @@ def custom_resource_types(crd: dict[str, Any]) -> list[ResourceType]:
             categories=tuple(names.get('categories', ())),
             subresources=frozenset(key for key in ('status', 'scale') if key in subresources),
             scale=subresources.get('scale'),
-            schema=(version.get('schema') or {}).get('openAPIV3Schema') or {'type': 'object'},
+            schema=schema, validator=crd_validator(schema),
             printer_columns=tuple(version.get('additionalPrinterColumns', ())),
             field_selectors=tuple(f['jsonPath'].lstrip('.') for f in version.get('selectableFields', ())),
             tracks_generation=True,
@@ -479,11 +484,15 @@ def decode_protobuf(body: bytes) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 @functools.cache
-def _openapi_definitions() -> dict[str, Any]:
-    """The real v1.32 OpenAPI definitions (as shipped by kubernetes-validate): merge keys, GVKs."""
+def _schema_file(name: str) -> dict[str, Any]:
+    """One JSON schema file of the real v1.32 API, as kubernetes-validate ships them."""
     root = importlib.resources.files('kubernetes_validate') / 'kubernetes-json-schema'
-    text = (root / f'v{KUBERNETES_VERSION}.0-local' / '_definitions.json').read_text()
-    return json.loads(text)['$defs']
+    return json.loads((root / f'v{KUBERNETES_VERSION}.0-local' / name).read_text())
+
+
+def _openapi_definitions() -> dict[str, Any]:
+    """The real OpenAPI definitions of all built-in kinds: merge keys, GVKs, properties."""
+    return _schema_file('_definitions.json')['$defs']
 
 
 def _definition_of(rt: ResourceType) -> dict[str, Any]:
@@ -639,14 +648,17 @@ def _as_json_schema(schema: Any) -> Any:
     return result
 
 
-def schema_errors(obj: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, str]]:
-    """(field path, message) for every violation, as the server lists them in an Invalid Status."""
-    body = {key: value for key, value in obj.items() if key not in ('apiVersion', 'kind', 'metadata')}
-    sub_schema = dict(schema, properties={k: v for k, v in (schema.get('properties') or {}).items()
-                                          if k not in ('apiVersion', 'kind', 'metadata')})
-    validator = jsonschema.Draft4Validator(_as_json_schema(sub_schema))
-    errors = []
-    for error in sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path)):
+def crd_validator(schema: dict[str, Any]) -> jsonschema.Draft4Validator:
+    """A validator for a CRD's schema: the object without apiVersion, kind and metadata."""
+    body_schema = dict(schema, properties={k: v for k, v in (schema.get('properties') or {}).items()
+                                           if k not in ('apiVersion', 'kind', 'metadata')})
+    return jsonschema.Draft4Validator(_as_json_schema(body_schema))
+
+
+def validation_causes(validator: Any, instance: Any) -> list[tuple[str, str]]:
+    """(field path, message) for every violation, worded as the server lists them in an Invalid Status."""
+    causes = []
+    for error in sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path]):
         path = ''.join(f'[{p}]' if isinstance(p, int) else f'.{p}' for p in error.absolute_path).lstrip('.')
         if error.validator == 'required':
             missing = re.search(r"'([^']+)' is a required", error.message)
@@ -661,8 +673,8 @@ def schema_errors(obj: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str
             message = f'Invalid value: "{type(error.instance).__name__}": {path} in body must be of type {error.validator_value}'
         else:
             message = f'Invalid value: {json.dumps(error.instance)[:80]}: {error.message}'
-        errors.append((path or '<root>', message))
-    return errors
+        causes.append((path or '<root>', message))
+    return causes
 
 
 @functools.cache
@@ -706,16 +718,23 @@ def cel_errors(value: Any, old: Any, schema: dict[str, Any], path: str = '') -> 
     return errors
 
 
-def builtin_errors(obj: dict[str, Any]) -> list[tuple[str, str]]:
-    """Validation of a built-in kind against the real OpenAPI schema (types, required fields)."""
+@functools.cache
+def _builtin_validator(api_version: str, kind: str) -> jsonschema.Draft202012Validator | None:
+    """A validator for a built-in kind's real schema (as kubernetes-validate ships it), built once."""
+    file_prefix = re.sub(r'^([^./]*)(?:\.[^/]*)?/', r'\1-', api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
     try:
-        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=False)
-    except kubernetes_validate.ValidationError as e:
-        path = '.'.join(str(p) for p in e.absolute_path)
-        return [(path or '<root>', e.message)]
-    except kubernetes_validate.SchemaNotFoundError:
-        return []
-    return []
+        schema = _schema_file(f'{kind.lower()}-{file_prefix}.json')
+    except FileNotFoundError:
+        return None
+    registry = referencing.Resource.from_contents(_schema_file('_definitions.json')) @ (
+        referencing.Resource.from_contents(schema) @ referencing.Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def builtin_errors(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """Validation of a built-in kind against its real OpenAPI schema (types, required fields)."""
+    validator = _builtin_validator(obj['apiVersion'], obj['kind'])
+    return validation_causes(validator, obj) if validator is not None else []
 
 
 # --------------------------------------------------------------------------------------------
@@ -773,17 +792,16 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         """Serve one HTTP request, as kmock's RawHandler does, but with our own URL parser.
 
-        kmock 0.8 cannot parse the namespace collection URL (/api/v1/namespaces), and it keeps
-        every request forever; a long-running fake keeps only the latest few for assertions.
+        kmock 0.8 cannot parse the namespace collection URL (/api/v1/namespaces), and its routing
+        slows down with every request it keeps (see REQUESTS_KEPT).
         """
         raw_response = None
         try:
             request = await self._parse_request(raw_request)
             self._requests.append(request)
-            if len(self._requests) > 2 * REQUESTS_KEPT:
-                del self._requests[:-REQUESTS_KEPT]
-                for reaction in self._payloads:
-                    del reaction._requests[:-REQUESTS_KEPT]
+            del self._requests[:-REQUESTS_KEPT]
+            for reaction in self._payloads:
+                del reaction._requests[:-REQUESTS_KEPT]
             try:
                 return await self._handle(request)
             except StreamingError as e:
@@ -1209,7 +1227,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict '
                               f'decoding error: ' + ', '.join(f'unknown field "{field}"' for field in unknown))
         if rt.is_custom:
-            errors = schema_errors(obj, rt.schema or {}) or cel_errors(obj, old, rt.schema or {})
+            body = {key: value for key, value in obj.items() if key not in ('apiVersion', 'kind', 'metadata')}
+            errors = validation_causes(rt.validator, body) or cel_errors(obj, old, rt.schema or {})
         else:
             obj = _builtin_defaults(rt, obj, old)
             errors = builtin_errors(obj) + _builtin_rules(rt, obj, old)
