@@ -319,14 +319,19 @@ def test_deleting_an_owner_collects_its_dependents(kube_api: KubeAPI, kube_names
 def test_deleting_a_namespace_deletes_what_it_holds(kube_api: KubeAPI) -> None:
     client = kube_api.client
     namespace = kube_api.create_namespace('drained')
-    client.create(resource_path('v1', 'configmaps', namespace), configmap('inside'))
+    configmaps = resource_path('v1', 'configmaps', namespace)
+    client.create(configmaps, dict(configmap('held'), metadata={'name': 'held', 'finalizers': ['x.io/hold']}))
     client.create(resource_path('v1', 'pods', namespace), pod('inside'))
 
     kube_api.delete_namespace(namespace)
+    wait_for(lambda: client.get(f'{configmaps}/held')['metadata'].get('deletionTimestamp'),
+             what='the namespace controller to delete its contents')
     assert client.get(f'/api/v1/namespaces/{namespace}')['status']['phase'] == 'Terminating'
     with pytest.raises(KubeAPIError) as refused:
-        client.create(resource_path('v1', 'configmaps', namespace), configmap('late'))
+        client.create(configmaps, configmap('late'))
     assert refused.value.status == 403
+
+    client.patch(f'{configmaps}/held', {'metadata': {'finalizers': None}})  # the last thing holding it
     wait_for(lambda: gone(client, f'/api/v1/namespaces/{namespace}'), timeout=120, what='the namespace to be drained')
 
 
