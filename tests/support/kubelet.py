@@ -52,6 +52,11 @@ def _micro_now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
 
 
+def node_ip(node: str) -> str:
+    """A fake node's InternalIP: from TEST-NET-1 (192.0.2.0/24), never a real address."""
+    return f'192.0.2.{int(node.rsplit("-", 1)[-1]) + 1}'
+
+
 def state_of(pod: dict[str, Any]) -> PodState:
     """The state a pod's status shows, in the fake kubelet's terms."""
     status = pod.get('status') or {}
@@ -116,6 +121,7 @@ def pod_status(pod: dict[str, Any], state: PodState) -> dict[str, Any]:
                        condition('ContainersReady', ready, not_ready), condition('Ready', ready, not_ready)],
         'containerStatuses': containers,
         'startTime': old.get('startTime') or now,
+        'hostIP': node_ip(pod['spec']['nodeName']), 'hostIPs': [{'ip': node_ip(pod['spec']['nodeName'])}],
         'qosClass': old.get('qosClass', 'BestEffort'),
     }
     if state == PodState.FAILED:
@@ -365,10 +371,8 @@ class FakeKubelet:
         info = {key: 'fake' for key in ('machineID', 'systemUUID', 'bootID', 'kernelVersion', 'osImage')}
         info.update(containerRuntimeVersion='fake://1.0', kubeletVersion='v1.32.0-fake', kubeProxyVersion='v1.32.0-fake',
                     operatingSystem='linux', architecture='amd64')
-        index = self.nodes.index(node)
         status = {'conditions': conditions, 'capacity': capacity, 'allocatable': capacity, 'nodeInfo': info,
-                  'addresses': [{'type': 'InternalIP', 'address': f'192.0.2.{index + 1}'},  # TEST-NET-1: fake
-                                {'type': 'Hostname', 'address': node}]}
+                  'addresses': [{'type': 'InternalIP', 'address': node_ip(node)}, {'type': 'Hostname', 'address': node}]}
         self.client.patch(f'/api/v1/nodes/{node}/status', {'status': status})
 
     def _renew_lease(self, node: str) -> None:
