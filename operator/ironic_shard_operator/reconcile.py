@@ -255,7 +255,19 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
         **facts, states=decision.states, plan=plan, moves_applied=applied, extra_events=tuple(events),
         error=str(ironic_error) if ironic_error else None, error_reason="IronicUnavailable"))
 
+    if applied or decision.writes:
+        log.info("pool %s: %d/%d members ready, %d shard moves written (%.1fs in Ironic), pod actions: %s",
+                 key, sum(m.ready for m in readiness), len(keep), applied,
+                 report.duration_seconds if report is not None else 0.0,
+                 ", ".join(f"{e.reason} {e.message.split(':')[0]}" for e in decision.events) or "none")
+
     delay = pool.ironic.poll_interval_seconds
+    # A member that lost readiness leaves the ring once its grace has run out: be there.
+    for member in readiness:
+        if not member.ready and member.since is not None:
+            left = member.since + pool.spec.rebalance_after_seconds - now
+            if left > 0:
+                delay = min(delay, left + 0.5)
     if ironic_error is not None:
         delay = min(delay, RETRY_SECONDS)
     if decision.wake_after is not None:
