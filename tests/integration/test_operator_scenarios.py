@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 
 POOL = "rack-a"
 GRACE = 12  # failover.rebalanceAfterSeconds in these tests
+FORCE_AFTER = 15  # failover.fencing.forceAfterSeconds (used by mode ForceAfter only)
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +250,7 @@ def test_paused_and_conflicting_pools_write_nothing(kube_api: KubeAPI, kube_name
     assert condition(get_pool(client, ns, "late"), "Conflict")["status"] == "True"
 
 
-@pytest.mark.parametrize("mode", ["Wait", "OutOfServiceTaint"])
+@pytest.mark.parametrize("mode", ["Wait", "OutOfServiceTaint", "ForceAfter"])
 def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
         mode: str, kube_api: KubeAPI, kube_namespace: str, kubelet, operators,
         ironic_service: IronicService) -> None:
@@ -260,12 +261,13 @@ def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
     operators("op-a")
     client.create(POOLS.format(ns=ns), pool_manifest(
         "fence", cloud_name=ironic_service.cloud_name, resource_class=resource_class, replicas=2,
-        failover={"fencing": {"mode": mode}}))
+        failover={"fencing": {"mode": mode, "forceAfterSeconds": FORCE_AFTER}}))
     kube_api.wait_for(lambda: ready_members(client, ns, "fence") == ["fence-0", "fence-1"], timeout=60,
                       what="two Ready members")
     victim = member_pods(client, ns, "fence")["fence-1"]
     node = victim["spec"]["nodeName"]
     kubelet.set_node_reachable(node, False)
+    lost_at = time.monotonic()
 
     # The operator deletes the pod, but nothing confirms it stopped: it is not replaced.
     kube_api.wait_for(lambda: member_pods(client, ns, "fence")["fence-1"]["metadata"].get("deletionTimestamp"),
@@ -276,11 +278,14 @@ def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
     assert condition(get_pool(client, ns, "fence"), "Degraded")["status"] == "True"
     if mode == "Wait":
         return
-    # The administrator declares the node out of service: now it is forgotten and replaced.
-    client.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": [
-        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
-        {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]}})
+    if mode == "OutOfServiceTaint":
+        # The administrator declares the node out of service: now it is forgotten.
+        client.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": [
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+            {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]}})
     kube_api.wait_for(lambda: (p := member_pods(client, ns, "fence").get("fence-1"))
                       and p["metadata"]["uid"] != victim["metadata"]["uid"] and is_ready(p),
                       timeout=60, what="a replacement on a reachable node")
+    if mode == "ForceAfter":
+        assert time.monotonic() - lost_at >= FORCE_AFTER
     assert events(client, ns, "FencedPod")
