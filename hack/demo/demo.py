@@ -201,7 +201,7 @@ def run(nodes: int, with_instances: int, workdir: Path) -> None:
         env = dict(os.environ, KUBECONFIG=str(kubeconfig), WATCH_NAMESPACES=NAMESPACE, POD_NAMESPACE=NAMESPACE,
                    POD_NAME="demo-operator", METRICS_PORT="0", HEALTH_PORT="0")
         with open(log, "wb") as out:
-            operator = subprocess.Popen([sys.executable, "-m", "ironic_shard_operator.runner"], env=env,
+            operator = subprocess.Popen([sys.executable, "-m", "ironic_shard_operator.cli", "run"], env=env,
                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         stack.callback(_stop, operator)
         stack.callback(_delete_pool, client)  # runs first: the operator drops its finalizer

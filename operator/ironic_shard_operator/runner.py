@@ -42,7 +42,7 @@ from ironic_shard_operator.kube import Kube, KubeError
 
 LEASE_NAME = "ironic-shard-operator"
 LEASE_DURATION = 10.0
-RENEW_DEADLINE = 7.0
+RENEW_DEADLINE = 6.0
 RETRY = 2.0
 
 log = logging.getLogger("ironic_shard_operator.runner")
@@ -136,13 +136,14 @@ class LeaderElector:
         while True:
             await asyncio.sleep(RETRY)
             try:
-                if await self.try_once():
+                # A hanging request must not stretch the deadline past the Lease.
+                if await asyncio.wait_for(self.try_once(), timeout=RETRY):
                     last_renewed = loop.time()
                     continue
                 log.error("leader: the Lease was taken by %s", (self.observed.record or ("?",))[0])
                 return
-            except KubeError as error:
-                log.warning("leader: renewal failed: %s", error)
+            except (KubeError, asyncio.TimeoutError) as error:
+                log.warning("leader: renewal failed: %s", error or "timed out")
             if loop.time() - last_renewed > RENEW_DEADLINE:
                 log.error("leader: could not renew the Lease for %.0fs", RENEW_DEADLINE)
                 return
@@ -241,7 +242,8 @@ async def run(settings: Settings) -> int:
 
 async def _lead(settings: Settings, elector: LeaderElector, metrics: Any, stop: asyncio.Event,
                 operator_class: Any) -> int:
-    """Run kopf while the Lease is held; 0 after a requested stop, 1 after losing the Lease."""
+    """Run kopf while the Lease is held; 0 after a requested stop. Losing the Lease ends
+    the process at once (exit code 1)."""
     operator = operator_class(Kube(), metrics=metrics)
     kopf_stop = asyncio.Event()
     kopf_task = asyncio.ensure_future(kopf.operator(
@@ -254,26 +256,36 @@ async def _lead(settings: Settings, elector: LeaderElector, metrics: Any, stop: 
     keeping = asyncio.ensure_future(elector.keep())
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait([kopf_task, keeping, stopping], return_when=asyncio.FIRST_COMPLETED)
-    lost = keeping.done()
+    if keeping.done():
+        # Another replica may act from LEASE_DURATION after the last renewal on: stop all
+        # work now, without a graceful kopf shutdown that could still write.
+        log.error("lost leadership: exiting so that the Deployment restarts this replica as a standby")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     stopping.cancel()
     keeping.cancel()
     kopf_stop.set()
     try:
-        await asyncio.wait_for(kopf_task, timeout=5.0 if lost else 30.0)
+        await asyncio.wait_for(kopf_task, timeout=30.0)
     except (asyncio.TimeoutError, asyncio.CancelledError):
         kopf_task.cancel()
     except Exception:  # kopf failed on its own; the exit code says so
         log.exception("kopf stopped with an error")
         return 1
     await operator.kube.close()
-    if lost:
-        log.error("lost leadership: exiting so that the Deployment restarts this replica as a standby")
-        return 1
     return 0  # stopped on request (kopf handles SIGTERM/SIGINT itself once it runs)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `ironic-shard-operator run` (configuration comes from the environment)."""
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="ironic-shard-operator run", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the operator: wait for the leader Lease, then reconcile every "
+                    "IronicComputeShard it watches.",
+        epilog=__doc__.split("\n\n", 1)[1]).parse_args(argv)
     debug = bool(os.environ.get("OPERATOR_DEBUG"))
     kopf.configure(verbose=debug, log_prefix=True)
     if not debug:  # kopf logs every handled pod event at INFO: keep the log about our actions

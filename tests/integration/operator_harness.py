@@ -87,7 +87,7 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ironic_shard_operator.runner"], env=self._env,
+            [sys.executable, "-m", "ironic_shard_operator.cli", "run"], env=self._env,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         return self

@@ -8,6 +8,7 @@ by KUBECONFIG (where real kubelets run pods, the `kubelet` fixture skips them).
 
 from __future__ import annotations
 
+import datetime
 import time
 from pathlib import Path
 
@@ -289,3 +290,18 @@ def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
     if mode == "ForceAfter":
         assert time.monotonic() - lost_at >= FORCE_AFTER
     assert events(client, ns, "FencedPod")
+
+
+def test_a_leader_that_loses_its_lease_stops_at_once(kube_api: KubeAPI, kube_namespace: str,
+                                                     operators) -> None:
+    client, ns = kube_api.client, kube_namespace
+    leader = operators("op-a")
+    kube_api.wait_for(lambda: lease_holder(client, ns) == "op-a", timeout=30, what="op-a leading")
+    # Someone else writes the Lease (e.g. a replica that saw op-a's record go stale).
+    lease = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/ironic-shard-operator")
+    lease["spec"].update(holderIdentity="intruder", renewTime=datetime.datetime.now(datetime.UTC)
+                         .strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    client.replace(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/ironic-shard-operator", lease)
+    code = kube_api.wait_for(lambda: leader.process.poll(), timeout=15, what="op-a to exit")
+    assert code == 1
+    assert "lost leadership" in leader.log()
