@@ -12,9 +12,12 @@ root=$(cd "$here/../.." && pwd)
 venv=$root/.tools/nova-venv
 stamp=$venv/.installed
 
-# Pins: the versions this tier was built and measured with (Nova 2026.1 series).
+# Pins: the versions this tier was built and measured with (Nova 2026.1 series); gunicorn 27
+# for --no-control-socket (otherwise every server shares ~/.gunicorn/gunicorn.ctl).
 NOVA_SPEC='nova>=34,<35'
 PLACEMENT_SPEC='openstack-placement>=16,<17'
+GUNICORN_SPEC='gunicorn>=27,<28'
+PYMYSQL_SPEC='PyMySQL>=1.1,<2'
 
 log() { printf 'hack/nova/install: %s\n' "$*" >&2; }
 
@@ -22,10 +25,17 @@ install_venv() {
     if [[ -f $stamp && $stamp -nt $here/install.sh ]]; then
         return
     fi
-    log "creating $venv (nova + placement from PyPI; takes a few minutes the first time)"
+    mkdir -p "$root/.tools"
+    exec 9>"$root/.tools/nova-venv.lock"
+    flock 9  # two sessions installing at once: the second waits, then finds the stamp
+    if [[ -f $stamp && $stamp -nt $here/install.sh ]]; then
+        return
+    fi
+    log "installing nova + placement into $venv (first time: about a minute or two)"
     [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
     "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q "$NOVA_SPEC" "$PLACEMENT_SPEC" gunicorn PyMySQL
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+        "$NOVA_SPEC" "$PLACEMENT_SPEC" "$GUNICORN_SPEC" "$PYMYSQL_SPEC"
     "$venv/bin/python" -c 'import nova, placement, gunicorn, pymysql'
     touch "$stamp"
 }
@@ -49,20 +59,25 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
     done
 }
 
+# The stack connects over TCP as root without a password (mysql+pymysql://root@127.0.0.1).
 mariadb_up() { mysql -uroot -h127.0.0.1 -e 'SELECT 1'; }
+mariadb_running() { mysqladmin --silent ping; }
 
 ensure_mariadb() {
     mariadb_up >/dev/null 2>&1 && return
     command -v mysqld >/dev/null || apt_install mariadb-server mariadb-client
-    if ! mariadb_up >/dev/null 2>&1; then
+    if ! mariadb_running >/dev/null 2>&1; then
         log "starting MariaDB on 127.0.0.1:3306 (no systemd)"
-        mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+        mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
         [[ -d /var/lib/mysql/mysql ]] || mariadb-install-db --user=mysql >/dev/null
-        (setsid mysqld_safe --bind-address=127.0.0.1 >/dev/null 2>&1 &)
-        wait_for 60 MariaDB mysql -uroot -e 'SELECT 1'
-        # Debian's root uses unix_socket auth; the stack connects over TCP as root without password.
-        mysql -uroot -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket; FLUSH PRIVILEGES;" 2>/dev/null || true
-        wait_for 30 "MariaDB over TCP" mariadb_up
+        (setsid mysqld_safe --bind-address=127.0.0.1 </dev/null >/dev/null 2>&1 &)
+        wait_for 60 MariaDB mariadb_running
+    fi
+    if ! mariadb_up >/dev/null 2>&1; then
+        # Debian's root@localhost authenticates by unix socket only: allow TCP without password.
+        log "letting root log in over TCP without a password (test database server)"
+        mysql -uroot -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket; FLUSH PRIVILEGES;"
+        wait_for 10 "MariaDB over TCP" mariadb_up
     fi
 }
 

@@ -88,6 +88,7 @@ class NovaStack:
         self.nova_conf = Path(state["nova_conf"])          # the control plane's config
         self.timings: dict[str, int] = state["timings"]
         self.start_seconds: float = state.get("start_seconds", 0.0)
+        self._admin: openstack.connection.Connection | None = None  # for the read helpers
 
     # -- configuration a pool's Secret carries
     def compute_conf(self, ironic_cloud: dict) -> str:
@@ -113,7 +114,7 @@ class NovaStack:
         }
 
     def connection(self, token: str | None = None) -> openstack.connection.Connection:
-        """openstacksdk connection to this Nova (admin unless `token` says otherwise)."""
+        """A new openstacksdk connection to this Nova (admin unless `token` says otherwise)."""
         return openstack.connect(load_yaml_config=False, load_envvars=False,
                                  **self.cloud_config(token))
 
@@ -166,7 +167,9 @@ class NovaStack:
     # -- reading Nova (its raw API, as any client sees it; independent of the operator's adapter)
     def _get_all(self, path: str, key: str) -> list[dict]:
         """Every item of a paged Nova list (`<key>_links` next links followed)."""
-        api = self.connection().compute
+        if self._admin is None:
+            self._admin = self.connection()
+        api = self._admin.compute
         items: list[dict] = []
         url = path
         while url:
