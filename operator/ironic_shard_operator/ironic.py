@@ -24,7 +24,7 @@ import bisect
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -309,10 +309,10 @@ class IronicAdapter:
         """The pool's managed nodes, in pages of 1,000: ceil(n / 1000) requests, +1 when
         n is a multiple of 1,000 (an empty page ends the listing)."""
         self.check()
-        return tuple(self._list(self.selector.params(), marker=None, until=None))
+        return tuple(self._list(self.selector.params(), marker=None, until=None).values())
 
     def _list(self, filters: Mapping[str, str], *, marker: str | None, until: str | None,
-              limit: int = PAGE_LIMIT, retry: bool = True) -> Iterable[Node]:
+              limit: int = PAGE_LIMIT, retry: bool = True) -> dict[str, Node]:
         """Nodes matching `filters` after `marker` (pages of `limit`), stopping past `until`.
 
         With `until`, pages are sorted by uuid so the walk can stop once it is passed.
@@ -321,6 +321,7 @@ class IronicAdapter:
         params: dict[str, Any] = {**filters, "fields": ",".join(NODE_FIELDS), "limit": limit}
         if until is not None:
             params |= {"sort_key": "uuid", "sort_dir": "asc"}
+        start, nodes = marker, {}
         while True:
             page_params = dict(params, marker=marker) if marker else params
             url = self._url("/nodes", page_params)
@@ -328,15 +329,17 @@ class IronicAdapter:
             if not retry and response.status_code in RETRYABLE_STATUS:
                 raise _Retry(describe(response), unavailable=response.status_code != 409)
             if response.status_code == 404 and marker is not None:
-                # The marker node was deleted since we saw it: start the walk from the top.
-                marker = None
+                # The marker node was deleted since we saw it: walk again from the top.
+                if marker == start:
+                    start = None
+                marker = start
+                nodes.clear()
                 continue
             self._raise_for_status(response, "list nodes")
             page = response.json()["nodes"]
-            for item in page:
-                yield node_from_api(item)
+            nodes.update((item["uuid"], node_from_api(item)) for item in page)
             if len(page) < limit or (until is not None and page[-1]["uuid"] >= until):
-                return
+                return nodes
             marker = page[-1]["uuid"]
 
     # ---- writing ------------------------------------------------------------------
@@ -437,9 +440,8 @@ class IronicAdapter:
         in_range = bisect.bisect_right(known, last) - low
         limit = min(PAGE_LIMIT, in_range + max(10, in_range // 10))
         wanted = {move.node_uuid for move in moves}
-        return {node.uuid: node for node in self._list(filters, marker=marker, until=last,
-                                                       limit=limit, retry=False)
-                if node.uuid in wanted}
+        found = self._list(filters, marker=marker, until=last, limit=limit, retry=False)
+        return {uuid: node for uuid, node in found.items() if uuid in wanted}
 
     def _write(self, move: Move, stop: threading.Event | None) -> str | _Retry:
         """PATCH one node's shard: "applied", "gone", "stopped", or a _Retry to try later."""
