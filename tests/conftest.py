@@ -2,4 +2,6 @@
 
 pytest_plugins = [
     "tests.support.ironic_service",   # the real Ironic service (session scope)
+    "tests.support.kube_api",         # a Kubernetes API server: $KUBECONFIG's, else the fake one
+    "tests.support.nova_stack",       # the real Nova control plane and nova-compute processes
 ]
