@@ -65,7 +65,7 @@ from kmock._internal.rendering import StreamingError  # not re-exported by kmock
 
 KUBERNETES_VERSION = '1.32'
 JSON = {'Content-Type': 'application/json'}
-HISTORY_KEPT = 20_000  # watch events kept for resuming watches; older ones answer 410 Expired
+HISTORY_KEPT = 5_000  # watch events kept for resuming watches; older ones answer 410 Expired
 # kmock keeps every served request for assertions, and routes a request by scanning them all:
 # its cost grows with the requests served. This fake keeps only the request being routed (routing
 # is synchronous up to the first await, and no reaction here declines a request it matched).
