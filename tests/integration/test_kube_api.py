@@ -19,9 +19,6 @@ import pytest
 import yaml
 
 from tests.support.kube_api import KubeAPI, KubeAPIError, KubeClient, resource_path, wait_for
-# The fixtures, until tests/conftest.py registers tests.support.kube_api in `pytest_plugins`
-# (then this import goes, or this module gets its own fake API server).
-from tests.support.kube_api import kube_api, kube_namespace, kubelet  # noqa: F401
 from tests.support.kubelet import FakeKubelet, PodState, state_of
 
 REPO = Path(__file__).resolve().parents[2]
