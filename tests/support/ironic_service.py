@@ -212,12 +212,15 @@ def set_provision_state_directly_in_db(service: IronicService, nodes: Sequence[s
 
     With fake-hardware every workflow finishes within milliseconds, and this Ironic drops
     `hold` steps from manual cleaning, so no API call leaves a node in such a state long
-    enough to test against. The API then reports the state like any other.
+    enough to test against. The API then reports the state like any other. (A restarted
+    service fails such nodes, as Ironic does with workflows a dead conductor held.)
     """
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
     with sqlite3.connect(service.database, timeout=30) as db:
-        db.executemany(
-            "UPDATE nodes SET provision_state = ?, target_provision_state = ? WHERE uuid = ?",
-            ((provision_state, target, node) for node in nodes))
+        db.executemany(  # provision_updated_at: now, so no workflow timeout fails them early
+            "UPDATE nodes SET provision_state = ?, target_provision_state = ?, "
+            "provision_updated_at = ? WHERE uuid = ?",
+            ((provision_state, target, now, node) for node in nodes))
 
 
 def assign_shards_directly_in_db(service: IronicService,
