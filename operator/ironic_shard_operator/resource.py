@@ -303,7 +303,8 @@ def _failover(raw: Mapping[str, Any]) -> Failover:
             raise InvalidSpec("spec.failover.fencing.forceAfterSeconds: required when mode is ForceAfter")
         force_after = _number(force_after, "spec.failover.fencing.forceAfterSeconds", minimum=0)
     elif force_after is not None:
-        force_after = _number(force_after, "spec.failover.fencing.forceAfterSeconds", minimum=0)
+        raise InvalidSpec("spec.failover.fencing.forceAfterSeconds: applies only to mode ForceAfter; "
+                          "remove it or set mode: ForceAfter")
     return Failover(
         rebalance_after_seconds=_number(raw.get("rebalanceAfterSeconds", 120),
                                         "spec.failover.rebalanceAfterSeconds", minimum=0),

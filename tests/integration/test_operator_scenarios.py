@@ -262,7 +262,8 @@ def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
     operators("op-a")
     client.create(POOLS.format(ns=ns), pool_manifest(
         "fence", cloud_name=ironic_service.cloud_name, resource_class=resource_class, replicas=2,
-        failover={"fencing": {"mode": mode, "forceAfterSeconds": FORCE_AFTER}}))
+        failover={"fencing": {"mode": mode, "forceAfterSeconds": FORCE_AFTER} if mode == "ForceAfter"
+                  else {"mode": mode}}))
     kube_api.wait_for(lambda: ready_members(client, ns, "fence") == ["fence-0", "fence-1"], timeout=60,
                       what="two Ready members")
     victim = member_pods(client, ns, "fence")["fence-1"]

@@ -58,6 +58,7 @@ def test_rebalance_grace_reaches_the_planner_spec():
     ({"replicas": None, "autoscale": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscale"),
     ({"failover": {"fencing": {"mode": "Shoot"}}}, "spec.failover.fencing.mode"),
     ({"failover": {"fencing": {"mode": "ForceAfter"}}}, "spec.failover.fencing.forceAfterSeconds"),
+    ({"failover": {"fencing": {"mode": "Wait", "forceAfterSeconds": 5}}}, "spec.failover.fencing.forceAfterSeconds"),
     ({"ironic": {"pollIntervalSeconds": 0}}, "spec.ironic.pollIntervalSeconds"),
     ({"novaConfig": None}, "spec.novaConfig.secretRef"),
     ({"cloud": {"secretRef": {}}}, "spec.cloud.secretRef.name"),
