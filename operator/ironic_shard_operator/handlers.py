@@ -34,8 +34,6 @@ FINALIZER = f"{GROUP}/operator"
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.enabled = False
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     if getattr(memo, "operator", None) is None:
         raise kopf.PermanentError("handlers need memo.operator (start through runner.main)")
 

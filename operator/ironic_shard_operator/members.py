@@ -151,8 +151,20 @@ def member_readiness(
 
 
 @dataclass(frozen=True, slots=True)
+class Event:
+    """A Kubernetes Event to post on the pool: `type` is Normal or Warning."""
+
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+@dataclass(frozen=True, slots=True)
 class CreatePod:
+    """Create `member`'s pod; `event` is posted once it was created."""
+
     member: str
+    event: Event | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,22 +172,15 @@ class DeletePod:
     """Delete `member`'s pod, only if it is still the object with `uid`.
 
     `force` (grace period 0) is used only where fencing allows it: the API then forgets
-    the pod without waiting for its kubelet to confirm that the process stopped.
+    the pod without waiting for its kubelet to confirm that the process stopped. `event`
+    (its reason is `reason`) is posted once the deletion was accepted.
     """
 
     member: str
     uid: str
     reason: str
     force: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """A Kubernetes Event to post on the pool: `type` is Normal or Warning."""
-
-    reason: str
-    message: str
-    type: str = "Normal"
+    event: Event | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +195,8 @@ class MemberState:
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The pod actions of one cycle. Apply `configmaps` before `creates`.
+
+    `events` are posted whatever happens; an action's own event only once it succeeded.
 
     `wake_after` is the number of seconds after which a time-based decision (pending
     timeout, ForceAfter) falls due, so the caller can run the next cycle then.
@@ -224,9 +231,8 @@ class _Builder:
 
     def delete(self, pod: PodView, reason: str, message: str, *, force: bool = False,
                warning: bool = True) -> None:
-        self.deletes.append(DeletePod(member=pod.member, uid=pod.uid, reason=reason, force=force))
-        self.events.append(Event(reason=reason, message=message,
-                                 type="Warning" if warning else "Normal"))
+        self.deletes.append(DeletePod(member=pod.member, uid=pod.uid, reason=reason, force=force,
+                                      event=Event(reason, message, "Warning" if warning else "Normal")))
 
     def build(self) -> Decision:
         return Decision(
@@ -266,8 +272,7 @@ def decide(
             out.configmaps.append(member)
         pod = pods.get(member)
         if pod is None:
-            out.creates.append(CreatePod(member))
-            out.events.append(Event("CreatingPod", f"Creating pod {member} (member {member})"))
+            out.creates.append(CreatePod(member, Event("CreatedPod", f"Created pod {member} (member {member})")))
             out.states.append(MemberState(member, "Creating", "pod is being created"))
             unsettled = True
             continue

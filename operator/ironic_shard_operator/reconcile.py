@@ -244,9 +244,10 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
         configmaps_current={m: overlays.get(m) == podspec.member_conf(pool, m) for m in keep},
         wanted_hash={m: podspec.config_hash(pool, m, nova_digest) for m in keep},
         failover=pool.failover, now=now)
+    acted: list[lifecycle.Event] = []
     if not pool.paused:
-        await _apply_pod_actions(op, pool, decision, nova_digest)
-        events.extend(decision.events)
+        acted = await _apply_pod_actions(op, pool, decision, nova_digest)
+        events.extend(acted + list(decision.events))
 
     if report is not None and op.metrics is not None:
         op.metrics.record_cycle(key, model.Observation(pool.spec, readiness, (), now), plan,
@@ -259,7 +260,7 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
         log.info("pool %s: %d/%d members ready, %d shard moves written (%.1fs in Ironic), pod actions: %s",
                  key, sum(m.ready for m in readiness), len(keep), applied,
                  report.duration_seconds if report is not None else 0.0,
-                 ", ".join(f"{e.reason} {e.message.split(':')[0]}" for e in decision.events) or "none")
+                 "; ".join(e.message for e in acted) or "none")
 
     delay = pool.ironic.poll_interval_seconds
     # A member that lost readiness leaves the ring once its grace has run out: be there.
@@ -299,22 +300,29 @@ def _adapter(runtime: PoolRuntime, pool: Pool, clouds_yaml: str) -> IronicAdapte
 
 
 async def _apply_pod_actions(op: Operator, pool: Pool, decision: lifecycle.Decision,
-                             nova_digest: str) -> None:
-    """Carry out one Decision: ConfigMaps, then creations, then deletions."""
+                             nova_digest: str) -> list[lifecycle.Event]:
+    """Carry out one Decision: ConfigMaps, then creations, then deletions. Returns the
+    Events of the actions that took effect (a pod that existed already, or was replaced
+    meanwhile, is no news)."""
     kube, key = op.kube, pool.key
+    done_events: list[lifecycle.Event] = []
     for member in decision.configmaps:
         await kube.put_configmap(pool.namespace, podspec.render_configmap(pool, member))
     for create in decision.creates:
-        await kube.create_pod(pool.namespace, podspec.render_pod(pool, create.member, nova_digest))
+        if await kube.create_pod(pool.namespace, podspec.render_pod(pool, create.member, nova_digest)):
+            done_events.extend([create.event] if create.event else [])
     for delete in decision.deletes:
-        done = await kube.delete_pod(pool.namespace, delete.member, uid=delete.uid, force=delete.force)
-        if done and op.metrics is not None:
+        if not await kube.delete_pod(pool.namespace, delete.member, uid=delete.uid, force=delete.force):
+            continue
+        done_events.extend([delete.event] if delete.event else [])
+        if op.metrics is not None:
             if delete.force:
                 op.metrics.record_fence(key, pool.failover.fencing.mode)
             elif delete.reason in ("ReplacingPod", "NodeUnreachable"):
                 op.metrics.record_replacement(key)
     for member in decision.configmap_deletes:
         await kube.delete_configmap(pool.namespace, podspec.configmap_name(member))
+    return done_events
 
 
 class _Reporter:

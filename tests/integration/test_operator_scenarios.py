@@ -140,7 +140,8 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     wait(lambda: totals(owners_now(ironic_service, resource_class))
          == {f"{POOL}-0": 275, f"{POOL}-1": 50, f"{POOL}-2": 275}, timeout=60,
          what="member 1's free nodes re-owned after the grace")
-    assert time.monotonic() - failed_at >= GRACE
+    # (Kubernetes times have whole seconds: the pod's lost-readiness time may read up to 1 s early.)
+    assert time.monotonic() - failed_at >= GRACE - 1
     pinned_unmoved()
     # It comes back: free nodes return, balance again.
     kubelet.ready(f"{POOL}-1")

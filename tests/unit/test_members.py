@@ -38,14 +38,15 @@ def test_missing_pod_is_created_with_its_configmap_first():
     decision = decide(keep=["p-0"], retire=[], pods={}, nodes={}, configmaps_current={},
                       wanted_hash=HASH, failover=Failover(), now=NOW)
     assert decision.configmaps == ("p-0",)
-    assert decision.creates == (members.CreatePod("p-0"),)
+    assert [c.member for c in decision.creates] == ["p-0"]
+    assert decision.creates[0].event.reason == "CreatedPod"
 
 
 def test_failed_or_evicted_pod_is_deleted_by_uid_and_not_recreated_in_the_same_cycle():
     decision = run([pod("p-0"), pod("p-1", phase="Failed", reason="Evicted", ready=False), pod("p-2")])
     assert decision.deletes == (members.DeletePod("p-1", "uid-p-1", "ReplacingPod", force=False),)
     assert not decision.creates
-    assert "Evicted" in decision.events[0].message
+    assert "Evicted" in decision.deletes[0].event.message
 
 
 def test_terminating_pod_on_a_live_node_is_waited_for():
