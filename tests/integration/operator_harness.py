@@ -11,9 +11,11 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -76,12 +78,14 @@ def pool_manifest(name: str, *, cloud_name: str, resource_class: str, **spec: An
 class OperatorProcess:
     """One `ironic-shard-operator run` process watching `namespace` (Lease there too)."""
 
-    def __init__(self, api: KubeAPI, namespace: str, identity: str, log_dir: Path) -> None:
+    def __init__(self, api: KubeAPI, namespace: str, identity: str, log_dir: Path,
+                 **env: str) -> None:
         self.identity = identity
         self.log_path = log_dir / f"operator-{identity}.log"
         self._env = dict(api.env, WATCH_NAMESPACES=namespace, POD_NAMESPACE=namespace,
                          POD_NAME=identity, METRICS_PORT="0", HEALTH_PORT="0",
                          PYTHONPATH=str(REPO / "operator"))
+        self._env.update(env)
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
@@ -119,6 +123,21 @@ class OperatorProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def http_get(port: int, path: str) -> str:
+    """The body of http://127.0.0.1:port/path, or "" while nothing answers there."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.read().decode()
+    except OSError:
+        return ""
 
 
 def lease_holder(client: KubeClient, namespace: str) -> str:

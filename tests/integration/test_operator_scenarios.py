@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.operator_harness import (
-    POOLS, OperatorProcess, condition, create_secrets, events, get_pool, install_crd, is_ready,
+    POOLS, OperatorProcess, condition, create_secrets, events, free_port, get_pool, http_get,
+    install_crd, is_ready,
     lease_holder, loads, member_pods, patch_spec, pool_manifest, ready_members, settle,
 )
 from tests.support.ironic_service import (
@@ -42,8 +43,8 @@ def operators(kube_api: KubeAPI, kube_namespace: str, tmp_path: Path, crd: None)
     operator removes its finalizer) and stop every process, printing their logs."""
     started: list[OperatorProcess] = []
 
-    def start(identity: str) -> OperatorProcess:
-        process = OperatorProcess(kube_api, kube_namespace, identity, tmp_path).start()
+    def start(identity: str, **env: str) -> OperatorProcess:
+        process = OperatorProcess(kube_api, kube_namespace, identity, tmp_path, **env).start()
         started.append(process)
         return process
 
@@ -297,8 +298,14 @@ def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
 def test_a_leader_that_loses_its_lease_stops_at_once(kube_api: KubeAPI, kube_namespace: str,
                                                      operators) -> None:
     client, ns = kube_api.client, kube_namespace
-    leader = operators("op-a")
+    health, metrics = free_port(), free_port()
+    leader = operators("op-a", HEALTH_PORT=str(health), METRICS_PORT=str(metrics))
     kube_api.wait_for(lambda: lease_holder(client, ns) == "op-a", timeout=30, what="op-a leading")
+    assert kube_api.wait_for(lambda: http_get(health, "/healthz"), timeout=10) == "ok leader\n"
+    assert "ironic_shard_leader 1.0" in http_get(metrics, "/metrics")
+    standby_health = free_port()
+    operators("op-b", HEALTH_PORT=str(standby_health))
+    assert kube_api.wait_for(lambda: http_get(standby_health, "/healthz"), timeout=10) == "ok standby\n"
     # Someone else writes the Lease (e.g. a replica that saw op-a's record go stale).
     lease = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/ironic-shard-operator")
     lease["spec"].update(holderIdentity="intruder", renewTime=datetime.datetime.now(datetime.UTC)
