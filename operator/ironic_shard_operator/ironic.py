@@ -381,6 +381,9 @@ class IronicAdapter:
         for attempt in range(self.retry_attempts):
             if attempt:
                 time.sleep(self.backoff(attempt - 1))
+                if stop is not None and stop.is_set():
+                    result.not_attempted += len(pending)
+                    return
             try:
                 current = self._recheck(pending, known)
             except _Retry as error:

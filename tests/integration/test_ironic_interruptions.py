@@ -156,3 +156,34 @@ def test_ironic_stopped_mid_cycle_gives_one_clear_error_and_the_cycle_recovers_a
     assert max(loads.values()) - min(loads.values()) <= 1, loads
     # Not asserted: after == final. Which member takes the one node of rounding
     # (1000 / 9) depends on what members hold when the cycle re-plans; see the report.
+
+
+def test_a_cycle_asked_to_stop_ends_between_writes_and_the_next_one_finishes(
+        ironic_service: IronicService, converged_pool):
+    """The operator's shutdown path: `stop` ends the writing early, cleanly accounted."""
+    pool_class, owners = converged_pool(NODES, members=10, name="stopped")
+    adapter = ironic_service.adapter(pool_class)
+    spec, members = PoolSpec(POOL, replicas=11), ready_members(11)
+    stop = threading.Event()
+    reports = []
+    worker = threading.Thread(target=lambda: reports.append(
+        run_cycle(adapter, spec, members, stop=stop)))
+    worker.start()
+    deadline = time.monotonic() + WAIT_SECONDS
+    while adapter.writes_made < 20 and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    worker.join(timeout=WAIT_SECONDS)
+
+    assert not worker.is_alive() and len(reports) == 1
+    first = reports[0].applied
+    assert first.not_attempted > 0, "the cycle finished before it was asked to stop"
+    assert first.applied + first.skipped == first.planned
+    halfway = shards_of(ironic_service, pool_class)
+    assert sum(halfway[node] != owner for node, owner in owners.items()) == first.applied
+
+    second = run_cycle(adapter, spec, members)
+
+    assert second.moves_applied == first.planned - first.applied
+    loads = Counter(shards_of(ironic_service, pool_class).values())
+    assert max(loads.values()) - min(loads.values()) <= 1, loads
