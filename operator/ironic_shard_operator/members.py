@@ -322,8 +322,9 @@ def _handle_pod(pod: PodView, nodes: Mapping[str, NodeView], failover: Failover,
         return MemberState(member, "Replacing", f"node {pod.node_name} is unreachable")
     if pod.phase in ("Failed", "Succeeded"):
         why = pod.reason or pod.phase.lower()
+        what = "was evicted" if pod.reason == "Evicted" else f"ended ({why})"
         out.delete(pod, "ReplacingPod",
-                   f"Replacing pod {member}: it {'was ' + why if pod.reason else why}; "
+                   f"Replacing pod {member}: it {what}; "
                    "a new pod with the same name follows once it is gone")
         return MemberState(member, "Replacing", f"pod {pod.phase} ({why})")
     if pod.crash_looping and pod.restarts >= CRASH_LOOP_RESTARTS and not pod.ready:

@@ -46,7 +46,7 @@ def test_failed_or_evicted_pod_is_deleted_by_uid_and_not_recreated_in_the_same_c
     decision = run([pod("p-0"), pod("p-1", phase="Failed", reason="Evicted", ready=False), pod("p-2")])
     assert decision.deletes == (members.DeletePod("p-1", "uid-p-1", "ReplacingPod", force=False),)
     assert not decision.creates
-    assert "Evicted" in decision.deletes[0].event.message
+    assert "was evicted" in decision.deletes[0].event.message
 
 
 def test_terminating_pod_on_a_live_node_is_waited_for():
