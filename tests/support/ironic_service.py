@@ -167,13 +167,14 @@ def seed_nodes_directly_in_db(service: IronicService, count: int, *, resource_cl
     template = enrol_nodes(service, 1, resource_class=resource_class)[0]
     set_provision_state(service, template, "manage", "manageable")
     set_provision_state(service, template, "provide", "available")
+    wait_unlocked(service, template)  # else the copies would carry the conductor's lock
     uuids = [template] + [str(uuid.uuid4()) for _ in range(count - 1)]
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
     with sqlite3.connect(service.database, timeout=30) as db:
         db.row_factory = sqlite3.Row
         row = dict(db.execute("SELECT * FROM nodes WHERE uuid = ?", (template,)).fetchone())
         row.update(conductor_group=conductor_group, shard=shard, created_at=now,
-                   updated_at=None, name=None)
+                   updated_at=None, name=None, reservation=None)
         del row["id"]
         columns = list(row)
         db.execute("UPDATE nodes SET conductor_group = ?, shard = ? WHERE uuid = ?",
@@ -196,6 +197,16 @@ def set_provision_state(service: IronicService, node: str, target: str, expect: 
         if time.monotonic() > deadline:
             raise AssertionError(f"node {node} stuck in {state} waiting for {expect}")
         time.sleep(0.1)
+
+
+def wait_unlocked(service: IronicService, node: str, timeout: float = 30.0) -> None:
+    """Wait until no conductor holds `node`'s lock (it is released just after the state
+    change a workflow reports)."""
+    deadline = time.monotonic() + timeout
+    while service.request("GET", f"/nodes/{node}?fields=reservation").json()["reservation"]:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"node {node} still locked after {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def claim_for_instance(service: IronicService, nodes: Sequence[str]) -> None:
