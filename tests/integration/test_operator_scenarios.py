@@ -151,7 +151,8 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     pinned_unmoved()
 
     # 3. Scale to 5; the leader is killed while it works; the standby takes over.
-    patch_spec(client, ns, POOL, {"replicas": 5})
+    # Through the scale subresource, as `kubectl scale ics/rack-a --replicas=5` does.
+    client.patch(f"{POOLS.format(ns=ns)}/{POOL}/scale", {"spec": {"replicas": 5}})
     wait(lambda: {f"{POOL}-3", f"{POOL}-4"} <= set(member_pods(client, ns, POOL)), timeout=30,
          what="pods for the new members")
     leader = first if lease_holder(client, ns) == first.identity else second
