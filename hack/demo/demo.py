@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 import yaml  # noqa: E402
 
 from tests.support.ironic_service import running_ironic, shards_of  # noqa: E402
-from tests.support.kube_api import KubeAPIError, KubeClient  # noqa: E402
+from tests.support.kube_api import FAKE_NODE_LABEL, KubeAPIError, KubeClient  # noqa: E402
 
 POOL = "rack-a"
 NAMESPACE = "ironic-demo"
@@ -190,6 +190,13 @@ def run(nodes: int, with_instances: int, workdir: Path) -> None:
             kubeconfig.write_text(kubeconfig_text(emulator.url))
             say(f"Started the local Kubernetes API emulator at {emulator.url} (no cluster given)")
         client = KubeClient(kubeconfig)
+        real_nodes = [n["metadata"]["name"] for n in client.get("/api/v1/nodes")["items"]
+                      if FAKE_NODE_LABEL not in (n["metadata"].get("labels") or {})]
+        if real_nodes:
+            raise SystemExit(
+                f"demo: the cluster in KUBECONFIG has real nodes ({', '.join(real_nodes[:3])}); the demo's "
+                "pods are played by a fake kubelet and would never run there. Unset KUBECONFIG for the "
+                "local emulator, or use hack/kind-e2e.sh for a cluster with kubelets.")
         apply_objects(client, ironic.clouds_yaml)
         stack.callback(_delete_namespace, client)
 
