@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 
 from ironic_shard_operator.cycle import run_cycle
-from ironic_shard_operator.model import PoolSpec
+from ironic_shard_operator.model import Observation, PoolSpec
+from ironic_shard_operator.planner import plan
 from tests.integration.conftest import POOL, members_with_down, ready_members
 from tests.support.ironic_service import (
     IronicService,
@@ -113,3 +114,34 @@ def test_nodes_enrolled_later_are_adopted_by_the_next_cycle_and_nothing_else_mov
     assert {node for node, owner in after.items() if owners.get(node) != owner} == set(new_nodes)
     assert adapter.writes_made - writes == len(new_nodes)
     assert Counter(after.values()) == {f"{POOL}-{i}": (NODES + 10) // 10 for i in range(10)}
+
+
+def test_nodes_claimed_between_observation_and_write_are_never_moved(
+        ironic_service: IronicService, converged_pool):
+    """Nova claims nodes (and someone moves one by hand) after the plan was made: the
+    bulk re-read before each batch of writes catches them, with one listing per batch."""
+    pool_class, owners = converged_pool(NODES, members=10, name="claimed-meanwhile")
+    adapter = ironic_service.adapter(pool_class)
+    now = time.time()
+    observed = adapter.list_nodes()
+    decision = plan(Observation(PoolSpec(POOL, replicas=10),
+                                tuple(members_with_down(10, down={3}, now=now)), observed, now))
+    moving = [move.node_uuid for move in decision.moves]
+    claimed, provisioning, moved_by_hand = moving[:3], moving[-2:], moving[50]
+    claim_for_instance(ironic_service, claimed)
+    set_provision_state_directly_in_db(ironic_service, provisioning, "deploying", "active")
+    ironic_service.request("PATCH", f"/nodes/{moved_by_hand}",
+                           json=[{"op": "add", "path": "/shard", "value": "by-hand"}])
+    reads, writes = adapter.requests_made - adapter.writes_made, adapter.writes_made
+
+    result = adapter.apply_moves(decision.moves, observed)
+
+    after = shards_of(ironic_service, pool_class)
+    assert all(after[node] == owners[node] for node in claimed + provisioning), \
+        "a node claimed after the observation was moved"
+    assert after[moved_by_hand] == "by-hand"
+    assert (result.skipped_claimed, result.skipped_changed) == (5, 1)
+    assert result.applied == adapter.writes_made - writes == len(moving) - 6
+    batches = math.ceil(len(moving) / adapter.batch_size)
+    assert adapter.requests_made - adapter.writes_made - reads == batches, \
+        "the re-check must be one listing per batch, not one read per node"
