@@ -1,0 +1,280 @@
+"""Nova's side of a pool, audited against Ironic: findings and the Nova writes they call for.
+
+Pure: observations in (Nova's compute services and hypervisors, the pool's Ironic nodes,
+its members' readiness, the clock), decisions out. The shell (reconcile.py) reads Nova
+through nova.py and carries the decisions out.
+
+What Nova shows, and why it can be trusted as the judge (Nova 2024.1+, `[ironic]shard`):
+each Ironic node has at most one compute-node record, named by the node's UUID, whose
+`host` is the nova-compute service that last reported it. A member whose shard gains a
+free node takes the record over at its next resource-tracker cycle; a member that stops
+reporting a node keeps the record (Nova deletes it only when the Ironic node is gone).
+A node with an instance is reported only by the host of that instance, so its record's
+host IS the instance's host: the audit reads the instance's host from the hypervisor list
+(no server listing needed).
+
+Findings (`Finding.kind`):
+- `duplicate`: a managed node listed under two or more computes (reported at once);
+- `unlisted`: a node owned by a member but not listed under that member's compute (under
+  none, or still under another) for longer than two update intervals (the members' resource
+  cycle, `update_interval()`); the first time it was seen so is carried from audit to audit
+  in `since` (kept in memory: after an operator restart the clock starts again);
+- `misplaced`: a node with an instance, listed under exactly one host that is not its shard.
+  No compute serves it (SPEC section 8); with `repair` the audit hands it over explicitly:
+  a Move setting its shard to the instance's host, when that host is a member of the pool.
+  This is the one audited exception to "the ring never moves a pinned node" (invariant 2);
+- `unmapped`: a member whose service is up and owns nodes, but Nova lists no node under it
+  for longer than two update intervals (its host is not mapped to a cell: the deployment's
+  host discovery has not run for it).
+
+Decisions:
+- `forced_down_changes()`: force a member's service down once the member has not been ready
+  for `failover.rebalanceAfterSeconds`; clear it as soon as the member is ready again (Nova
+  never clears it itself). Level-triggered: whoever set the flag, a ready member has it
+  cleared.
+- `AuditReport.deletions`: the service of a host that is a member name of this pool but no
+  member any more (removed by scale-down: no pod, no ConfigMap), once no managed node has it
+  as shard and Nova lists no managed node under it. Nova refusing (instances left, HTTP 409)
+  is remembered by the shell (`refused`) and retried only after `REFUSAL_RETRY_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import configparser
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .model import Member, Move, Node, member_ordinal
+
+# Nova's default spacing of its periodic tasks when update_resources_interval is 0.
+NOVA_DEFAULT_UPDATE_INTERVAL = 60.0
+# A node may legitimately be listed elsewhere (or nowhere) for one resource cycle of its new
+# owner; two cycles without it is a finding.
+UPDATE_INTERVALS_BEFORE_FINDING = 2
+# After Nova refused to delete a service (instances left), ask again only after this long.
+REFUSAL_RETRY_SECONDS = 300.0
+# How many findings the status and Events spell out (the counts cover all of them).
+EXAMPLES = 5
+
+DUPLICATE, UNLISTED, MISPLACED, UNMAPPED = "duplicate", "unlisted", "misplaced", "unmapped"
+FINDING_KINDS = (DUPLICATE, UNLISTED, MISPLACED, UNMAPPED)
+
+
+class ServiceRecord(Protocol):
+    """A nova-compute service as the audit needs it (nova.ComputeService has these)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def up(self) -> bool: ...
+    @property
+    def forced_down(self) -> bool: ...
+
+
+class HypervisorRecord(Protocol):
+    """One compute-node record (nova.Hypervisor has these): Ironic node and reporting host."""
+
+    @property
+    def node_uuid(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Something wrong in Nova's view of the pool; `subject` is a node uuid or member name."""
+
+    kind: str
+    subject: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedDownChange:
+    """Set (`forced_down` True) or clear the flag on `service`, the service of `member`."""
+
+    member: str
+    service: ServiceRecord
+    forced_down: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceDeletion:
+    """Delete `service`: its host was a member of the pool and is gone for good."""
+
+    service: ServiceRecord
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Nova refused to delete the service of a host at `at` (epoch seconds), saying `reason`."""
+
+    at: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    """One audit: findings, what to delete or hand over, and the memory for the next audit.
+
+    `since` maps a pending finding's key to when it was first seen; pass it to the next
+    audit. `waiting` explains, per retired host, why its service is not deleted yet.
+    `repairs` are explicit handovers of misplaced nodes (only with repair enabled).
+    """
+
+    findings: tuple[Finding, ...] = ()
+    since: Mapping[str, float] = field(default_factory=dict)
+    deletions: tuple[ServiceDeletion, ...] = ()
+    waiting: Mapping[str, str] = field(default_factory=dict)
+    repairs: tuple[Move, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        """Findings per kind, every kind present (zeros included)."""
+        found = Counter(f.kind for f in self.findings)
+        return {kind: found[kind] for kind in FINDING_KINDS}
+
+
+def update_interval(nova_conf: str | None) -> float:
+    """Seconds between two resource-tracker cycles of the members, read from the base
+    nova.conf they run: `[DEFAULT]update_resources_interval` when positive, else Nova's
+    default periodic spacing (60 s). An unreadable file counts as the default."""
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    try:
+        parser.read_string(nova_conf or "")
+        value = float(parser.get("DEFAULT", "update_resources_interval", fallback="0"))
+    except (configparser.Error, ValueError):
+        return NOVA_DEFAULT_UPDATE_INTERVAL
+    return value if value > 0 else NOVA_DEFAULT_UPDATE_INTERVAL
+
+
+def forced_down_changes(members: Iterable[Member], services: Mapping[str, ServiceRecord],
+                        grace_seconds: float, now: float) -> tuple[ForcedDownChange, ...]:
+    """The forced_down writes one cycle needs, at most one per member.
+
+    A member not ready for `grace_seconds` or longer (`Member.since`: when it lost
+    readiness) gets its service forced down, so Nova treats it as dead at once (and an
+    administrator may move its instances' compute nodes). A ready member's forced-down
+    service is cleared. A member that was never ready, or has no service, needs nothing.
+    """
+    changes = []
+    for member in members:
+        service = services.get(member.name)
+        if service is None:
+            continue
+        if member.ready and service.forced_down:
+            changes.append(ForcedDownChange(
+                member.name, service, False,
+                f"Cleared forced_down of Nova compute service {member.name}: the member is ready again"))
+        elif (not member.ready and member.since is not None and not service.forced_down
+              and now - member.since >= grace_seconds):
+            changes.append(ForcedDownChange(
+                member.name, service, True,
+                f"Forced Nova compute service {member.name} down: the member has not been "
+                f"ready for {now - member.since:.0f}s (failover.rebalanceAfterSeconds "
+                f"{grace_seconds:g})"))
+    return tuple(changes)
+
+
+def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
+          hypervisors: Iterable[HypervisorRecord], services: Mapping[str, ServiceRecord],
+          since: Mapping[str, float], now: float, interval: float, repair: bool = False,
+          refused: Mapping[str, Refusal] | None = None) -> AuditReport:
+    """Compare Nova's hypervisor list with the pool's Ironic nodes; see the module doc.
+
+    `identities` are the pool's current members (a pod or a ConfigMap exists); `nodes`
+    the pool's managed Ironic nodes; `services` every nova-compute service by host;
+    `since` the memory returned by the previous audit; `interval` the members' update
+    interval in seconds; `refused` the hosts whose service deletion Nova refused.
+    """
+    members = set(identities)
+    refused = refused or {}
+    patience = UPDATE_INTERVALS_BEFORE_FINDING * interval
+    listed: defaultdict[str, list[str]] = defaultdict(list)
+    under_host: defaultdict[str, set[str]] = defaultdict(set)
+    managed = {node.uuid for node in nodes}
+    for hypervisor in hypervisors:
+        if hypervisor.node_uuid in managed:
+            listed[hypervisor.node_uuid].append(hypervisor.host)
+            under_host[hypervisor.host].add(hypervisor.node_uuid)
+
+    findings: list[Finding] = []
+    next_since: dict[str, float] = {}
+    repairs: list[Move] = []
+
+    def persisting(key: str) -> float | None:
+        """Seconds `key` has been pending if past the patience, else None (and remember it)."""
+        first = since.get(key, now)
+        next_since[key] = first
+        return now - first if now - first > patience else None
+
+    owned: Counter[str] = Counter()
+    for node in sorted(nodes, key=lambda n: n.uuid):
+        hosts = sorted(set(listed.get(node.uuid, ())))
+        if node.shard is not None:
+            owned[node.shard] += 1
+        if len(hosts) > 1:
+            findings.append(Finding(DUPLICATE, node.uuid,
+                                    f"node {node.uuid} is listed under {len(hosts)} computes "
+                                    f"({', '.join(hosts)})"))
+        elif node.instance_uuid and hosts and hosts[0] != node.shard:
+            host = hosts[0]
+            findings.append(Finding(MISPLACED, node.uuid,
+                                    f"node {node.uuid} has an instance on {host} but its shard is "
+                                    f"{node.shard or '(none)'}: no compute serves it"))
+            if repair and host in members:
+                repairs.append(Move(node.uuid, node.shard, host))
+        elif node.shard in members and hosts != [node.shard]:
+            pending = persisting(f"{UNLISTED}:{node.uuid}")
+            if pending is not None:
+                where = f"under {hosts[0]}" if hosts else "under no compute"
+                findings.append(Finding(UNLISTED, node.uuid,
+                                        f"node {node.uuid} (shard {node.shard}) is listed {where} "
+                                        f"for {pending:.0f}s"))
+
+    for member in sorted(members, key=lambda m: (member_ordinal(pool, m) or 0, m)):
+        service = services.get(member)
+        if service is None or not service.up or not owned[member] or under_host.get(member):
+            continue
+        pending = persisting(f"{UNMAPPED}:{member}")
+        if pending is not None:
+            findings.append(Finding(UNMAPPED, member,
+                                    f"member {member} is up and owns {owned[member]} nodes, but Nova "
+                                    f"lists none under it for {pending:.0f}s: is its host mapped to a "
+                                    "cell (nova-manage cell_v2 discover_hosts)?"))
+
+    deletions: list[ServiceDeletion] = []
+    waiting: dict[str, str] = {}
+    for host, service in sorted(services.items()):
+        if member_ordinal(pool, host) is None or host in members:
+            continue
+        if owned[host]:
+            waiting[host] = (f"{owned[host]} Ironic nodes still have shard {host}; its Nova "
+                             "service is deleted once they are freed or handed over")
+        elif under_host.get(host):
+            waiting[host] = (f"Nova still lists {len(under_host[host])} of the pool's nodes under "
+                             f"{host}; its service is deleted once their new owners took them over")
+        elif host in refused and now - refused[host].at < REFUSAL_RETRY_SECONDS:
+            waiting[host] = f"Nova refused to delete its service: {refused[host].reason}"
+        else:
+            deletions.append(ServiceDeletion(
+                service, f"Deleted Nova compute service {host}: the member was removed by "
+                         "scale-down and owns no node any more"))
+    return AuditReport(findings=tuple(findings), since=next_since, deletions=tuple(deletions),
+                       waiting=waiting, repairs=tuple(repairs))
+
+
+def summary(findings: Sequence[Finding]) -> str:
+    """One sentence for a condition or an Event: counts per kind, then a few examples."""
+    if not findings:
+        return "Nova lists every node under the compute of its owner"
+    found = Counter(f.kind for f in findings)
+    counts = ", ".join(f"{found[kind]} {kind}" for kind in FINDING_KINDS if found[kind])
+    examples = "; ".join(f.message for f in findings[:EXAMPLES])
+    more = f"; and {len(findings) - EXAMPLES} more" if len(findings) > EXAMPLES else ""
+    return f"Nova audit: {counts}: {examples}{more}"

@@ -1,0 +1,256 @@
+"""The Nova audit: findings (duplicate, unlisted, misplaced, unmapped) and the Nova writes it
+decides (forced_down set/clear, service deletion, explicit handover of misplaced nodes)."""
+
+from hypothesis import given, strategies as st
+
+from ironic_shard_operator.audit import (
+    DUPLICATE, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, UNLISTED, UNMAPPED,
+    Refusal, audit, forced_down_changes, summary, update_interval,
+)
+from ironic_shard_operator.model import Member, Move, Node
+from ironic_shard_operator.nova import ComputeService, Hypervisor
+
+NOW = 1_800_000_000.0
+INTERVAL = 10.0
+POOL = "rack"
+MEMBERS = ("rack-0", "rack-1", "rack-2")
+
+
+def service(host, *, up=True, forced_down=False):
+    return ComputeService(id=f"id-{host}", host=host, up=up and not forced_down, enabled=True,
+                          forced_down=forced_down)
+
+
+def services(*hosts, changed=()):
+    """Up services for `hosts`, with the ServiceRecords in `changed` instead where given."""
+    by_host = {s.host: s for s in changed}
+    return {h: by_host.get(h) or service(h) for h in hosts}
+
+
+def listing(owners):
+    """Hypervisors from {node: host or [hosts]}."""
+    out = []
+    for node, hosts in owners.items():
+        for host in [hosts] if isinstance(hosts, str) else hosts:
+            out.append(Hypervisor(node_uuid=node, host=host, up=True, enabled=True))
+    return out
+
+
+def nodes_of(shards, instances=()):
+    return [Node(uuid=u, shard=s, instance_uuid=f"inst-{u}" if u in instances else None)
+            for u, s in shards.items()]
+
+
+def run(nodes, hypervisors, *, since=None, now=NOW, identities=MEMBERS, nova_services=None,
+        repair=False, refused=None):
+    return audit(pool=POOL, identities=identities, nodes=nodes, hypervisors=hypervisors,
+                 services=nova_services if nova_services is not None else services(*identities),
+                 since=since or {}, now=now, interval=INTERVAL, repair=repair, refused=refused)
+
+
+def kinds(report):
+    return sorted((f.kind, f.subject) for f in report.findings)
+
+
+# ---- a consistent pool ------------------------------------------------------------------
+
+
+def test_every_node_under_its_owner_is_clean_and_decides_nothing():
+    shards = {f"n{i}": MEMBERS[i % 3] for i in range(9)}
+    report = run(nodes_of(shards, instances={"n0", "n1"}), listing(shards))
+    assert report.findings == () and report.deletions == () and report.repairs == ()
+    assert report.since == {} and report.waiting == {}
+    assert report.counts() == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0}
+    assert summary(report.findings) == "Nova lists every node under the compute of its owner"
+
+
+def test_hypervisors_of_other_pools_are_not_our_business():
+    shards = {"n0": "rack-0"}
+    report = run(nodes_of(shards), listing({"n0": "rack-0", "x1": ["other-0", "other-1"]}))
+    assert report.findings == ()
+
+
+# ---- duplicate ---------------------------------------------------------------------------
+
+
+def test_a_node_under_two_computes_is_reported_at_once():
+    report = run(nodes_of({"n0": "rack-0"}), listing({"n0": ["rack-0", "rack-1"]}))
+    assert kinds(report) == [(DUPLICATE, "n0")]
+    assert "rack-0, rack-1" in report.findings[0].message
+
+
+# ---- unlisted ----------------------------------------------------------------------------
+
+
+def test_a_node_not_under_its_owner_is_reported_only_after_two_update_intervals():
+    nodes = nodes_of({"n0": "rack-0", "n1": "rack-1", "n2": "rack-0", "n3": "rack-1"})
+    hypervisors = listing({"n1": "rack-2", "n2": "rack-0", "n3": "rack-1"})  # n0 under none,
+    # n1 still under its old owner
+    first = run(nodes, hypervisors)
+    assert first.findings == ()
+    assert first.since == {f"{UNLISTED}:n0": NOW, f"{UNLISTED}:n1": NOW}
+
+    still = run(nodes, hypervisors, since=first.since, now=NOW + 2 * INTERVAL)
+    assert still.findings == () and still.since == first.since  # exactly two: not yet
+
+    late = run(nodes, hypervisors, since=still.since, now=NOW + 2 * INTERVAL + 1)
+    assert kinds(late) == [(UNLISTED, "n0"), (UNLISTED, "n1")]
+    messages = {f.subject: f.message for f in late.findings}
+    assert "under no compute for 21s" in messages["n0"]
+    assert "under rack-2" in messages["n1"]
+
+
+def test_the_memory_of_a_resolved_node_is_dropped():
+    nodes = nodes_of({"n0": "rack-0", "n1": "rack-0"})
+    pending = run(nodes, listing({"n1": "rack-0"}), now=NOW)
+    resolved = run(nodes, listing({"n0": "rack-0", "n1": "rack-0"}), since=pending.since, now=NOW + 5)
+    assert resolved.since == {}
+    again = run(nodes, listing({"n1": "rack-0"}), since=resolved.since, now=NOW + 100)  # a fresh clock, no finding yet
+    assert again.findings == () and again.since == {f"{UNLISTED}:n0": NOW + 100}
+
+
+def test_nodes_not_owned_by_a_member_are_not_expected_anywhere():
+    nodes = nodes_of({"n0": None, "n1": "gone-7", "n2": "rack-9"})
+    report = run(nodes, [], since={f"{UNLISTED}:{n}": NOW - 999 for n in ("n0", "n1", "n2")})
+    assert report.findings == () and report.since == {}
+
+
+# ---- misplaced and the explicit handover ---------------------------------------------------
+
+
+def test_a_node_whose_instance_is_on_another_host_is_misplaced_and_left_alone_by_default():
+    nodes = nodes_of({"n0": "rack-1", "n1": None}, instances={"n0", "n1"})
+    report = run(nodes, listing({"n0": "rack-0", "n1": "rack-2"}))
+    assert kinds(report) == [(MISPLACED, "n0"), (MISPLACED, "n1")]
+    assert "instance on rack-0 but its shard is rack-1" in report.findings[0].message
+    assert report.repairs == ()
+
+
+def test_repair_hands_a_misplaced_node_over_to_its_instance_host_only_if_that_is_a_member():
+    nodes = nodes_of({"n0": "rack-1", "n1": None, "n2": "rack-0"}, instances={"n0", "n1", "n2"})
+    report = run(nodes, listing({"n0": "rack-0", "n1": "rack-2", "n2": "legacy-compute"}),
+                 repair=True)
+    assert report.repairs == (Move("n0", "rack-1", "rack-0"), Move("n1", None, "rack-2"))
+    assert kinds(report) == [(MISPLACED, "n0"), (MISPLACED, "n1"), (MISPLACED, "n2")]
+
+
+def test_a_free_node_still_under_its_old_owner_is_not_misplaced():
+    report = run(nodes_of({"n0": "rack-1"}), listing({"n0": "rack-0"}), repair=True)
+    assert report.repairs == () and report.findings == ()  # a move in flight: unlisted, pending
+
+
+# ---- unmapped members ------------------------------------------------------------------------
+
+
+def test_an_up_member_with_nodes_but_nothing_listed_is_unmapped_after_two_intervals():
+    nodes = nodes_of({"n0": "rack-0", "n1": "rack-1"})
+    hypervisors = listing({"n0": "rack-0"})
+    first = run(nodes, hypervisors)
+    assert first.since.keys() == {f"{UNLISTED}:n1", f"{UNMAPPED}:rack-1"}
+    later = run(nodes, hypervisors, since=first.since, now=NOW + 3 * INTERVAL)
+    assert kinds(later) == [(UNLISTED, "n1"), (UNMAPPED, "rack-1")]
+    assert "discover_hosts" in next(f.message for f in later.findings if f.kind == UNMAPPED)
+
+
+def test_a_down_member_or_one_without_nodes_is_not_unmapped():
+    nodes = nodes_of({"n0": "rack-0"})
+    down = services(*MEMBERS, changed=[service("rack-0", up=False)])
+    report = run(nodes, [], nova_services=down, since={f"{UNMAPPED}:rack-0": NOW - 999,
+                                                       f"{UNMAPPED}:rack-1": NOW - 999})
+    assert report.counts()[UNMAPPED] == 0
+    assert f"{UNMAPPED}:rack-1" not in report.since  # owns nothing: expected to list nothing
+
+
+# ---- services of removed members ----------------------------------------------------------
+
+
+def test_the_service_of_a_removed_member_is_deleted_once_nova_lists_none_of_our_nodes_under_it():
+    nodes = nodes_of({"n0": "rack-0", "n1": "rack-1"})
+    everyone = services("rack-0", "rack-1", "rack-2", "other-3", "rack")
+    taking_over = run(nodes, listing({"n0": "rack-0", "n1": "rack-2"}),
+                      identities=("rack-0", "rack-1"), nova_services=everyone)
+    assert taking_over.deletions == ()
+    assert "lists 1 of the pool's nodes under rack-2" in taking_over.waiting["rack-2"]
+
+    taken = run(nodes, listing({"n0": "rack-0", "n1": "rack-1", "x9": "rack-2"}),
+                identities=("rack-0", "rack-1"), nova_services=everyone)
+    assert [d.service.host for d in taken.deletions] == ["rack-2"]  # not other-3, not "rack"
+    assert taken.waiting == {}
+
+
+def test_a_removed_member_that_still_owns_nodes_in_ironic_keeps_its_service():
+    nodes = nodes_of({"n0": "rack-2"}, instances={"n0"})
+    report = run(nodes, listing({"n0": "rack-2"}), identities=("rack-0",),
+                 nova_services=services("rack-0", "rack-2"))
+    assert report.deletions == ()
+    assert "1 Ironic nodes still have shard rack-2" in report.waiting["rack-2"]
+
+
+def test_a_refused_deletion_waits_before_it_is_asked_again():
+    refused = {"rack-2": Refusal(NOW - 10, "Unable to delete compute service that is hosting instances")}
+    kwargs = dict(identities=("rack-0",), nova_services=services("rack-0", "rack-2"), refused=refused)
+    report = run([], [], **kwargs)
+    assert report.deletions == ()
+    assert "hosting instances" in report.waiting["rack-2"]
+    later = run([], [], now=NOW - 10 + REFUSAL_RETRY_SECONDS, **kwargs)
+    assert [d.service.host for d in later.deletions] == ["rack-2"]
+
+
+# ---- forced_down ----------------------------------------------------------------------------
+
+
+GRACE = 30.0
+
+
+def test_forced_down_is_set_only_once_the_grace_has_run_out():
+    nova = services(*MEMBERS)
+    within = [Member("rack-1", ready=False, since=NOW - GRACE + 1)]
+    assert forced_down_changes(within, nova, GRACE, NOW) == ()
+    outlasted = [Member("rack-1", ready=False, since=NOW - GRACE)]
+    change, = forced_down_changes(outlasted, nova, GRACE, NOW)
+    assert (change.member, change.forced_down, change.service.id) == ("rack-1", True, "id-rack-1")
+    assert "not been ready for 30s" in change.message
+
+
+def test_forced_down_is_cleared_as_soon_as_the_member_is_ready_and_never_repeated():
+    forced = services(*MEMBERS, changed=[service("rack-1", forced_down=True)])
+    change, = forced_down_changes([Member("rack-1", ready=True, since=NOW)], forced, GRACE, NOW)
+    assert change.forced_down is False
+    # already forced: nothing to write; never ready (since None) or no service: nothing either
+    assert forced_down_changes([Member("rack-1", ready=False, since=NOW - 999)], forced, GRACE, NOW) == ()
+    assert forced_down_changes([Member("rack-0", ready=False, since=None)], forced, GRACE, NOW) == ()
+    assert forced_down_changes([Member("rack-7", ready=False, since=NOW - 999)], forced, GRACE, NOW) == ()
+
+
+@given(ready=st.booleans(), forced=st.booleans(), lost=st.integers(0, 1000), grace=st.integers(0, 500))
+def test_forced_down_decisions_are_a_fixed_point(ready, forced, lost, grace):
+    """Applying the decided change once leaves nothing to decide (no write on the next cycle)."""
+    member = Member("rack-0", ready=ready, since=NOW - lost)
+    nova = {"rack-0": service("rack-0", forced_down=forced)}
+    changes = forced_down_changes([member], nova, grace, NOW)
+    after = {"rack-0": service("rack-0", forced_down=changes[0].forced_down)} if changes else nova
+    assert forced_down_changes([member], after, grace, NOW) == ()
+    expected = False if ready else (True if lost >= grace else forced)  # within the grace: untouched
+    assert after["rack-0"].forced_down == expected
+
+
+# ---- the update interval --------------------------------------------------------------------
+
+
+def test_the_update_interval_comes_from_the_members_nova_conf():
+    assert update_interval("[DEFAULT]\nupdate_resources_interval = 10\n") == 10.0
+    assert update_interval("[DEFAULT]\nhost = x\n") == NOVA_DEFAULT_UPDATE_INTERVAL
+    assert update_interval("[DEFAULT]\nupdate_resources_interval = 0\n") == NOVA_DEFAULT_UPDATE_INTERVAL
+    assert update_interval("[DEFAULT]\nupdate_resources_interval = -1\n") == NOVA_DEFAULT_UPDATE_INTERVAL
+    assert update_interval("not an ini file [") == NOVA_DEFAULT_UPDATE_INTERVAL
+    assert update_interval(None) == NOVA_DEFAULT_UPDATE_INTERVAL
+    # oslo.config files repeat keys (multi-valued options): that must not break the reading
+    assert update_interval("[DEFAULT]\ndebug = true\ndebug = false\nupdate_resources_interval = 5\n") == 5.0
+
+
+def test_summary_counts_every_kind_and_spells_out_a_few():
+    nodes = nodes_of({f"n{i}": "rack-0" for i in range(8)})
+    report = run(nodes, listing({f"n{i}": ["rack-0", "rack-1"] for i in range(8)}))
+    text = summary(report.findings)
+    assert text.startswith("Nova audit: 8 duplicate: node n0 is listed under 2 computes")
+    assert text.endswith("; and 3 more")
