@@ -86,7 +86,9 @@ class HypervisorRecord(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """Something wrong in Nova's view of the pool; `subject` is a node uuid or member name."""
+    """Something wrong in Nova's view of the pool; `subject` is a node uuid or member name.
+    `message` depends only on the facts (not on the clock), so a status built from it is
+    rewritten only when they change."""
 
     kind: str
     subject: str
@@ -207,11 +209,10 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
     next_since: dict[str, float] = {}
     repairs: list[Move] = []
 
-    def persisting(key: str) -> float | None:
-        """Seconds `key` has been pending if past the patience, else None (and remember it)."""
-        first = since.get(key, now)
-        next_since[key] = first
-        return now - first if now - first > patience else None
+    def persisting(key: str) -> bool:
+        """Whether `key` has been pending for longer than the patience (remembered either way)."""
+        first = next_since[key] = since.get(key, now)
+        return now - first > patience
 
     owned: Counter[str] = Counter()
     for node in sorted(nodes, key=lambda n: n.uuid):
@@ -230,23 +231,21 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
             if repair and host in members:
                 repairs.append(Move(node.uuid, node.shard, host))
         elif node.shard in members and hosts != [node.shard]:
-            pending = persisting(f"{UNLISTED}:{node.uuid}")
-            if pending is not None:
+            if persisting(f"{UNLISTED}:{node.uuid}"):
                 where = f"under {hosts[0]}" if hosts else "under no compute"
                 findings.append(Finding(UNLISTED, node.uuid,
                                         f"node {node.uuid} (shard {node.shard}) is listed {where} "
-                                        f"for {pending:.0f}s"))
+                                        f"for more than {patience:g}s"))
 
     for member in sorted(members, key=lambda m: (member_ordinal(pool, m) or 0, m)):
         service = services.get(member)
         if service is None or not service.up or not owned[member] or under_host.get(member):
             continue
-        pending = persisting(f"{UNMAPPED}:{member}")
-        if pending is not None:
+        if persisting(f"{UNMAPPED}:{member}"):
             findings.append(Finding(UNMAPPED, member,
-                                    f"member {member} is up and owns {owned[member]} nodes, but Nova "
-                                    f"lists none under it for {pending:.0f}s: is its host mapped to a "
-                                    "cell (nova-manage cell_v2 discover_hosts)?"))
+                                    f"member {member} is up and owns nodes, but Nova has listed "
+                                    f"none under it for more than {patience:g}s: is its host mapped "
+                                    "to a cell (nova-manage cell_v2 discover_hosts)?"))
 
     deletions: list[ServiceDeletion] = []
     waiting: dict[str, str] = {}

@@ -10,7 +10,8 @@ Invariants kept:
   member's or pool's series disappear when it does (`record_cycle` drops members no
   longer planned, `forget_pool` drops a deleted pool);
 - label values are bounded: Ironic error kinds come from `IRONIC_ERROR_KINDS`, fence
-  modes from `FENCING_MODES`, so a strange exception can never explode cardinality;
+  modes from `FENCING_MODES`, Nova finding kinds from `audit.FINDING_KINDS` and Nova
+  actions from `NOVA_ACTIONS`, so a strange exception can never explode cardinality;
 - "seconds since the last successful Ironic observation" is computed at scrape time, so
   it keeps growing while Ironic is unreachable and no cycle completes.
 """
@@ -25,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .audit import FINDING_KINDS
 from .model import Observation, Plan
 from .resource import FENCING_MODES
 
@@ -34,6 +36,9 @@ PREFIX = "ironic_shard"
 IRONIC_ERROR_KINDS = (
     "timeout", "connection", "auth", "not_found", "conflict", "client", "server", "other",
 )
+
+# Nova writes the operator makes, and Nova refusing one (a service that still hosts instances).
+NOVA_ACTIONS = ("forced_down_set", "forced_down_cleared", "service_deleted", "service_delete_refused")
 
 # A reconcile cycle lists every managed node (~0.4 s per 1,000) and writes only moves
 # (~50 ms each, serialised): from tens of milliseconds to minutes for a big adoption.
@@ -149,6 +154,15 @@ class OperatorMetrics:
             f"{PREFIX}_reconcile_duration_seconds",
             "Duration of one reconcile cycle (observe, plan, write).",
             ["pool"], buckets=CYCLE_BUCKETS, registry=r)
+        self.nova_findings = Gauge(
+            f"{PREFIX}_nova_findings",
+            "Findings of the last Nova audit, by kind: nodes listed under two computes "
+            "(duplicate), not under their owner's compute (unlisted), with an instance on another "
+            "host than their shard (misplaced), members Nova lists no node under (unmapped).",
+            ["pool", "kind"], registry=r)
+        self.nova_actions = Counter(
+            f"{PREFIX}_nova_actions",
+            "Writes to Nova's compute services, by action.", ["pool", "action"], registry=r)
         self.leader = Gauge(
             f"{PREFIX}_leader", "1 while this replica holds the leader Lease, else 0.",
             registry=r)
@@ -204,6 +218,19 @@ class OperatorMetrics:
                 f"Ironic error kind {kind!r} is not one of {', '.join(IRONIC_ERROR_KINDS)}")
         self.ironic_errors.labels(pool, kind).inc()
 
+    def record_nova_audit(self, pool: str, counts: dict[str, int]) -> None:
+        """The findings of one Nova audit: {kind: count} (audit.FINDING_KINDS, zeros included)."""
+        for kind, count in counts.items():
+            if kind not in FINDING_KINDS:
+                raise ValueError(f"Nova finding kind {kind!r} is not one of {', '.join(FINDING_KINDS)}")
+            self.nova_findings.labels(pool, kind).set(count)
+
+    def record_nova_action(self, pool: str, action: str) -> None:
+        """One write to Nova (one of NOVA_ACTIONS)."""
+        if action not in NOVA_ACTIONS:
+            raise ValueError(f"Nova action {action!r} is not one of {', '.join(NOVA_ACTIONS)}")
+        self.nova_actions.labels(pool, action).inc()
+
     def set_leader(self, leading: bool) -> None:
         """Whether this replica is the one acting (holds the Lease)."""
         self.leader.set(1 if leading else 0)
@@ -222,6 +249,10 @@ class OperatorMetrics:
             _remove_if_present(self.fences, pool, mode)
         for kind in IRONIC_ERROR_KINDS:
             _remove_if_present(self.ironic_errors, pool, kind)
+        for kind in FINDING_KINDS:
+            _remove_if_present(self.nova_findings, pool, kind)
+        for action in NOVA_ACTIONS:
+            _remove_if_present(self.nova_actions, pool, action)
         self._since.last.pop(pool, None)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> WSGIServer:

@@ -96,7 +96,7 @@ def test_a_node_not_under_its_owner_is_reported_only_after_two_update_intervals(
     late = run(nodes, hypervisors, since=still.since, now=NOW + 2 * INTERVAL + 1)
     assert kinds(late) == [(UNLISTED, "n0"), (UNLISTED, "n1")]
     messages = {f.subject: f.message for f in late.findings}
-    assert "under no compute for 21s" in messages["n0"]
+    assert "under no compute for more than 20s" in messages["n0"]
     assert "under rack-2" in messages["n1"]
 
 
@@ -254,3 +254,20 @@ def test_summary_counts_every_kind_and_spells_out_a_few():
     text = summary(report.findings)
     assert text.startswith("Nova audit: 8 duplicate: node n0 is listed under 2 computes")
     assert text.endswith("; and 3 more")
+
+
+def test_findings_and_nova_writes_are_exported_as_bounded_metrics():
+    from prometheus_client import generate_latest
+
+    from ironic_shard_operator.metrics import OperatorMetrics
+
+    metrics = OperatorMetrics()
+    report = run(nodes_of({"n0": "rack-0"}), listing({"n0": ["rack-0", "rack-1"]}))
+    metrics.record_nova_audit("ns/rack", report.counts())
+    metrics.record_nova_action("ns/rack", "forced_down_set")
+    text = generate_latest(metrics.registry).decode()
+    assert 'ironic_shard_nova_findings{kind="duplicate",pool="ns/rack"} 1.0' in text
+    assert 'ironic_shard_nova_findings{kind="unlisted",pool="ns/rack"} 0.0' in text
+    assert 'ironic_shard_nova_actions_total{action="forced_down_set",pool="ns/rack"} 1.0' in text
+    metrics.forget_pool("ns/rack")
+    assert "ns/rack" not in generate_latest(metrics.registry).decode()
