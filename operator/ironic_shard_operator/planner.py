@@ -198,8 +198,10 @@ def fair_quotas(
 
     Totals (pinned + free) are levelled: a member whose pinned nodes alone reach the level
     gets no free node, the others' totals differ by at most one. The odd remainder goes
-    first to members already holding more than the level, so rounding moves no node and a
-    plan re-planned is a fixed point.
+    first to members already holding more than the level (so rounding moves no node), then
+    by name — never by how much a member holds, so applying any part of a plan and planning
+    again reaches the same end state as applying all of it (an interrupted cycle converges
+    to where the whole one would have).
     """
     pinned = {m: pinned_by_owner.get(m, 0) for m in ring_members}
     quotas = dict.fromkeys(ring_members, 0)
@@ -216,8 +218,8 @@ def fair_quotas(
     base, remainder = divmod(budget, len(levelled))
     for m in levelled:
         quotas[m] = base - pinned[m]
-    by_surplus = sorted(levelled, key=lambda m: (-(held_counts.get(m, 0) - quotas[m]), m))
-    for m in by_surplus[:remainder]:
+    above_level_first = sorted(levelled, key=lambda m: (held_counts.get(m, 0) <= quotas[m], m))
+    for m in above_level_first[:remainder]:
         quotas[m] += 1
     return quotas
 

@@ -1,5 +1,6 @@
 """The planner against SPEC section 2: examples first, then the invariants as properties."""
 
+import dataclasses
 import random
 import uuid
 from collections import Counter
@@ -281,6 +282,17 @@ def test_invariants_hold_for_any_observation(observation):
 
     # 6. idempotence: planning on the result of a plan yields no moves
     assert plan(after).moves == ()
+
+
+@settings(max_examples=300, deadline=None)
+@given(observations(), st.randoms(use_true_random=False))
+def test_an_interrupted_plan_converges_to_the_same_end_state(observation, rng):
+    """7. Any part of a plan written, then planning again, ends where the whole plan ends."""
+    whole = plan(observation)
+    done = [m for m in whole.moves if rng.random() < 0.5]
+    partial = applied(observation, dataclasses.replace(whole, moves=tuple(done)))
+    again = plan(partial)
+    assert owners_after(partial.nodes, again.moves) == owners_after(observation.nodes, whole.moves)
 
 
 @settings(max_examples=100, deadline=None)
