@@ -2,7 +2,7 @@
 PY      ?= .venv/bin/python
 PYTEST  ?= $(PY) -m pytest
 
-.PHONY: setup test test-unit test-integration test-nova chart-check bench demo clean
+.PHONY: setup test test-unit test-integration test-nova chart-check e2e bench bench-reconcile demo clean
 
 setup:            ## project venv with the package and its test dependencies
 	bash hack/setup.sh
@@ -22,8 +22,15 @@ test-nova: setup  ## the real-Nova tier alone
 chart-check: setup
 	bash hack/chart-check.sh
 
-bench: setup
+e2e: setup        ## kind end-to-end (needs a Docker engine and kind)
+	bash hack/kind-e2e.sh
+
+bench: setup      ## pure benchmarks: ring vs tooz, memory at 100k nodes
 	$(PY) bench/ring_bench.py
+	$(PY) bench/memory_bench.py
+
+bench-reconcile: setup  ## 10,000 nodes against real Ironic, vs a tooz ring (~8 min)
+	$(PY) bench/reconcile_bench.py
 
 demo: setup
 	bash hack/demo.sh

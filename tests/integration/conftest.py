@@ -1,8 +1,7 @@
-"""Integration tier: the real Ironic service (tests/support/ironic_service.py) and helpers.
+"""Integration tier helpers over the real Ironic service.
 
-`ironic_service` is imported here until tests/conftest.py registers
-tests.support.ironic_service in `pytest_plugins` (pytest accepts `pytest_plugins` only in
-the root conftest).
+The `ironic_service` fixture itself comes from tests/support/ironic_service.py, registered
+by the root conftest.
 """
 
 from __future__ import annotations
@@ -13,10 +12,9 @@ import pytest
 
 from ironic_shard_operator.model import Member, Node, Observation, PoolSpec
 from ironic_shard_operator.planner import owners_after, plan
-from tests.support.ironic_service import (  # noqa: F401  (ironic_service: a fixture)
+from tests.support.ironic_service import (
     IronicService,
     assign_shards_directly_in_db,
-    ironic_service,
     seed_nodes_directly_in_db,
     unique_resource_class,
 )
