@@ -1,0 +1,94 @@
+"""What the failover scenario reads from Nova while it runs: a sampler of Nova's own API.
+
+`NovaWatch` polls the real Nova API (hypervisors and compute services, as any client sees
+them; independent of the operator's adapter) about once a second in a background thread and
+keeps, for the pool's nodes and members, every sample. The scenario asserts on the history:
+how long a node was listed under two computes, where pinned nodes were, when a service was
+forced down and cleared.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from tests.support.nova_stack import NovaStack
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Nova at one instant (`at`: time.monotonic())."""
+
+    at: float
+    hosts: dict[str, tuple[str, ...]]       # node uuid -> hosts listing it (sorted)
+    services: dict[str, dict]                # member -> its os-services entry
+
+
+@dataclass
+class NovaWatch:
+    """Samples Nova every `period` seconds for `nodes` and `members` until stopped."""
+
+    stack: NovaStack
+    nodes: set[str]
+    members: set[str]
+    period: float = 1.0
+    samples: list[Sample] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nova-watch", daemon=True)
+
+    def __enter__(self) -> NovaWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append(self.sample())
+            except Exception as error:  # noqa: BLE001 - a failed read is reported, not fatal
+                self.errors.append(error)
+            self._stop.wait(self.period)
+
+    def sample(self) -> Sample:
+        listed = self.stack.hypervisor_hosts()
+        services = self.stack.compute_services()
+        return Sample(time.monotonic(),
+                      {n: tuple(sorted(listed.get(n, ()))) for n in self.nodes},
+                      {m: services[m] for m in self.members if m in services})
+
+    # -- questions about the history -------------------------------------------------------
+
+    def longest_listed_twice(self) -> tuple[float, str | None]:
+        """The longest time (seconds) any node was listed under two or more computes, and
+        which node (None if never). Measured from the first sample showing it to the first
+        that does not (or the last sample)."""
+        worst, which = 0.0, None
+        started: dict[str, float] = {}
+        for sample in self.samples:
+            for node, hosts in sample.hosts.items():
+                if len(hosts) > 1:
+                    started.setdefault(node, sample.at)
+                    if sample.at - started[node] >= worst:
+                        worst, which = sample.at - started[node], node
+                else:
+                    started.pop(node, None)
+        return worst, which
+
+    def where(self, nodes: set[str]) -> set[tuple[str, ...]]:
+        """Every listing (tuple of hosts) any of `nodes` had in any sample."""
+        return {sample.hosts[node] for sample in self.samples for node in nodes}
+
+    def forced_down_times(self, member: str) -> list[float]:
+        """The sample times at which `member`'s service was forced down."""
+        return [s.at for s in self.samples if s.services.get(member, {}).get("forced_down")]
+
+    def first(self, condition, after: float = 0.0) -> float | None:
+        """The time of the first sample after `after` for which `condition(sample)` holds."""
+        return next((s.at for s in self.samples if s.at >= after and condition(s)), None)

@@ -1,0 +1,401 @@
+"""A FAKE kubelet whose member pods run as REAL nova-compute processes (the real-Nova test tier).
+
+Built by composition on tests/support/kubelet.py's FakeKubelet, which still plays the scheduler,
+owns the fake Node objects and writes pod statuses; this class decides which status a pod of
+the test compute image (`PROCESS_IMAGE`, "nova-compute:process") has, by running it:
+
+- Start: once the pod is bound (and not held, see `hold`), its container command is read
+  (`nova-compute --config-file A --config-file B ...`, command + args, in the pod's order),
+  each config file is materialised from the volume mounted at that path (the Secret key or
+  ConfigMap key the pod's volume names, read when the container starts, as a kubelet does)
+  and a real `nova-compute` of the test stack is started with those files in that order. So
+  the config the operator renders is the config real Nova runs. A missing Secret, ConfigMap
+  or key keeps the pod Pending until it appears (a kubelet's FailedMount).
+- Ready: the process is alive AND its Nova service reports in: a heartbeat (`updated_at`)
+  since this process started and younger than Nova's `service_down_time`. A forced-down
+  service still heartbeats, so a member whose service the operator forced down can become
+  Ready again (that is when the operator clears the flag). Heartbeats going stale while the
+  process lives turn the pod NotReady.
+- Container failure: a process that exits (or that `kill()` crashes) turns its pod Failed with
+  the container's exit code (137 after SIGKILL). Simplification: a real kubelet would first
+  restart the container in place (restartPolicy Always, CrashLoopBackOff) and the operator
+  replaces the pod only after repeated crashes; here one crash ends the pod, so one kill
+  exercises the replacement path, as FakeKubelet.fail() does.
+- Deletion: the process is stopped (SIGTERM, Nova's graceful shutdown; SIGKILL after the pod's
+  terminationGracePeriodSeconds) BEFORE the pod object may go: each such pod carries the
+  finalizer `FINALIZER`, removed once its process has ended. So, as with a real kubelet, a pod
+  object outlives its container, and a replacement with the same name (same Nova host) never
+  runs next to the old process; a replacement's process is started only once the old one
+  has ended.
+
+Pods with any other image follow FakeKubelet's usual policy (Running and Ready once bound).
+Every process started here is stopped by `stop()` (also on errors), finalizers included.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.kube_api import KubeAPIError, KubeClient
+from tests.support.kubelet import FakeKubelet, PodState, pod_status, state_of
+from tests.support.nova_stack import ComputeProcess, NovaStack, novastack
+
+PROCESS_IMAGE = "nova-compute:process"
+FINALIZER = "process-kubelet.tests.ironicshards.io/container"
+POLL_SECONDS = 1.0
+
+
+class NotYet(Exception):
+    """The container cannot start yet (a volume's Secret or ConfigMap is missing)."""
+
+
+class CannotRun(Exception):
+    """The pod's container is not something this kubelet can run (its message says why)."""
+
+
+@dataclass
+class Container:
+    """The nova-compute process of one pod (by pod uid)."""
+
+    pod_name: str
+    pod_uid: str
+    process: ComputeProcess
+    started_at: float  # epoch seconds
+    stopping: threading.Thread | None = None
+    stopped: bool = False
+    killed_with: int | None = None  # the signal kill() sent
+    exit_code: int | None = None
+    failure_reported: bool = False
+    ready_since: float | None = None
+    files: tuple[Path, ...] = field(default_factory=tuple)
+
+    def ended(self) -> bool:
+        return self.stopped or not self.process.alive()
+
+
+class ProcessKubelet:
+    """Runs the pods of `namespace` that use `image` as real nova-compute processes of `stack`.
+
+    Use as a context manager (or start()/stop()). Config files are written under `workdir`.
+    Commands for tests: `hold(name)`/`release(name)` (keep pods of that name from starting,
+    like a slow image pull), `kill(name)` (crash the container), `container(name)`.
+    """
+
+    def __init__(self, client: KubeClient, namespace: str, stack: NovaStack, workdir: Path, *,
+                 nodes: int = 3, image: str = PROCESS_IMAGE) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.stack = stack
+        self.workdir = Path(workdir)
+        self.image = image
+        self.fake = FakeKubelet(client, namespace, nodes=nodes, default_state=PodState.PENDING)
+        self._containers: dict[str, Container] = {}  # by pod uid
+        self._held: set[str] = set()
+        self._unrunnable: set[str] = set()  # pod uids whose container this kubelet cannot run
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="process-kubelet", daemon=True)
+        self.errors: list[BaseException] = []
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> ProcessKubelet:
+        self.fake.start()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop every process started here, release the pods, stop the FakeKubelet."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
+        with self._lock:
+            containers = list(self._containers.values())
+        for container in containers:
+            if container.stopping is not None:
+                container.stopping.join(timeout=60)
+        names = sorted({c.pod_name for c in containers if not c.stopped})
+        novastack.terminate(self.stack.run_dir, names, sig=signal.SIGTERM)
+        try:
+            for pod in self._pods():
+                self._remove_finalizer(pod)
+        finally:
+            self.fake.stop()
+        if self.errors:
+            raise RuntimeError(f"the process kubelet failed: {self.errors[0]!r}") from self.errors[0]
+
+    def __enter__(self) -> ProcessKubelet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def hold(self, pod_name: str) -> None:
+        """Pods with this name (now and replacements) do not start until `release(pod_name)`."""
+        with self._lock:
+            self._held.add(pod_name)
+
+    def release(self, pod_name: str) -> None:
+        with self._lock:
+            self._held.discard(pod_name)
+
+    def kill(self, pod_name: str) -> Container:
+        """Crash the container of pod `pod_name`: SIGKILL its process (no graceful shutdown)."""
+        container = self.container(pod_name)
+        if container is None:
+            raise ValueError(f"pod {pod_name} runs no process")
+        container.killed_with = signal.SIGKILL
+        container.process.kill()
+        return container
+
+    def container(self, pod_name: str) -> Container | None:
+        """The running (or last) process of the current pod named `pod_name`, if any."""
+        with self._lock:
+            found = [c for c in self._containers.values() if c.pod_name == pod_name]
+        return max(found, key=lambda c: c.started_at) if found else None
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._tend_all()
+            except BaseException as error:  # reported by stop()
+                self.errors.append(error)
+                return
+            self._stopping.wait(POLL_SECONDS)
+
+    def _pods(self) -> list[dict[str, Any]]:
+        return self.client.get(f"/api/v1/namespaces/{self.namespace}/pods")["items"]
+
+    def _tend_all(self) -> None:
+        pods = self._pods()
+        with self._lock:
+            live = any(not c.ended() for c in self._containers.values())
+        services = self.stack.compute_services() if live else {}
+        seen = set()
+        for pod in pods:
+            seen.add(pod["metadata"]["uid"])
+            try:
+                self._tend(pod, services)
+            except KubeAPIError as error:
+                if error.status not in (404, 409, 422):  # the pod changed or went meanwhile
+                    raise
+        with self._lock:  # pod objects gone (e.g. force-deleted): their processes go too
+            for uid, container in list(self._containers.items()):
+                if uid not in seen:
+                    self._stop_process(container)
+                    if container.stopped:
+                        del self._containers[uid]
+
+    def _ours(self, pod: dict[str, Any]) -> bool:
+        return any(c.get("image") == self.image for c in pod["spec"]["containers"])
+
+    def _tend(self, pod: dict[str, Any], services: dict[str, dict]) -> None:
+        meta, spec = pod["metadata"], pod["spec"]
+        name, uid = meta["name"], meta["uid"]
+        if not self._ours(pod):
+            if spec.get("nodeName") in self.fake.nodes and not meta.get("deletionTimestamp") \
+                    and state_of(pod) == PodState.PENDING:
+                self.fake.ready(name)  # FakeKubelet's usual policy for everything else
+            return
+        with self._lock:
+            container = self._containers.get(uid)
+        if meta.get("deletionTimestamp"):
+            if container is not None:
+                self._stop_process(container)
+            if container is None or container.stopped:
+                self._remove_finalizer(pod)
+            return
+        if spec.get("nodeName") not in self.fake.nodes:
+            return  # not scheduled yet (FakeKubelet binds it), or another kubelet's pod
+        if FINALIZER not in (meta.get("finalizers") or []):
+            self.client.patch(f"/api/v1/namespaces/{self.namespace}/pods/{name}", {"metadata": {
+                "finalizers": list(meta.get("finalizers") or []) + [FINALIZER],
+                "resourceVersion": meta["resourceVersion"]}})
+            return  # start on the next round, from the object that carries the finalizer
+        if state_of(pod) == PodState.FAILED:
+            return
+        if container is None:
+            self._start(pod)
+            return
+        self._collect_exit(container)
+        if container.ended():
+            self._report_failure(pod, container)
+            return
+        ready = self._reports_in(container, services.get(name))
+        state = state_of(pod)
+        if ready and state != PodState.READY:
+            self.fake.ready(name)
+        elif not ready and state == PodState.READY:
+            self.fake.not_ready(name)
+
+    # -- starting -------------------------------------------------------------------------------
+
+    def _start(self, pod: dict[str, Any]) -> None:
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        with self._lock:
+            if name in self._held:
+                return
+            if uid in self._unrunnable or any(
+                    c.pod_name == name and (not c.ended() or (c.stopping and c.stopping.is_alive()))
+                    for c in self._containers.values()):
+                return  # the old pod's process is still there: never two with one identity
+        try:
+            files = self._config_files(pod)
+        except NotYet:
+            return
+        except CannotRun as error:  # the pod stays Pending; stop() reports it
+            self._unrunnable.add(uid)
+            self.errors.append(error)
+            return
+        started_at = time.time()
+        process = self.stack.start_compute(name, list(files))
+        with self._lock:
+            self._containers[uid] = Container(name, uid, process, started_at, files=files)
+
+    def _config_files(self, pod: dict[str, Any]) -> tuple[Path, ...]:
+        """The pod's `--config-file` paths, materialised from its volumes, in argument order."""
+        container = next(c for c in pod["spec"]["containers"] if c.get("image") == self.image)
+        argv = list(container.get("command") or []) + list(container.get("args") or [])
+        if not argv or Path(argv[0]).name != "nova-compute":
+            raise CannotRun(f"pod {pod['metadata']['name']}: the container command {argv} does not "
+                            "start nova-compute; the process kubelet runs only nova-compute")
+        paths, rest = [], argv[1:]
+        while rest:
+            argument = rest.pop(0)
+            if argument == "--config-file" and rest:
+                paths.append(rest.pop(0))
+            elif argument.startswith("--config-file="):
+                paths.append(argument.partition("=")[2])
+            else:
+                raise CannotRun(f"pod {pod['metadata']['name']}: argument {argument!r} is not "
+                                "understood (only --config-file PATH)")
+        target = self.workdir / f"{pod['metadata']['name']}-{pod['metadata']['uid'][:8]}"
+        target.mkdir(parents=True, exist_ok=True)
+        files = []
+        for index, path in enumerate(paths):
+            local = target / f"{index}-{Path(path).name}"
+            local.write_bytes(self._volume_file(pod, container, path))
+            files.append(local)
+        return tuple(files)
+
+    def _volume_file(self, pod: dict[str, Any], container: dict[str, Any], path: str) -> bytes:
+        """The content a container would see at `path` (a Secret or ConfigMap volume)."""
+        for mount in container.get("volumeMounts") or []:
+            mount_path = mount["mountPath"].rstrip("/")
+            if mount.get("subPath"):
+                item = mount["subPath"] if path == mount_path else None
+            else:
+                item = path[len(mount_path) + 1:] if path.startswith(mount_path + "/") else None
+            if item is None:
+                continue
+            volume = next(v for v in pod["spec"].get("volumes") or [] if v["name"] == mount["name"])
+            return self._volume_item(volume, item, pod["metadata"]["name"])
+        raise CannotRun(f"pod {pod['metadata']['name']}: no volume is mounted at {path}")
+
+    def _volume_item(self, volume: dict[str, Any], item: str, pod_name: str) -> bytes:
+        if "secret" in volume:
+            kind, source, name = "secrets", volume["secret"], volume["secret"]["secretName"]
+        elif "configMap" in volume:
+            kind, source, name = "configmaps", volume["configMap"], volume["configMap"]["name"]
+        else:
+            raise CannotRun(f"pod {pod_name}: volume {volume['name']} is neither a Secret nor a ConfigMap")
+        try:
+            obj = self.client.get(f"/api/v1/namespaces/{self.namespace}/{kind}/{name}")
+        except KubeAPIError as error:
+            if error.status == 404:
+                raise NotYet(f"{kind} {name}") from None
+            raise
+        items = source.get("items") or [{"key": key, "path": key} for key in obj.get("data") or {}]
+        key = next((i["key"] for i in items if i["path"] == item), None)
+        value = (obj.get("data") or {}).get(key) if key else None
+        if value is None:
+            raise NotYet(f"{kind} {name} has no item {item}")
+        return base64.b64decode(value) if kind == "secrets" else value.encode()
+
+    # -- readiness and failure ------------------------------------------------------------------
+
+    def _reports_in(self, container: Container, service: dict | None) -> bool:
+        """A heartbeat in Nova since this process started, younger than service_down_time."""
+        if not service or not service.get("updated_at"):
+            return False
+        beat = datetime.datetime.fromisoformat(service["updated_at"]).replace(
+            tzinfo=datetime.UTC).timestamp()
+        fresh = time.time() - beat <= self.stack.timings["service_down_time"]
+        return beat >= int(container.started_at) and fresh
+
+    def _report_failure(self, pod: dict[str, Any], container: Container) -> None:
+        """The container ended on its own (or by kill()): the pod turns Failed, exit code kept."""
+        if container.failure_reported:
+            return
+        code = self._exit_code(container)
+        status = pod_status(pod, PodState.FAILED)
+        for item in status["containerStatuses"]:
+            item["state"]["terminated"].update(exitCode=code, reason="Error")
+        status["message"] = f"container nova-compute exited with code {code} (process kubelet)"
+        self.client.patch(f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}/status",
+                          {"metadata": {"uid": container.pod_uid}, "status": status})
+        container.failure_reported = True
+
+    @staticmethod
+    def _collect_exit(container: Container) -> None:
+        """Record the process's exit code if it has ended (before anything else reaps it)."""
+        if container.exit_code is not None:
+            return
+        try:
+            pid, status = os.waitpid(container.process.pid, os.WNOHANG)
+        except ChildProcessError:  # not ours to collect any more: the code is unknown
+            return
+        if pid:
+            code = os.waitstatus_to_exitcode(status)
+            container.exit_code = 128 - code if code < 0 else code  # signal N: 128 + N
+
+    @staticmethod
+    def _exit_code(container: Container) -> int:
+        if container.killed_with is not None:
+            return 128 + container.killed_with
+        return container.exit_code if container.exit_code is not None else 1
+
+    # -- stopping -------------------------------------------------------------------------------
+
+    def _stop_process(self, container: Container) -> None:
+        """Stop the process in the background (SIGTERM, SIGKILL after the grace period)."""
+        with self._lock:
+            if container.stopped or container.stopping is not None:
+                if container.stopping is not None and not container.stopping.is_alive():
+                    container.stopped = True
+                return
+            if not container.process.alive():
+                container.stopped = True
+                return
+
+            def stop() -> None:
+                novastack.terminate(self.stack.run_dir, container.pod_name, sig=signal.SIGTERM,
+                                    timeout=30.0)
+
+            container.stopping = threading.Thread(target=stop, name=f"stop-{container.pod_name}",
+                                                  daemon=True)
+            container.stopping.start()
+
+    def _remove_finalizer(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        if FINALIZER not in (meta.get("finalizers") or []):
+            return
+        try:
+            self.client.patch(f"/api/v1/namespaces/{self.namespace}/pods/{meta['name']}", {"metadata": {
+                "finalizers": [f for f in meta["finalizers"] if f != FINALIZER],
+                "resourceVersion": meta["resourceVersion"]}})
+        except KubeAPIError as error:
+            if error.status not in (404, 409):
+                raise
