@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .members import Event
 from .model import Member, Move, Node, member_ordinal
 
 # Nova's default spacing of its periodic tasks when update_resources_interval is 0.
@@ -277,3 +278,51 @@ def summary(findings: Sequence[Finding]) -> str:
     examples = "; ".join(f.message for f in findings[:EXAMPLES])
     more = f"; and {len(findings) - EXAMPLES} more" if len(findings) > EXAMPLES else ""
     return f"Nova audit: {counts}: {examples}{more}"
+
+
+# ---- status.nova and its Events ----------------------------------------------------------------
+
+ENABLED, DISABLED, UNAVAILABLE = "Enabled", "Disabled", "Unavailable"
+
+
+def status_section(state: str, message: str, report: AuditReport | None = None,
+                   forced_down: Iterable[str] = ()) -> dict:
+    """`status.nova`: always the same keys (the status is merge-patched: a key left out would
+    linger), values that change only with the facts (no clock), so an unchanged pool's status
+    is not rewritten.
+
+    `state`: ENABLED (Nova answers; `message` summarises the last audit), DISABLED (the cloud
+    has no usable Nova: `message` says why) or UNAVAILABLE (Nova did not answer; the last
+    audit's findings are kept). `forced_down`: members whose service is forced down now.
+    """
+    return {
+        "state": state,
+        "message": message,
+        "findings": report.counts() if report is not None else {kind: 0 for kind in FINDING_KINDS},
+        "forcedDown": sorted(forced_down),
+        "waiting": [f"{host}: {why}" for host, why in sorted((report.waiting if report else {}).items())],
+    }
+
+
+def section_events(previous: Mapping | None, section: Mapping) -> list[Event]:
+    """Events for what changed between two `status.nova` sections (none for a steady state)."""
+    before = previous or {}
+    state, message = section["state"], section["message"]
+    events = []
+    if state != before.get("state") and (before or state != ENABLED):
+        if state == DISABLED:
+            events.append(Event("NovaDisabled", f"Nova features are off: {message}"))
+        elif state == UNAVAILABLE:
+            events.append(Event("NovaUnavailable", f"Nova is not answering (retrying with "
+                                                   f"backoff): {message}", "Warning"))
+        else:
+            events.append(Event("NovaAvailable", "Nova answers: forced_down during failover, "
+                                                 "service cleanup on scale-down and the audit are on"))
+    if state == ENABLED:
+        found = any(section["findings"].values())
+        had = any((before.get("findings") or {}).values())
+        if found and message != before.get("message"):
+            events.append(Event("NovaAudit", message, "Warning"))
+        elif had and not found:
+            events.append(Event("NovaAuditClear", message))
+    return events

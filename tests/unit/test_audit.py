@@ -271,3 +271,45 @@ def test_findings_and_nova_writes_are_exported_as_bounded_metrics():
     assert 'ironic_shard_nova_actions_total{action="forced_down_set",pool="ns/rack"} 1.0' in text
     metrics.forget_pool("ns/rack")
     assert "ns/rack" not in generate_latest(metrics.registry).decode()
+
+
+# ---- status.nova and its Events ---------------------------------------------------------------
+
+
+def test_the_status_section_has_one_shape_whatever_the_state():
+    from ironic_shard_operator.audit import DISABLED, ENABLED, status_section
+
+    report = run(nodes_of({"n0": "rack-0"}), listing({"n0": ["rack-0", "rack-1"]}),
+                 identities=("rack-0",), nova_services=services("rack-0", "rack-5"))
+    enabled = status_section(ENABLED, summary(report.findings), report, forced_down=["rack-1"])
+    disabled = status_section(DISABLED, "cloud 'x' has no compute endpoint")
+    assert enabled.keys() == disabled.keys() == {"state", "message", "findings", "forcedDown", "waiting"}
+    assert enabled["findings"][DUPLICATE] == 1 and enabled["forcedDown"] == ["rack-1"]
+    assert enabled["waiting"] == []  # rack-5 was deleted, not waiting
+    assert disabled["findings"] == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0}
+    # the same facts give the same section: no status rewrite when nothing changed
+    later = run(nodes_of({"n0": "rack-0"}), listing({"n0": ["rack-0", "rack-1"]}), now=NOW + 500,
+                identities=("rack-0",), nova_services=services("rack-0", "rack-5"))
+    assert status_section(ENABLED, summary(later.findings), later, ["rack-1"]) == enabled
+
+
+def test_events_only_for_changes_of_the_nova_section():
+    from ironic_shard_operator.audit import DISABLED, ENABLED, UNAVAILABLE, section_events, status_section
+
+    clean = status_section(ENABLED, summary(()))
+    report = run(nodes_of({"n0": "rack-0"}), listing({"n0": ["rack-0", "rack-1"]}))
+    dirty = status_section(ENABLED, summary(report.findings), report)
+
+    assert section_events(None, clean) == []  # a first, healthy report is no news
+    assert section_events(clean, clean) == [] and section_events(dirty, dirty) == []
+    found, = section_events(clean, dirty)
+    assert (found.reason, found.type) == ("NovaAudit", "Warning") and "1 duplicate" in found.message
+    cleared, = section_events(dirty, clean)
+    assert cleared.reason == "NovaAuditClear"
+
+    off, = section_events(None, status_section(DISABLED, "cloud 'c' has no compute endpoint"))
+    assert off.reason == "NovaDisabled" and "has no compute endpoint" in off.message
+    down, = section_events(clean, status_section(UNAVAILABLE, "timed out"))
+    assert (down.reason, down.type) == ("NovaUnavailable", "Warning")
+    back = section_events(status_section(UNAVAILABLE, "timed out"), clean)
+    assert [e.reason for e in back] == ["NovaAvailable"]
