@@ -13,6 +13,9 @@
   collects the pods and ConfigMaps (owner references). Ironic shards are left as they
   are: the nodes keep their owner for whoever manages them next.
 
+Handlers that touch the operator's state are coroutines: kopf runs them on the event loop
+(plain functions would run in a worker thread, where waking a pool's loop is not safe).
+
 kopf's own event posting is switched off (the operator posts its Events itself, only for
 actions and transitions), so a quiet cycle writes nothing.
 """
@@ -31,7 +34,7 @@ FINALIZER = f"{GROUP}/operator"
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.enabled = False
     settings.persistence.finalizer = FINALIZER
     if getattr(memo, "operator", None) is None:
@@ -54,7 +57,7 @@ def pool_claims(namespace: str, name: str, meta: Any, spec: Any, **_: Any) -> di
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def pool_changed(type: str | None, namespace: str, name: str, meta: Any, memo: kopf.Memo,
+async def pool_changed(type: str | None, namespace: str, name: str, meta: Any, memo: kopf.Memo,
                  **_: Any) -> None:
     operator: Operator = memo.operator
     key = f"{namespace}/{name}"
@@ -67,7 +70,7 @@ def pool_changed(type: str | None, namespace: str, name: str, meta: Any, memo: k
 
 
 @kopf.on.event("", "v1", "pods", labels={POOL_LABEL: kopf.PRESENT})
-def pod_changed(namespace: str, labels: Any, memo: kopf.Memo, **_: Any) -> None:
+async def pod_changed(namespace: str, labels: Any, memo: kopf.Memo, **_: Any) -> None:
     memo.operator.wake(f"{namespace}/{labels[POOL_LABEL]}")
 
 

@@ -8,14 +8,18 @@ pool at a time; every trigger runs the same level-triggered cycle:
 
 1. read the CR (resource.py), the pool's pods and ConfigMaps, the two Secrets;
 2. refuse to write when an earlier pool selects overlapping Ironic nodes (Conflict);
-3. observe Ironic, plan with the members' readiness, write the moves (cycle.py), unless
-   paused (then it only plans);
+3. observe Ironic and plan with the members' readiness (cycle.py, without writes);
 4. decide pod actions (members.py) and carry them out (kube.py) unless paused;
-5. write `.status` only when it changed, post Events for actions and transitions.
+5. when the plan moves nodes and the pool is not paused, run the cycle again with writes
+   (it re-reads Ironic first: a second listing only in cycles that move something);
+6. write `.status` only when it changed, post Events for actions and transitions.
 
 When Ironic cannot be read, pods are still looked after (replacements need no plan); only
-creating or retiring identities waits for a plan. When the loop is stopped (CR deleted,
-operator stopping or losing its Lease), shard writes in flight stop between two writes.
+creating or retiring identities waits for a plan. Shard writes of a cycle stop between two
+writes when something new happens (a pod event, a spec change: the next cycle starts at
+once and, being level-triggered, continues the writes after looking after the pods) or
+when the loop is stopped (CR deleted, operator stopping). So a failed member is replaced
+promptly even during a long rebalance.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ class PoolRuntime:
     cloud: str | None = None
     last_status: dict[str, Any] | None = None
     generation: int | None = None
-    stop: threading.Event = field(default_factory=threading.Event)  # ends shard writes early
+    # Set when the running cycle should end its shard writes early (news, or stopping).
+    interrupt: threading.Event = field(default_factory=threading.Event)
 
 
 class Operator:
@@ -78,13 +83,17 @@ class Operator:
         return self.pools.setdefault(key, PoolRuntime())
 
     def wake(self, key: str) -> None:
-        """Ask for a cycle of pool `key` (namespace/name) soon; bursts gather into one."""
-        self.runtime(key).wake.set()
+        """Ask for a cycle of pool `key` (namespace/name) soon; bursts gather into one.
+
+        Call it on the event loop (asyncio.Event is not thread-safe)."""
+        runtime = self.runtime(key)
+        runtime.wake.set()
+        runtime.interrupt.set()
 
     def forget(self, key: str) -> None:
         runtime = self.pools.pop(key, None)
         if runtime is not None:
-            runtime.stop.set()
+            runtime.interrupt.set()
         if self.metrics is not None:
             self.metrics.forget_pool(key)
 
@@ -97,14 +106,13 @@ class Operator:
         meta = body["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         runtime = self.runtime(key)
-        runtime.stop.clear()
         runtime.wake.set()
-        watcher = asyncio.ensure_future(_set_when_stopped(stopped, runtime.stop))
+        watcher = asyncio.ensure_future(_interrupt_when_stopped(stopped, runtime.interrupt))
         try:
             await self._loop(key, runtime, body, stopped, claims)
         finally:
             watcher.cancel()
-            runtime.stop.set()
+            runtime.interrupt.set()
         log.info("pool %s: stopped; its pods go with the CR (owner references), "
                  "Ironic node shards are left as they are", key)
 
@@ -112,6 +120,7 @@ class Operator:
                     claims: Callable[[], Iterable[PoolClaim]]) -> None:
         while not stopped:
             runtime.wake.clear()
+            runtime.interrupt.clear()
             try:
                 delay = await reconcile(self, body, claims())
             except (KubeError, IronicError) as error:  # noqa: PERF203 - the loop must go on
@@ -125,7 +134,7 @@ class Operator:
                 await asyncio.sleep(DEBOUNCE_SECONDS)
 
 
-async def _set_when_stopped(stopped: Any, flag: threading.Event) -> None:
+async def _interrupt_when_stopped(stopped: Any, flag: threading.Event) -> None:
     await stopped.wait()
     flag.set()
 
@@ -214,24 +223,18 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
             "are made disjoint or that pool is deleted")))
         return pool.ironic.poll_interval_seconds
 
-    # Ironic: observe, plan, write the moves (cycle.py); paused plans and writes nothing.
+    # Ironic, first look: observe and plan (cycle.py), no writes yet.
     adapter = _adapter(runtime, pool, clouds_yaml)
     ironic_error: IronicError | None = None
     report = None
     try:
-        report = await asyncio.to_thread(
-            run_cycle, adapter, pool.spec, readiness, now=now, paused=pool.paused, stop=runtime.stop)
+        report = await asyncio.to_thread(run_cycle, adapter, pool.spec, readiness, now=now, paused=True)
     except IronicError as error:
         ironic_error = error
         if op.metrics is not None:
             op.metrics.record_ironic_error(key, error)
     plan = report.plan if report is not None else None
-    applied = report.moves_applied if report is not None else 0
     events: list[lifecycle.Event] = []
-    if report is not None and applied:
-        if op.metrics is not None:
-            op.metrics.record_moves(key, applied)
-        events.append(moves_event(plan.moves, applied))
 
     # Pods: with a plan, create and retire identities; without, only look after existing ones.
     retire = set(plan.members_to_delete) if plan else set()
@@ -248,6 +251,23 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     if not pool.paused:
         acted = await _apply_pod_actions(op, pool, decision, nova_digest)
         events.extend(acted + list(decision.events))
+
+    # Ironic, writes: only when the plan has moves. The cycle re-reads and re-plans (level-
+    # triggered) and stops between two writes on news, so pods are never kept waiting.
+    applied = 0
+    if plan is not None and plan.moves and not pool.paused:
+        try:
+            report = await asyncio.to_thread(run_cycle, adapter, pool.spec, readiness, now=now,
+                                             stop=runtime.interrupt)
+            plan, applied = report.plan, report.moves_applied
+        except IronicError as error:
+            ironic_error = error
+            if op.metrics is not None:
+                op.metrics.record_ironic_error(key, error)
+        if applied:
+            if op.metrics is not None:
+                op.metrics.record_moves(key, applied)
+            events.append(moves_event(plan.moves, applied))
 
     if report is not None and op.metrics is not None:
         op.metrics.record_cycle(key, model.Observation(pool.spec, readiness, (), now), plan,

@@ -308,10 +308,46 @@ def test_a_leader_that_loses_its_lease_stops_at_once(kube_api: KubeAPI, kube_nam
     operators("op-b", HEALTH_PORT=str(standby_health))
     assert kube_api.wait_for(lambda: http_get(standby_health, "/healthz"), timeout=10) == "ok standby\n"
     # Someone else writes the Lease (e.g. a replica that saw op-a's record go stale).
-    lease = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/ironic-shard-operator")
-    lease["spec"].update(holderIdentity="intruder", renewTime=datetime.datetime.now(datetime.UTC)
-                         .strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
-    client.replace(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/ironic-shard-operator", lease)
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/ironic-shard-operator"
+
+    def take_lease() -> bool:
+        lease = client.get(path)
+        lease["spec"].update(holderIdentity="intruder", renewTime=datetime.datetime.now(datetime.UTC)
+                             .strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+        try:
+            client.replace(path, lease)  # with its resourceVersion: 409 if op-a renewed meanwhile
+            return True
+        except KubeAPIError as error:
+            if error.status != 409:
+                raise
+            return False
+    kube_api.wait_for(take_lease, timeout=10, what="the Lease written by someone else")
     code = kube_api.wait_for(lambda: leader.process.poll(), timeout=15, what="op-a to exit")
     assert code == 1
     assert "lost leadership" in leader.log()
+
+
+def test_a_failed_member_is_replaced_during_a_long_rebalance(
+        kube_api: KubeAPI, kube_namespace: str, kubelet, operators, ironic_service: IronicService) -> None:
+    client, ns = kube_api.client, kube_namespace
+    resource_class = unique_resource_class("busy")
+    seed_nodes_directly_in_db(ironic_service, 400, resource_class=resource_class)
+    create_secrets(client, ns, ironic_service.clouds_yaml)
+    operators("op-a")
+    client.create(POOLS.format(ns=ns), pool_manifest("busy", cloud_name=ironic_service.cloud_name,
+                                                     resource_class=resource_class, replicas=2))
+
+    def adopting() -> bool:
+        unassigned = totals(owners_now(ironic_service, resource_class)).get(None, 0)
+        return 0 < unassigned < 380
+    kube_api.wait_for(adopting, timeout=60, interval=0.5, what="the adoption of 400 nodes under way")
+    old_uid = kubelet.fail("busy-0")["metadata"]["uid"]
+    failed_at = time.monotonic()
+    kube_api.wait_for(lambda: (p := member_pods(client, ns, "busy").get("busy-0"))
+                      and p["metadata"]["uid"] != old_uid, timeout=30, what="the replacement pod")
+    replaced_after = time.monotonic() - failed_at
+    still_unassigned = totals(owners_now(ironic_service, resource_class)).get(None, 0)
+    print(f"replaced {replaced_after:.1f}s after the failure, {still_unassigned} nodes still unassigned")
+    assert still_unassigned > 0, "the replacement waited for the whole rebalance"
+    kube_api.wait_for(lambda: totals(owners_now(ironic_service, resource_class)) == {"busy-0": 200, "busy-1": 200},
+                      timeout=120, interval=1, what="the adoption to finish")
