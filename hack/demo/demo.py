@@ -238,8 +238,8 @@ def run(nodes: int, with_instances: int, workdir: Path) -> None:
         demo.until(lambda: demo.converged(3), "3 ready members again")
         demo.moved()
 
-        say("4. Scale to 4 members (kubectl scale ics/rack-a --replicas=4 does the same)")
-        client.patch(f"{POOLS}/{POOL}", {"spec": {"replicas": 4}})
+        say("4. Scale to 4 members through the scale subresource (what kubectl scale ics/rack-a --replicas=4 does)")
+        client.patch(f"{POOLS}/{POOL}/scale", {"spec": {"replicas": 4}})  # the scale subresource
         demo.until(lambda: demo.converged(4), "4 ready members")
         demo.moved()
 
