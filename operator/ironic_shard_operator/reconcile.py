@@ -35,7 +35,10 @@ from typing import Any, Callable, Iterable, Mapping
 from ironic_shard_operator import members as lifecycle
 from ironic_shard_operator import model, podspec
 from ironic_shard_operator.cycle import run_cycle
-from ironic_shard_operator.ironic import IronicAdapter, IronicError, Selector as IronicSelector
+from ironic_shard_operator.ironic import (
+    IronicAdapter, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError, IronicTooOld,
+    Selector as IronicSelector,
+)
 from ironic_shard_operator.kube import Kube, KubeError
 from ironic_shard_operator.resource import (
     InvalidSpec, Pool, PoolClaim, cloud_identity, earlier_overlap, read_pool,
@@ -224,10 +227,10 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
         return pool.ironic.poll_interval_seconds
 
     # Ironic, first look: observe and plan (cycle.py), no writes yet.
-    adapter = _adapter(runtime, pool, clouds_yaml)
     ironic_error: IronicError | None = None
     report = None
     try:
+        adapter = _adapter(runtime, pool, clouds_yaml)
         report = await asyncio.to_thread(run_cycle, adapter, pool.spec, readiness, now=now, paused=True)
     except IronicError as error:
         ironic_error = error
@@ -274,7 +277,7 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
                                 report.duration_seconds)
     await reporter.write(CycleFacts(
         **facts, states=decision.states, plan=plan, moves_applied=applied, extra_events=tuple(events),
-        error=str(ironic_error) if ironic_error else None, error_reason="IronicUnavailable"))
+        error=str(ironic_error) if ironic_error else None, error_reason=_ironic_reason(ironic_error)))
 
     if applied or decision.writes:
         log.info("pool %s: %d/%d members ready, %d shard moves written (%.1fs in Ironic), pod actions: %s",
@@ -296,6 +299,15 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     if applied:
         delay = min(delay, 1.0)  # confirm the moves and continue with what is left
     return delay
+
+
+def _ironic_reason(error: IronicError | None) -> str:
+    """The condition reason for an Ironic failure, one word per thing to fix."""
+    for kind, reason in ((IronicConfigError, "CloudConfigInvalid"), (IronicAuthError, "IronicAuthFailed"),
+                         (IronicTooOld, "IronicTooOld"), (IronicEndpointError, "IronicEndpointWrong")):
+        if isinstance(error, kind):
+            return reason
+    return "IronicUnavailable"
 
 
 def _secret_text(secret: Mapping[str, Any] | None, key: str) -> str | None:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.integration.operator_harness import (
     POOLS, OperatorProcess, condition, create_secrets, events, free_port, get_pool, http_get,
@@ -351,3 +352,21 @@ def test_a_failed_member_is_replaced_during_a_long_rebalance(
     assert still_unassigned > 0, "the replacement waited for the whole rebalance"
     kube_api.wait_for(lambda: totals(owners_now(ironic_service, resource_class)) == {"busy-0": 200, "busy-1": 200},
                       timeout=120, interval=1, what="the adoption to finish")
+
+
+def test_an_unreachable_ironic_is_reported_on_the_pool(kube_api: KubeAPI, kube_namespace: str, operators,
+                                                       ironic_service: IronicService) -> None:
+    client, ns = kube_api.client, kube_namespace
+    cloud = ironic_service.cloud
+    cloud["baremetal_endpoint_override"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    create_secrets(client, ns, yaml.safe_dump({"clouds": {"nowhere": cloud}}))
+    operators("op-a")
+    client.create(POOLS.format(ns=ns), pool_manifest("lost", cloud_name="nowhere",
+                                                     resource_class=unique_resource_class("lost")))
+    pool = kube_api.wait_for(lambda: (p := get_pool(client, ns, "lost")) and
+                             condition(p, "Degraded").get("status") == "True" and p,
+                             timeout=60, what="Degraded on the pool")
+    degraded = condition(pool, "Degraded")
+    assert degraded["reason"] == "IronicUnavailable"
+    assert cloud["baremetal_endpoint_override"] in degraded["message"]
+    assert condition(pool, "Ready")["status"] == "False"
