@@ -24,7 +24,7 @@ from tests.support.ironic_service import (
     IronicService, assign_shards_directly_in_db, claim_for_instance, seed_nodes_directly_in_db,
     shards_of, unique_resource_class,
 )
-from tests.support.kube_api import KubeAPI, KubeAPIError, kube_api, kube_namespace, kubelet  # noqa: F401
+from tests.support.kube_api import KubeAPI, KubeAPIError
 
 pytestmark = pytest.mark.integration
 
