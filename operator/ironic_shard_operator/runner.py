@@ -245,12 +245,13 @@ async def _lead(settings: Settings, elector: LeaderElector, metrics: Any, stop: 
     """Run kopf while the Lease is held; 0 after a requested stop. Losing the Lease ends
     the process at once (exit code 1)."""
     operator = operator_class(Kube(), metrics=metrics)
-    kopf_stop = asyncio.Event()
+    # No stop_flag: kopf handles SIGTERM/SIGINT itself once it runs (a stop_flag that is
+    # never set would keep kopf waiting for its waiter task at exit); a stop requested
+    # before that cancels kopf, which it takes as a request to stop too.
     kopf_task = asyncio.ensure_future(kopf.operator(
         standalone=True,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
-        stop_flag=kopf_stop,
         memo=kopf.Memo(operator=operator),
     ))
     keeping = asyncio.ensure_future(elector.keep())
@@ -265,11 +266,12 @@ async def _lead(settings: Settings, elector: LeaderElector, metrics: Any, stop: 
         os._exit(1)
     stopping.cancel()
     keeping.cancel()
-    kopf_stop.set()
+    if not kopf_task.done():
+        kopf_task.cancel()
     try:
         await asyncio.wait_for(kopf_task, timeout=30.0)
     except (asyncio.TimeoutError, asyncio.CancelledError):
-        kopf_task.cancel()
+        pass
     except Exception:  # kopf failed on its own; the exit code says so
         log.exception("kopf stopped with an error")
         return 1
