@@ -12,7 +12,9 @@ pool at a time; every trigger runs the same level-triggered cycle:
 4. decide pod actions (members.py) and carry them out (kube.py) unless paused;
 5. when the plan moves nodes and the pool is not paused, run the cycle again with writes
    (it re-reads Ironic first: a second listing only in cycles that move something);
-6. write `.status` only when it changed, post Events for actions and transitions.
+6. Nova's side, when the cloud has a compute endpoint (nova_cycle.py): forced_down during
+   failover, services of removed members deleted, Nova's hypervisor list audited;
+7. write `.status` only when it changed, post Events for actions and transitions.
 
 When Ironic cannot be read, pods are still looked after (replacements need no plan); only
 creating or retiring identities waits for a plan. Shard writes of a cycle stop between two
@@ -40,6 +42,7 @@ from ironic_shard_operator.ironic import (
     Selector as IronicSelector,
 )
 from ironic_shard_operator.kube import Kube, KubeError
+from ironic_shard_operator.nova_cycle import NovaRuntime, run_nova_cycle
 from ironic_shard_operator.resource import (
     InvalidSpec, Pool, PoolClaim, cloud_identity, earlier_overlap, read_pool,
 )
@@ -70,6 +73,7 @@ class PoolRuntime:
     generation: int | None = None
     # Set when the running cycle should end its shard writes early (news, or stopping).
     interrupt: threading.Event = field(default_factory=threading.Event)
+    nova: NovaRuntime = field(default_factory=NovaRuntime)
 
 
 class Operator:
@@ -229,6 +233,7 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     # Ironic, first look: observe and plan (cycle.py), no writes yet.
     ironic_error: IronicError | None = None
     report = None
+    adapter: IronicAdapter | None = None
     try:
         adapter = _adapter(runtime, pool, clouds_yaml)
         report = await asyncio.to_thread(run_cycle, adapter, pool.spec, readiness, now=now, paused=True)
@@ -272,12 +277,23 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
                 op.metrics.record_moves(key, applied)
             events.append(moves_event(plan.moves, applied))
 
+    # Nova's side (nova_cycle.py), over the same cloud connection; never raises for Nova.
+    nova_section = None
+    if adapter is not None:
+        nova = await asyncio.to_thread(
+            run_nova_cycle, runtime.nova, adapter, pool, members=readiness,
+            identities=set(identities) | set(keep), nova_conf=_secret_text(nova_secret, pool.nova_config.key),
+            audit_nodes=report is not None, previous=previous.get("nova"), now=now, metrics=op.metrics)
+        nova_section = nova.section
+        events.extend(nova.events)
+
     if report is not None and op.metrics is not None:
         op.metrics.record_cycle(key, model.Observation(pool.spec, readiness, (), now), plan,
                                 report.duration_seconds)
     await reporter.write(CycleFacts(
         **facts, states=decision.states, plan=plan, moves_applied=applied, extra_events=tuple(events),
-        error=str(ironic_error) if ironic_error else None, error_reason=_ironic_reason(ironic_error)))
+        error=str(ironic_error) if ironic_error else None, error_reason=_ironic_reason(ironic_error)),
+        nova=nova_section)
 
     if applied or decision.writes:
         log.info("pool %s: %d/%d members ready, %d shard moves written (%.1fs in Ironic), pod actions: %s",
@@ -364,8 +380,11 @@ class _Reporter:
                  previous: Mapping[str, Any], now: float) -> None:
         self.op, self.body, self.runtime, self.previous, self.now = op, body, runtime, previous, now
 
-    async def write(self, facts: CycleFacts) -> None:
+    async def write(self, facts: CycleFacts, nova: Mapping[str, Any] | None = None) -> None:
+        """`nova`: the new status.nova; None keeps the last one (Nova not asked this cycle)."""
         status, events = build_status(facts, self.previous)
+        if nova is not None or "nova" in self.previous:
+            status["nova"] = dict(nova if nova is not None else self.previous["nova"])
         meta = self.body["metadata"]
         if status != _comparable(self.previous, status):
             await self.op.kube.patch_pool_status(meta.get("namespace") or "default", meta["name"], status)

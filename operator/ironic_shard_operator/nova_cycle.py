@@ -1,0 +1,178 @@
+"""Nova's side of one pool's cycle: observe Nova, audit (audit.py), write, report.
+
+reconcile.py runs it (in a worker thread, like cycle.py's Ironic cycle) after the pod
+actions, so a slow or absent Nova never delays a pod replacement. It shares the pool's
+openstacksdk connection (one clouds.yaml, one cloud) through the Ironic adapter.
+
+- Every cycle: the compute services (one request) -> forced_down set or cleared
+  (`audit.forced_down_changes`): set once a member has not been ready for
+  `failover.rebalanceAfterSeconds`, cleared as soon as it is ready again.
+- Once per update interval of the members (`update_resources_interval` of the nova.conf
+  they run): Nova's hypervisor list and the pool's Ironic nodes -> `audit.audit()`:
+  findings (status.nova, Events, metrics) and the deletion of the services of members
+  removed by scale-down. Nova refusing a deletion (instances left, HTTP 409) is remembered
+  and asked again only after `audit.REFUSAL_RETRY_SECONDS`; status.nova.waiting says why.
+- `paused`: reads and reports, writes nothing.
+
+Nova is optional. A cloud without a usable compute endpoint, credentials Nova refuses
+(admin is needed) or a Nova older than 2.53 turn the Nova features off (state Disabled,
+with the reason); they are asked again after RECHECK_SECONDS, or at once when the
+clouds.yaml changes (a new connection). Nova not answering (refused, timeouts, 5xx after
+the adapter's own retries) or any other Nova error: state Unavailable, the rest of the
+cycle goes on, and the next attempt waits a backoff that doubles up to MAX_BACKOFF_SECONDS.
+Nothing is lost meanwhile: every decision is re-derived from what Nova and Ironic show
+(level-triggered), and the audit's memory is kept.
+
+Not wired yet: `audit.AuditReport.repairs` (spec.nova.repairMisplaced) need an Ironic
+adapter call that writes the shard of a pinned node after a fresh re-check; the adapter has
+none (apply_moves never touches pinned nodes). Until then repairs are only counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ironic_shard_operator import audit
+from ironic_shard_operator.ironic import IronicAdapter, IronicError
+from ironic_shard_operator.members import Event
+from ironic_shard_operator.model import Member
+from ironic_shard_operator.nova import (
+    NovaAdapter, NovaAuthError, NovaError, NovaNotConfigured, NovaTooOld, ServiceInUse, ServiceNotFound,
+)
+from ironic_shard_operator.resource import Pool
+
+log = logging.getLogger(__name__)
+
+# A cloud without Nova (or whose credentials Nova refuses) is asked again after this long.
+RECHECK_SECONDS = 300.0
+# Nova not answering: the first retry after FIRST_BACKOFF_SECONDS, doubling up to the max.
+FIRST_BACKOFF_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 300.0
+# Per request, and attempts per call (the adapter backs off between them): a Nova that
+# hangs holds a cycle for about a minute at most.
+REQUEST_TIMEOUT_SECONDS = 15.0
+REQUEST_ATTEMPTS = 3
+
+
+@dataclass
+class NovaRuntime:
+    """What the operator keeps in memory about one pool's Nova between cycles.
+
+    Losing it (an operator restart) costs little: the audit's clocks start again (an
+    `unlisted` or `unmapped` finding shows two update intervals later) and a refused
+    deletion is asked again.
+    """
+
+    adapter: NovaAdapter | None = None
+    since: dict[str, float] = field(default_factory=dict)
+    refused: dict[str, audit.Refusal] = field(default_factory=dict)
+    report: audit.AuditReport | None = None
+    audited_at: float | None = None
+    retry_at: float = 0.0
+    failures: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NovaOutcome:
+    """`section`: the new status.nova, None when Nova was not asked this cycle (keep the
+    last one). `events`: for the writes done and the section's transitions."""
+
+    section: dict[str, Any] | None
+    events: tuple[Event, ...] = ()
+
+
+def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
+                   members: Sequence[Member], identities: Iterable[str], nova_conf: str | None,
+                   audit_nodes: bool, previous: Mapping[str, Any] | None, now: float,
+                   metrics: Any = None) -> NovaOutcome:
+    """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
+
+    `members`: the readiness of the pool's identities; `identities`: every current member
+    (pod or ConfigMap) and the ones being created; `audit_nodes`: False when Ironic could
+    not be read this cycle (then only forced_down is looked after); `previous`: the last
+    status.nova. Never raises for Nova's sake: failures become the section's state.
+    """
+    if now < state.retry_at:
+        return NovaOutcome(None)
+    if state.adapter is None or state.adapter.connection is not ironic.connection:
+        state.adapter = NovaAdapter(ironic.connection, cloud_name=pool.cloud_name,
+                                    request_timeout=REQUEST_TIMEOUT_SECONDS,
+                                    retry_attempts=REQUEST_ATTEMPTS)
+    nova, key = state.adapter, pool.key
+    events: list[Event] = []
+    try:
+        services = nova.compute_services()
+        changes = audit.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now)
+        deletions: tuple[audit.ServiceDeletion, ...] = ()
+        interval = audit.update_interval(nova_conf)
+        if audit_nodes and (state.audited_at is None or now - state.audited_at >= interval):
+            try:
+                observed = nova.hypervisors(), ironic.list_nodes()
+            except IronicError as error:  # Ironic's own cycle reports it; audit next time
+                log.warning("pool %s: Nova audit skipped, Ironic not readable: %s", key, error)
+            else:
+                state.report = audit.audit(
+                    pool=pool.name, identities=identities, nodes=observed[1],
+                    hypervisors=observed[0], services=services, since=state.since, now=now,
+                    interval=interval, repair=pool.repair_misplaced, refused=state.refused)
+                state.since, state.audited_at = dict(state.report.since), now
+                deletions = state.report.deletions
+                if metrics is not None:
+                    metrics.record_nova_audit(key, state.report.counts())
+        forced = {host for host, s in services.items() if s.forced_down}
+        if not pool.paused:
+            events += _write(nova, key, changes, deletions, state, now, forced, metrics)
+    except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
+        state.retry_at, state.failures = now + RECHECK_SECONDS, 0
+        section = audit.status_section(audit.DISABLED, str(error))
+    except NovaError as error:
+        state.failures += 1
+        backoff = min(FIRST_BACKOFF_SECONDS * 2 ** (state.failures - 1), MAX_BACKOFF_SECONDS)
+        state.retry_at = now + backoff
+        log.warning("pool %s: Nova: %s (next attempt in %.0fs)", key, error, backoff)
+        section = audit.status_section(audit.UNAVAILABLE, str(error), state.report,
+                                       (previous or {}).get("forcedDown") or ())
+    else:
+        state.retry_at, state.failures = 0.0, 0
+        message = audit.summary(state.report.findings) if state.report is not None else \
+            "Nova answers; its hypervisor list is audited once Ironic has been read"
+        section = audit.status_section(audit.ENABLED, message, state.report,
+                                       sorted(forced & set(identities)))
+    return NovaOutcome(section, tuple(events) + tuple(audit.section_events(previous, section)))
+
+
+def _write(nova: NovaAdapter, key: str, changes: Sequence[audit.ForcedDownChange],
+           deletions: Sequence[audit.ServiceDeletion], state: NovaRuntime, now: float,
+           forced: set[str], metrics: Any) -> list[Event]:
+    """Carry out the decisions; `forced` (hosts forced down) follows what was written.
+    Nova errors other than the expected answers propagate (the caller backs off)."""
+    record: Callable[[str], None] = (lambda action: metrics.record_nova_action(key, action)) \
+        if metrics is not None else (lambda action: None)
+    events = []
+    for change in changes:
+        try:
+            nova.set_forced_down(change.service, change.forced_down)
+        except ServiceNotFound:
+            continue  # deleted meanwhile: nothing to force or clear
+        (forced.add if change.forced_down else forced.discard)(change.member)
+        record("forced_down_set" if change.forced_down else "forced_down_cleared")
+        events.append(Event("ForcedDown" if change.forced_down else "ForcedDownCleared",
+                            change.message, "Warning" if change.forced_down else "Normal"))
+    for deletion in deletions:
+        host = deletion.service.host
+        try:
+            nova.delete_service(deletion.service)
+        except ServiceInUse as refusal:
+            state.refused[host] = audit.Refusal(now, refusal.reason)
+            record("service_delete_refused")
+            events.append(Event("NovaServiceInUse", f"{refusal}; asked again in "
+                                f"{audit.REFUSAL_RETRY_SECONDS:.0f}s", "Warning"))
+            continue
+        state.refused.pop(host, None)
+        forced.discard(host)
+        record("service_deleted")
+        events.append(Event("DeletedNovaService", deletion.message))
+    return events

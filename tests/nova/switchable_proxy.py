@@ -1,0 +1,110 @@
+"""A TCP forwarder in front of the real Nova API that a test can switch off and on again.
+
+Used to take Nova away from the operator only (the computes talk to Nova through RabbitMQ
+and the conductor, not through its API): while off, the port refuses connections and the
+connections in flight are cut, as when nova-api goes down; on again, it listens on the same
+port, as when nova-api comes back. Everything it forwards is the real Nova's answer.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from urllib.parse import urlsplit, urlunsplit
+
+
+class SwitchableProxy:
+    """Forwards 127.0.0.1:<port> to `upstream_url`'s host and port while on.
+
+    `url(upstream_url)` gives the same URL through the proxy. Use as a context manager;
+    `off()` / `on()` switch it; every thread and socket is gone after exit.
+    """
+
+    def __init__(self, upstream_url: str) -> None:
+        parts = urlsplit(upstream_url)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._sockets: set[socket.socket] = set()
+        self._threads: list[threading.Thread] = []
+
+    def url(self, upstream_url: str) -> str:
+        """`upstream_url` with its host and port replaced by the proxy's."""
+        parts = urlsplit(upstream_url)
+        return urlunsplit(parts._replace(netloc=f"127.0.0.1:{self.port}"))
+
+    def __enter__(self) -> SwitchableProxy:
+        self.on()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.off()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def on(self) -> None:
+        with self._lock:
+            if self._listener is not None:
+                return
+            listener = socket.socket()
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", self.port))
+            listener.listen(16)
+            self._listener = listener
+        self._spawn(self._accept, listener)
+
+    def off(self) -> None:
+        """Refuse new connections and cut the open ones."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+            open_sockets, self._sockets = self._sockets, set()
+        for sock in ([listener] if listener else []) + list(open_sockets):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def _spawn(self, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True, name="nova-proxy")
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # switched off
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:  # switched off meanwhile
+                    client.close()
+                    upstream.close()
+                    return
+                self._sockets |= {client, upstream}
+            self._spawn(self._pipe, client, upstream)
+            self._spawn(self._pipe, upstream, client)
+
+    def _pipe(self, source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+            with self._lock:
+                self._sockets -= {source, target}

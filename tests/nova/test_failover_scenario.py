@@ -1,0 +1,239 @@
+"""Failover as Nova sees it: the real operator, real Ironic, the real Nova stack, and member pods
+run as REAL nova-compute processes (tests/support/process_kubelet.py) with exactly the config the
+operator renders (the pool's nova.conf Secret, then the member's overlay ConfigMap).
+
+Nova's own hypervisor list is the judge: every node under exactly the compute whose member owns
+its shard; a killed member's pinned nodes stay under it, its free nodes go to the others after
+the grace (and come back), its service is forced down only once the outage outlasts the grace
+and cleared when it is back; a member removed by scale-down leaves no service behind, even when
+Nova's API was away while it went. A sampler watches Nova the whole time: no node is ever listed
+under two computes for longer than one update interval.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.operator_harness import (
+    POOLS, OperatorProcess, events, free_port, get_pool, http_get, install_crd, member_pods,
+    patch_spec, pool_manifest, ready_members,
+)
+from tests.nova.nova_watch import NovaWatch
+from tests.nova.sharded_pool import available_nodes
+from tests.nova.switchable_proxy import SwitchableProxy
+from tests.support.ironic_service import IronicService, running_ironic, shards_of, unique_resource_class
+from tests.support.kube_api import KubeAPI, kube_api, kube_namespace  # noqa: F401
+from tests.support.nova_stack import NovaStack
+from tests.support.process_kubelet import PROCESS_IMAGE, ProcessKubelet
+
+pytestmark = pytest.mark.nova
+
+GRACE = 20          # failover.rebalanceAfterSeconds
+POLL = 5            # ironic.pollIntervalSeconds
+NODES = 60
+CLOUD = "nova-and-ironic"
+
+
+@pytest.fixture(scope="module")
+def ironic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IronicService]:
+    """A real Ironic without auth: the pool's one cloud then reaches Ironic and Nova with one
+    token, as with Keystone (the session's Ironic uses HTTP basic auth, which the test Nova
+    API does not speak)."""
+    with running_ironic(tmp_path_factory.mktemp("ironic-noauth"), auth="noauth") as service:
+        yield service
+
+
+def clouds_yaml(stack: NovaStack, ironic: IronicService, compute_url: str) -> str:
+    """One cloud with both endpoints, as a Keystone catalog would give them."""
+    cloud = stack.cloud_config()
+    cloud.pop("compute_api_version")  # the adapter sets its microversion per request
+    cloud["auth"]["endpoint"] = cloud["compute_endpoint_override"] = compute_url
+    cloud["baremetal_endpoint_override"] = ironic.url
+    return yaml.safe_dump({"clouds": {CLOUD: cloud}})
+
+
+def create_secret(kube: KubeAPI, namespace: str, name: str, key: str, text: str) -> None:
+    kube.client.create(f"/api/v1/namespaces/{namespace}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "data": {key: base64.b64encode(text.encode()).decode()}})
+
+
+def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_stack: NovaStack,
+                                  ironic: IronicService, tmp_path: Path) -> None:
+    client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
+    started = time.monotonic()
+    interval = nova_stack.timings["update_resources_interval"]
+    pool = f"fo{uuid.uuid4().hex[:6]}"  # Nova hosts outlive the test in the session's stack
+    m0, m1, m2 = (f"{pool}-{i}" for i in range(3))
+
+    install_crd(kube_api)
+    resource_class = unique_resource_class("failover")
+    nodes = available_nodes(ironic, NODES, resource_class)
+    metrics_port = free_port()
+
+    def shards() -> dict[str, str | None]:
+        return shards_of(ironic, resource_class)
+
+    def nova_agrees() -> bool:
+        """Nova lists every node under exactly the compute whose member owns its shard."""
+        listed = nova_stack.hypervisor_hosts()
+        return all(listed.get(node, []) == [shard] for node, shard in shards().items())
+
+    def nova_status() -> dict:
+        return get_pool(client, ns, pool).get("status", {}).get("nova") or {}
+
+    def nova_metric(name: str, **labels: str) -> float:
+        wanted = ",".join(f'{k}="{v}"' for k, v in sorted({**labels, "pool": f"{ns}/{pool}"}.items()))
+        for line in http_get(metrics_port, "/metrics").splitlines():
+            if line.startswith(f"{name}{{{wanted}}} "):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    with SwitchableProxy(nova_stack.compute_url) as nova_api, \
+            ProcessKubelet(client, ns, nova_stack, tmp_path / "kubelet") as kubelet, \
+            OperatorProcess(kube_api, ns, "op-nova", tmp_path, METRICS_PORT=str(metrics_port)) as operator:
+        create_secret(kube_api, ns, "nova-config", "nova.conf", nova_stack.compute_conf(ironic.cloud))
+        create_secret(kube_api, ns, "openstack-cloud", "clouds.yaml",
+                      clouds_yaml(nova_stack, ironic, nova_api.url(nova_stack.compute_url)))
+        try:
+            client.create(POOLS.format(ns=ns), pool_manifest(
+                pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
+                failover={"rebalanceAfterSeconds": GRACE}, ironic={"pollIntervalSeconds": POLL}))
+
+            # 1. Three real computes come up; the deployment's host discovery maps them.
+            wait(lambda: all(nova_stack.compute_services().get(m, {}).get("state") == "up"
+                             for m in (m0, m1, m2)), timeout=120, interval=1,
+                 what="three nova-compute services up")
+            nova_stack.discover_hosts()
+            wait(lambda: ready_members(client, ns, pool) == [m0, m1, m2], timeout=60,
+                 what="three Ready member pods")
+            wait(lambda: set(shards().values()) == {m0, m1, m2}, timeout=60, what="nodes adopted")
+            wait(nova_agrees, timeout=6 * interval, interval=1,
+                 what="every node listed under the compute of its shard")
+            up_at = time.monotonic() - started
+            assert wait(nova_status, timeout=2 * POLL, what="status.nova")["state"] == "Enabled"
+
+            # Instances on members 0 and 1 (recorded in Nova, then in Ironic, as a boot does).
+            owners = shards()
+            pinned = {**{n: m1 for n in sorted(n for n, o in owners.items() if o == m1)[:3]},
+                      **{n: m0 for n in sorted(n for n, o in owners.items() if o == m0)[:2]}}
+            for node, host in pinned.items():
+                instance = nova_stack.seed_instance(host, node)
+                ironic.request("PATCH", f"/nodes/{node}", json=[
+                    {"op": "add", "path": "/instance_uuid", "value": instance}])
+            pinned_on_m1 = {n for n, o in pinned.items() if o == m1}
+            service_m1 = nova_stack.compute_services()[m1]["id"]
+            nova_stack.record_rss()
+
+            with NovaWatch(nova_stack, set(nodes), {m0, m1, m2}) as watch:
+                # 2. Member 1's process dies; its replacement is slow to start (held).
+                free_m1 = {n for n, o in shards().items() if o == m1} - pinned_on_m1
+                old_uid = member_pods(client, ns, pool)[m1]["metadata"]["uid"]
+                kubelet.hold(m1)
+                killed_at = time.monotonic()
+                kubelet.kill(m1)
+                wait(lambda: (p := member_pods(client, ns, pool).get(m1))
+                     and p["metadata"]["uid"] != old_uid, timeout=60, what="a new pod for member 1")
+                # After the grace its free nodes are re-owned in Ironic, then listed by Nova
+                # under their new owners within one update interval; its service is forced down.
+                wait(lambda: not free_m1 & {n for n, o in shards().items() if o == m1},
+                     timeout=GRACE + 4 * POLL, interval=0.5, what="member 1's free nodes re-owned")
+                moved_at = time.monotonic()
+                wait(nova_agrees, timeout=2 * interval + 5, interval=0.5,  # + the tracker's own work
+                     what="the re-owned nodes listed under their new computes")
+                listed_at = time.monotonic()
+                wait(lambda: watch.forced_down_times(m1), timeout=2 * POLL,
+                     what="member 1's service forced down")
+                assert {n: o for n, o in shards().items() if n in pinned_on_m1} == \
+                    {n: m1 for n in pinned_on_m1}
+
+                # It comes back (same pod name, same Nova host): flag cleared, nodes return.
+                kubelet.release(m1)
+                back = wait(lambda: (p := member_pods(client, ns, pool).get(m1)) and
+                            m1 in ready_members(client, ns, pool) and p, timeout=90,
+                            what="member 1 Ready again")
+                ready_at = time.monotonic()
+                wait(lambda: not nova_stack.compute_services()[m1]["forced_down"], timeout=2 * POLL,
+                     what="forced_down of member 1 cleared")
+                cleared_at = time.monotonic()
+                wait(lambda: sum(1 for o in shards().values() if o == m1) == NODES // 3,
+                     timeout=4 * POLL, what="free nodes back on member 1")
+                wait(nova_agrees, timeout=3 * interval, interval=1,
+                     what="Nova listing every node under its owner again")
+                assert back["metadata"]["uid"] != old_uid
+                assert nova_stack.compute_services()[m1]["id"] == service_m1  # same Nova service
+
+                # 3. Scale to 2 while Nova's API is away from the operator: member 2 (no
+                # instance) goes; its service is deleted once Nova answers again.
+                nova_api.off()
+                patch_spec(client, ns, pool, {"replicas": 2})
+                wait(lambda: set(member_pods(client, ns, pool)) == {m0, m1}, timeout=90,
+                     what="member 2's pod removed")
+                unavailable = wait(lambda: (s := nova_status()).get("state") == "Unavailable" and s,
+                                   timeout=4 * POLL, what="status.nova Unavailable")
+                assert "not answering" in unavailable["message"]
+                assert m2 in nova_stack.compute_services()  # nobody could delete it yet
+                nova_api.on()
+                back_on = time.monotonic()
+                wait(lambda: m2 not in nova_stack.compute_services(), timeout=60 + 2 * interval,
+                     interval=1, what="member 2's service deleted once Nova answers")
+                deleted_after = time.monotonic() - back_on
+                wait(nova_agrees, timeout=3 * interval, interval=1, what="Nova agreeing at 2 members")
+                assert set(shards().values()) == {m0, m1}
+                nova_stack.record_rss()
+
+                # 4. Someone sets the shard of a node with an instance by hand: no compute
+                # serves it any more; the audit reports it, and the all-clear once undone.
+                misplaced = sorted(pinned_on_m1)[0]
+                ironic.request("PATCH", f"/nodes/{misplaced}", json=[
+                    {"op": "add", "path": "/shard", "value": m0}])
+                found = wait(lambda: (s := nova_status()).get("findings", {}).get("misplaced") and s,
+                             timeout=2 * interval + 2 * POLL, what="the audit reporting the misplaced node")
+                assert f"node {misplaced} has an instance on {m1} but its shard is {m0}" in found["message"]
+                assert nova_metric("ironic_shard_nova_findings", kind="misplaced") == 1
+                ironic.request("PATCH", f"/nodes/{misplaced}", json=[
+                    {"op": "add", "path": "/shard", "value": m1}])
+                wait(lambda: not any(nova_status().get("findings", {}).values()),
+                     timeout=2 * interval + 2 * POLL, what="the audit clear again")
+
+            # Nova over the whole scenario.
+            assert not watch.errors, watch.errors[:3]
+            twice, node = watch.longest_listed_twice()
+            assert twice <= interval, f"node {node} listed under two computes for {twice:.0f}s"
+            assert watch.where(pinned_on_m1) == {(m1,)}, "a pinned node left member 1"
+            forced = watch.forced_down_times(m1)
+            assert forced and min(forced) >= killed_at + GRACE - 1, "forced down within the grace"
+            assert max(forced) <= cleared_at
+            final = nova_status()
+            assert final["state"] == "Enabled" and final["forcedDown"] == [] and final["waiting"] == []
+            for reason in ("ForcedDown", "ForcedDownCleared", "NovaUnavailable", "NovaAvailable",
+                           "DeletedNovaService", "NovaAudit", "NovaAuditClear"):
+                assert events(client, ns, reason), f"no {reason} Event"
+            assert nova_metric("ironic_shard_nova_actions_total", action="forced_down_set") >= 1
+            assert nova_metric("ironic_shard_nova_actions_total", action="forced_down_cleared") == 1
+            assert nova_metric("ironic_shard_nova_actions_total", action="service_deleted") == 1
+            operator_rss = next(int(line.split()[1]) for line in Path(
+                f"/proc/{operator.process.pid}/status").read_text().splitlines()
+                if line.startswith("VmRSS:")) / 1024
+            print(f"failover scenario: members up and Nova agreeing {up_at:.0f}s after start; "
+                  f"free nodes re-owned {moved_at - killed_at:.1f}s after the kill (grace {GRACE}s), "
+                  f"listed by Nova {listed_at - moved_at:.1f}s later (update interval {interval}s); "
+                  f"forced down {min(forced) - killed_at:.1f}s after the kill, cleared "
+                  f"{cleared_at - ready_at:.1f}s after Ready; removed member's service deleted "
+                  f"{deleted_after:.1f}s after Nova's API came back; longest listed twice "
+                  f"{twice:.1f}s; operator RSS {operator_rss:.0f} MiB; "
+                  f"whole scenario {time.monotonic() - started:.0f}s")
+        finally:
+            try:
+                client.delete(f"{POOLS.format(ns=ns)}/{pool}")
+                wait(lambda: not client.get(POOLS.format(ns=ns))["items"], timeout=60,
+                     what="the pool deleted (the operator removes its finalizer)")
+            finally:
+                print(f"----- operator -----\n{operator.log()[-20000:]}")
