@@ -73,6 +73,7 @@ class NovaRuntime:
     audited_at: float | None = None
     retry_at: float = 0.0
     failures: int = 0
+    answered: bool = False  # Nova has answered at least once (this cloud has a Nova)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +93,13 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
 
     `members`: the readiness of the pool's identities; `identities`: every current member
     (pod or ConfigMap) and the ones being created; `audit_nodes`: False when Ironic could
-    not be read this cycle (then only forced_down is looked after); `previous`: the last
-    status.nova. Never raises for Nova's sake: failures become the section's state.
+    not be read this cycle (then only forced_down is looked after, and only once Nova has
+    answered before); `previous`: the last status.nova. Never raises for Nova's sake:
+    failures become the section's state.
     """
-    if now < state.retry_at:
+    if now < state.retry_at or (not audit_nodes and not state.answered):
+        # Backing off; or Ironic is not readable and Nova never answered: with a cloud
+        # whose only endpoint is Ironic, "Nova" would be Ironic's dead URL, not news.
         return NovaOutcome(None)
     if state.adapter is None or state.adapter.connection is not ironic.connection:
         state.adapter = NovaAdapter(ironic.connection, cloud_name=pool.cloud_name,
@@ -105,6 +109,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     events: list[Event] = []
     try:
         services = nova.compute_services()
+        state.answered = True
         changes = audit.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now)
         deletions: tuple[audit.ServiceDeletion, ...] = ()
         interval = audit.update_interval(nova_conf)

@@ -1,0 +1,74 @@
+"""Nova is optional: a pool whose cloud has no Nova, or credentials Nova refuses, runs with the
+Nova features off, says why in status.nova and one Event, and crashes nothing (pods and Ironic
+are looked after as usual). Real operator process, the API server and fake kubelet of the
+integration tier, the session's real Ironic (HTTP basic auth) and the real Nova stack.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.operator_harness import (
+    POOLS, OperatorProcess, events, get_pool, install_crd, pool_manifest, ready_members,
+)
+from tests.support.ironic_service import IronicService, seed_nodes_directly_in_db, shards_of, unique_resource_class
+from tests.support.kube_api import KubeAPI, kube_api, kube_namespace, kubelet  # noqa: F401
+from tests.support.nova_stack import NovaStack
+from tests.nova.test_failover_scenario import create_secret
+
+pytestmark = pytest.mark.nova
+
+
+def test_without_a_usable_nova_the_pool_runs_with_nova_features_off(
+        kube_api: KubeAPI, kube_namespace: str, kubelet, ironic_service: IronicService,
+        nova_stack: NovaStack, tmp_path: Path) -> None:
+    client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
+    install_crd(kube_api)
+    # "ironic-only": the Ironic service's own clouds.yaml (no compute endpoint at all).
+    # "basic-to-nova": the same credentials with Nova's endpoint added: Nova refuses them.
+    clouds = yaml.safe_load(ironic_service.clouds_yaml)["clouds"]
+    only_ironic = clouds[ironic_service.cloud_name]
+    clouds = {"ironic-only": only_ironic,
+              "basic-to-nova": {**only_ironic, "compute_endpoint_override": nova_stack.compute_url}}
+    create_secret(kube_api, ns, "openstack-cloud", "clouds.yaml", yaml.safe_dump({"clouds": clouds}))
+    create_secret(kube_api, ns, "nova-config", "nova.conf", "[DEFAULT]\ncompute_driver = ironic.IronicDriver\n")
+    classes = {}
+    for pool in ("ironic-only", "basic-to-nova"):
+        classes[pool] = unique_resource_class(pool)
+        seed_nodes_directly_in_db(ironic_service, 4, resource_class=classes[pool])
+
+    with OperatorProcess(kube_api, ns, "op-a", tmp_path) as operator:
+        try:
+            for pool in classes:
+                client.create(POOLS.format(ns=ns), pool_manifest(
+                    pool, cloud_name=pool, resource_class=classes[pool], replicas=1))
+            for pool in classes:  # the pools work: a Ready member owning every node
+                wait(lambda: ready_members(client, ns, pool) == [f"{pool}-0"], timeout=60,
+                     what=f"{pool}: a Ready member")
+                wait(lambda: set(shards_of(ironic_service, classes[pool]).values()) == {f"{pool}-0"},
+                     timeout=60, what=f"{pool}: nodes adopted")
+
+            def nova_of(pool: str) -> dict:
+                return wait(lambda: get_pool(client, ns, pool).get("status", {}).get("nova"),
+                            timeout=30, what=f"{pool}: status.nova")
+
+            off = nova_of("ironic-only")
+            assert off["state"] == "Disabled"
+            assert "is not the Nova compute API: Nova features are off" in off["message"]
+            refused = nova_of("basic-to-nova")
+            assert refused["state"] == "Disabled"
+            assert "refused the credentials of cloud 'basic-to-nova'" in refused["message"]
+            assert all(count == 0 for count in off["findings"].values())
+            disabled = events(client, ns, "NovaDisabled")
+            assert {e["involvedObject"]["name"] for e in disabled} == set(classes)
+            assert len(disabled) == 2  # one Event per pool, not one per cycle
+            log = operator.log()
+            assert "Traceback" not in log and "failed unexpectedly" not in log
+        finally:
+            for item in client.get(POOLS.format(ns=ns))["items"]:
+                client.delete(f"{POOLS.format(ns=ns)}/{item['metadata']['name']}")
+            wait(lambda: not client.get(POOLS.format(ns=ns))["items"], timeout=60,
+                 what="the pools deleted")
