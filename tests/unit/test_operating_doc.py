@@ -10,6 +10,7 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ironic_shard_operator.audit import FINDING_KINDS
 from ironic_shard_operator.metrics import OperatorMetrics
 from ironic_shard_operator.model import Member, MemberLoad, NodeCounts, Observation, Plan, PoolSpec
 from tests.unit.test_crd_schema import admit, schema
@@ -63,6 +64,8 @@ def exposed_families() -> list:
     metrics.record_replacement("ns/p")
     metrics.record_fence("ns/p", "Wait")
     metrics.record_ironic_error("ns/p", "timeout")
+    metrics.record_nova_audit("ns/p", dict.fromkeys(FINDING_KINDS, 0))
+    metrics.record_nova_action("ns/p", "forced_down_set")
     return list(text_string_to_metric_families(generate_latest(metrics.registry).decode()))
 
 
