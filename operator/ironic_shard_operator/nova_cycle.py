@@ -25,7 +25,8 @@ Nothing is lost meanwhile: every decision is re-derived from what Nova and Ironi
 
 Not wired yet: `audit.AuditReport.repairs` (spec.nova.repairMisplaced) need an Ironic
 adapter call that writes the shard of a pinned node after a fresh re-check; the adapter has
-none (apply_moves never touches pinned nodes). Until then repairs are only counted.
+none (apply_moves never touches pinned nodes). Until then a misplaced node is reported
+(finding `misplaced`), not handed over.
 """
 
 from __future__ import annotations
