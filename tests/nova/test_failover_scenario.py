@@ -3,9 +3,9 @@ run as REAL nova-compute processes (tests/support/process_kubelet.py) with exact
 operator renders (the pool's nova.conf Secret, then the member's overlay ConfigMap).
 
 Nova's own hypervisor list is the judge: every node under exactly the compute whose member owns
-its shard; a killed member's pinned nodes stay under it, its free nodes go to the others after
-the grace (and come back), its service is forced down only once the outage outlasts the grace
-and cleared when it is back; a member removed by scale-down leaves no service behind, even when
+its shard; a member replaced within the grace moves nothing and is not forced down; a killed
+member whose outage outlasts the grace keeps its pinned nodes, its free nodes go to the others
+(and come back), its service is forced down and cleared when it is back; a member removed by scale-down leaves no service behind, even when
 Nova's API was away while it went. A sampler watches Nova the whole time: no node is ever listed
 under two computes for longer than one update interval.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.operator_harness import (
     POOLS, OperatorProcess, events, free_port, get_pool, http_get, install_crd, member_pods,
@@ -35,7 +36,7 @@ from tests.support.process_kubelet import PROCESS_IMAGE, ProcessKubelet
 
 pytestmark = pytest.mark.nova
 
-GRACE = 20          # failover.rebalanceAfterSeconds
+GRACE = 30          # failover.rebalanceAfterSeconds
 POLL = 5            # ironic.pollIntervalSeconds
 NODES = 60
 CLOUD = "nova-and-ironic"
@@ -90,11 +91,11 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
         return get_pool(client, ns, pool).get("status", {}).get("nova") or {}
 
     def nova_metric(name: str, **labels: str) -> float:
-        wanted = ",".join(f'{k}="{v}"' for k, v in sorted({**labels, "pool": f"{ns}/{pool}"}.items()))
-        for line in http_get(metrics_port, "/metrics").splitlines():
-            if line.startswith(f"{name}{{{wanted}}} "):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
+        """A sample of the operator's /metrics, as Prometheus parses it (0 when absent)."""
+        wanted = {**labels, "pool": f"{ns}/{pool}"}
+        return next((sample.value for family in text_string_to_metric_families(
+                        http_get(metrics_port, "/metrics"))
+                     for sample in family.samples if sample.name == name and sample.labels == wanted), 0.0)
 
     with SwitchableProxy(nova_stack.compute_url) as nova_api, \
             ProcessKubelet(client, ns, nova_stack, tmp_path / "kubelet") as kubelet, \
@@ -133,7 +134,20 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
             nova_stack.record_rss()
 
             with NovaWatch(nova_stack, set(nodes), {m0, m1, m2}) as watch:
-                # 2. Member 1's process dies; its replacement is slow to start (held).
+                # 2. Member 0's process dies and its replacement is back within the grace:
+                # nothing moves, its service is not forced down.
+                before = shards()
+                old_uid = member_pods(client, ns, pool)[m0]["metadata"]["uid"]
+                restarted_at = time.monotonic()
+                kubelet.kill(m0)
+                wait(lambda: (p := member_pods(client, ns, pool).get(m0)) and p["metadata"]["uid"]
+                     != old_uid and m0 in ready_members(client, ns, pool), timeout=GRACE,
+                     what="member 0 replaced and Ready within the grace")
+                back_within = time.monotonic() - restarted_at
+                assert shards() == before
+                assert not watch.forced_down_times(m0)
+
+                # 3. Member 1's process dies; its replacement is slow to start (held).
                 free_m1 = {n for n, o in shards().items() if o == m1} - pinned_on_m1
                 old_uid = member_pods(client, ns, pool)[m1]["metadata"]["uid"]
                 kubelet.hold(m1)
@@ -170,7 +184,7 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                 assert back["metadata"]["uid"] != old_uid
                 assert nova_stack.compute_services()[m1]["id"] == service_m1  # same Nova service
 
-                # 3. Scale to 2 while Nova's API is away from the operator: member 2 (no
+                # 4. Scale to 2 while Nova's API is away from the operator: member 2 (no
                 # instance) goes; its service is deleted once Nova answers again.
                 nova_api.off()
                 patch_spec(client, ns, pool, {"replicas": 2})
@@ -189,7 +203,7 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                 assert set(shards().values()) == {m0, m1}
                 nova_stack.record_rss()
 
-                # 4. Someone sets the shard of a node with an instance by hand: no compute
+                # 5. Someone sets the shard of a node with an instance by hand: no compute
                 # serves it any more; the audit reports it, and the all-clear once undone.
                 misplaced = sorted(pinned_on_m1)[0]
                 ironic.request("PATCH", f"/nodes/{misplaced}", json=[
@@ -222,7 +236,9 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
             operator_rss = next(int(line.split()[1]) for line in Path(
                 f"/proc/{operator.process.pid}/status").read_text().splitlines()
                 if line.startswith("VmRSS:")) / 1024
+            assert not watch.forced_down_times(m0)
             print(f"failover scenario: members up and Nova agreeing {up_at:.0f}s after start; "
+                  f"member 0 replaced and Ready {back_within:.1f}s after its kill (nothing moved); "
                   f"free nodes re-owned {moved_at - killed_at:.1f}s after the kill (grace {GRACE}s), "
                   f"listed by Nova {listed_at - moved_at:.1f}s later (update interval {interval}s); "
                   f"forced down {min(forced) - killed_at:.1f}s after the kill, cleared "
