@@ -12,7 +12,6 @@ under two computes for longer than one update interval.
 
 from __future__ import annotations
 
-import base64
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,14 +22,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.operator_harness import (
-    POOLS, OperatorProcess, events, free_port, get_pool, http_get, install_crd, member_pods,
+    POOLS, OperatorProcess, create_secrets, events, free_port, get_pool, http_get, install_crd, member_pods,
     patch_spec, pool_manifest, ready_members,
 )
 from tests.nova.nova_watch import NovaWatch
 from tests.nova.sharded_pool import available_nodes
 from tests.nova.switchable_proxy import SwitchableProxy
 from tests.support.ironic_service import IronicService, running_ironic, shards_of, unique_resource_class
-from tests.support.kube_api import KubeAPI, kube_api, kube_namespace  # noqa: F401
+from tests.support.kube_api import KubeAPI
 from tests.support.nova_stack import NovaStack
 from tests.support.process_kubelet import PROCESS_IMAGE, ProcessKubelet
 
@@ -58,12 +57,6 @@ def clouds_yaml(stack: NovaStack, ironic: IronicService, compute_url: str) -> st
     cloud["auth"]["endpoint"] = cloud["compute_endpoint_override"] = compute_url
     cloud["baremetal_endpoint_override"] = ironic.url
     return yaml.safe_dump({"clouds": {CLOUD: cloud}})
-
-
-def create_secret(kube: KubeAPI, namespace: str, name: str, key: str, text: str) -> None:
-    kube.client.create(f"/api/v1/namespaces/{namespace}/secrets", {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-        "data": {key: base64.b64encode(text.encode()).decode()}})
 
 
 def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_stack: NovaStack,
@@ -100,9 +93,8 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
     with SwitchableProxy(nova_stack.compute_url) as nova_api, \
             ProcessKubelet(client, ns, nova_stack, tmp_path / "kubelet") as kubelet, \
             OperatorProcess(kube_api, ns, "op-nova", tmp_path, METRICS_PORT=str(metrics_port)) as operator:
-        create_secret(kube_api, ns, "nova-config", "nova.conf", nova_stack.compute_conf(ironic.cloud))
-        create_secret(kube_api, ns, "openstack-cloud", "clouds.yaml",
-                      clouds_yaml(nova_stack, ironic, nova_api.url(nova_stack.compute_url)))
+        create_secrets(client, ns, clouds_yaml(nova_stack, ironic, nova_api.url(nova_stack.compute_url)),
+                       nova_conf=nova_stack.compute_conf(ironic.cloud))
         try:
             client.create(POOLS.format(ns=ns), pool_manifest(
                 pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,

@@ -12,12 +12,13 @@ import pytest
 import yaml
 
 from tests.integration.operator_harness import (
-    POOLS, OperatorProcess, events, get_pool, install_crd, pool_manifest, ready_members,
+    POOLS, OperatorProcess, create_secrets, events, get_pool, install_crd, pool_manifest, ready_members,
 )
-from tests.support.ironic_service import IronicService, seed_nodes_directly_in_db, shards_of, unique_resource_class
-from tests.support.kube_api import KubeAPI, kube_api, kube_namespace, kubelet  # noqa: F401
+from tests.support.ironic_service import (
+    IronicService, seed_nodes_directly_in_db, shards_of, unique_resource_class,
+)
+from tests.support.kube_api import KubeAPI
 from tests.support.nova_stack import NovaStack
-from tests.nova.test_failover_scenario import create_secret
 
 pytestmark = pytest.mark.nova
 
@@ -33,8 +34,7 @@ def test_without_a_usable_nova_the_pool_runs_with_nova_features_off(
     only_ironic = clouds[ironic_service.cloud_name]
     clouds = {"ironic-only": only_ironic,
               "basic-to-nova": {**only_ironic, "compute_endpoint_override": nova_stack.compute_url}}
-    create_secret(kube_api, ns, "openstack-cloud", "clouds.yaml", yaml.safe_dump({"clouds": clouds}))
-    create_secret(kube_api, ns, "nova-config", "nova.conf", "[DEFAULT]\ncompute_driver = ironic.IronicDriver\n")
+    create_secrets(client, ns, yaml.safe_dump({"clouds": clouds}))
     classes = {}
     for pool in ("ironic-only", "basic-to-nova"):
         classes[pool] = unique_resource_class(pool)
