@@ -130,7 +130,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                     metrics.record_nova_audit(key, state.report.counts())
         forced = {host for host, s in services.items() if s.forced_down}
         if not pool.paused:
-            events += _write(nova, key, changes, deletions, state, now, forced, metrics)
+            _write(nova, key, changes, deletions, state, now, forced, metrics, events)
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         state.retry_at, state.failures = now + RECHECK_SECONDS, 0
         section = audit.status_section(audit.DISABLED, str(error))
@@ -152,12 +152,12 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
 
 def _write(nova: NovaAdapter, key: str, changes: Sequence[audit.ForcedDownChange],
            deletions: Sequence[audit.ServiceDeletion], state: NovaRuntime, now: float,
-           forced: set[str], metrics: Any) -> list[Event]:
-    """Carry out the decisions; `forced` (hosts forced down) follows what was written.
+           forced: set[str], metrics: Any, events: list[Event]) -> None:
+    """Carry out the decisions, one Event per write done (appended to `events` at once, so
+    a later failure loses none); `forced` (hosts forced down) follows what was written.
     Nova errors other than the expected answers propagate (the caller backs off)."""
     record: Callable[[str], None] = (lambda action: metrics.record_nova_action(key, action)) \
         if metrics is not None else (lambda action: None)
-    events = []
     for change in changes:
         try:
             nova.set_forced_down(change.service, change.forced_down)
@@ -181,4 +181,3 @@ def _write(nova: NovaAdapter, key: str, changes: Sequence[audit.ForcedDownChange
         forced.discard(host)
         record("service_deleted")
         events.append(Event("DeletedNovaService", deletion.message))
-    return events
