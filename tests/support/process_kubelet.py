@@ -44,9 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keystoneauth1.exceptions import ClientException
+
 from tests.support.kube_api import KubeAPIError, KubeClient
 from tests.support.kubelet import FakeKubelet, PodState, pod_status, state_of
-from tests.support.nova_stack import ComputeProcess, NovaStack, novastack
+from tests.support.nova_stack import ComputeProcess, NovaStack, StackError, novastack
 
 PROCESS_IMAGE = "nova-compute:process"
 FINALIZER = "process-kubelet.tests.ironicshards.io/container"
@@ -182,7 +184,12 @@ class ProcessKubelet:
         pods = self._pods()
         with self._lock:
             live = any(not c.ended() for c in self._containers.values())
-        services = self.stack.compute_services() if live else {}
+        services: dict[str, dict] | None = {}
+        if live:
+            try:
+                services = self.stack.compute_services()
+            except (StackError, ClientException):  # Nova's API hiccuped: no readiness news now
+                services = None
         seen = set()
         for pod in pods:
             seen.add(pod["metadata"]["uid"])
@@ -201,7 +208,7 @@ class ProcessKubelet:
     def _ours(self, pod: dict[str, Any]) -> bool:
         return any(c.get("image") == self.image for c in pod["spec"]["containers"])
 
-    def _tend(self, pod: dict[str, Any], services: dict[str, dict]) -> None:
+    def _tend(self, pod: dict[str, Any], services: dict[str, dict] | None) -> None:
         meta, spec = pod["metadata"], pod["spec"]
         name, uid = meta["name"], meta["uid"]
         if not self._ours(pod):
@@ -232,6 +239,8 @@ class ProcessKubelet:
         self._collect_exit(container)
         if container.ended():
             self._report_failure(pod, container)
+            return
+        if services is None:
             return
         ready = self._reports_in(container, services.get(name))
         state = state_of(pod)
