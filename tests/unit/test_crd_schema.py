@@ -44,7 +44,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ironic_shard_operator import model
+from ironic_shard_operator import audit, model
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
@@ -582,6 +582,42 @@ def test_bad_status_is_refused(change, reason):
     status = _status()
     change(status)
     errors = admit({**example_pool("minimal"), "status": status})
+    assert any(reason in e for e in errors), errors
+
+
+def _nova_section() -> dict[str, Any]:
+    """status.nova as the operator builds it: an audit with findings and a retired host."""
+    report = audit.AuditReport(
+        findings=(audit.Finding(audit.DUPLICATE, "n-1", "node n-1 is listed under 2 computes"),
+                  audit.Finding(audit.UNMAPPED, "rack-a-1", "member rack-a-1 ...")),
+        waiting={"rack-a-2": "Nova refused to delete its service: host has instances"})
+    return audit.status_section(audit.ENABLED, audit.summary(report.findings), report, ["rack-a-1"])
+
+
+@pytest.mark.parametrize("section", [
+    _nova_section(),
+    audit.status_section(audit.ENABLED, "Nova answers", None, ["rack-a-1"]),
+    audit.status_section(audit.DISABLED, "cloud 'ironic' has no compute endpoint"),
+    audit.status_section(audit.UNAVAILABLE, "Nova is not answering", None, ()),
+], ids=["enabled with findings", "enabled before the first audit", "disabled", "unavailable"])
+def test_status_nova_as_the_operator_writes_it_is_admitted(section):
+    declared = schema()["properties"]["status"]["properties"]["nova"]["properties"]
+    assert set(section) == set(declared)
+    assert set(declared["findings"]["properties"]) == set(audit.FINDING_KINDS)
+    assert set(declared["state"]["enum"]) == {audit.ENABLED, audit.DISABLED, audit.UNAVAILABLE}
+    assert admit({**example_pool("minimal"), "status": {**_status(), "nova": section}}) == []
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda n: n.update(state="Enabeld"), "is not one of"),
+    (lambda n: n["findings"].update(duplicate=-1), "less than the minimum of 0"),
+    (lambda n: n["findings"].update(orphaned=1), "Additional properties are not allowed"),
+    (lambda n: n.update(forcedDown="rack-a-1"), "is not of type 'array'"),
+], ids=["unknown state", "negative count", "unknown finding kind", "forcedDown not a list"])
+def test_bad_status_nova_is_refused(change, reason):
+    section = _nova_section()
+    change(section)
+    errors = admit({**example_pool("minimal"), "status": {**_status(), "nova": section}})
     assert any(reason in e for e in errors), errors
 
 
