@@ -35,7 +35,9 @@ Decisions:
 - `AuditReport.deletions`: the service of a host that is a member name of this pool but no
   member any more (removed by scale-down: no pod, no ConfigMap), once no managed node has it
   as shard and Nova lists no managed node under it. Nova refusing (instances left, HTTP 409)
-  is remembered by the shell (`refused`) and retried only after `REFUSAL_RETRY_SECONDS`.
+  is remembered by the shell (`refused`) and retried only after `REFUSAL_RETRY_SECONDS`;
+  until a retry succeeds the host stays in `waiting` (so ScaleDownBlocked does not blink
+  each time Nova is asked again).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ NOVA_DEFAULT_UPDATE_INTERVAL = 60.0
 UPDATE_INTERVALS_BEFORE_FINDING = 2
 # After Nova refused to delete a service (instances left), ask again only after this long.
 REFUSAL_RETRY_SECONDS = 300.0
+# How status.nova.waiting says that Nova refused to delete a service (condition ScaleDownBlocked).
+REFUSED = "Nova refused to delete its service"
 # How many findings the status and Events spell out (the counts cover all of them).
 EXAMPLES = 5
 
@@ -260,8 +264,10 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
             waiting[host] = (f"Nova still lists {len(under_host[host])} of the pool's nodes under "
                              f"{host}; its service is deleted once their new owners took them over")
         elif host in refused and now - refused[host].at < REFUSAL_RETRY_SECONDS:
-            waiting[host] = f"Nova refused to delete its service: {refused[host].reason}"
+            waiting[host] = f"{REFUSED}: {refused[host].reason}"
         else:
+            if host in refused:  # asked again now; until Nova agrees, still refused
+                waiting[host] = f"{REFUSED}: {refused[host].reason}"
             deletions.append(ServiceDeletion(
                 service, f"Deleted Nova compute service {host}: the member was removed by "
                          "scale-down and owns no node any more"))

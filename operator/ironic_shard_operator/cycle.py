@@ -16,14 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .ironic import ApplyResult, IronicAdapter
-from .model import Member, NodeCounts, Observation, Plan, PoolSpec
+from .model import Member, Node, NodeCounts, Observation, Plan, PoolSpec
 from .planner import plan
 
 
 @dataclass(frozen=True, slots=True)
 class CycleReport:
-    """What one cycle saw, decided and did."""
+    """What one cycle saw, decided and did. `nodes`: the pool's nodes as this cycle read
+    them, before its own writes (the Nova audit reuses them instead of listing again)."""
 
+    nodes: tuple[Node, ...]
     plan: Plan
     applied: ApplyResult
     observe_requests: int       # Ironic requests to read the pool
@@ -76,6 +78,7 @@ def run_cycle(
     else:
         applied = adapter.apply_moves(decision.moves, nodes, stop)
     return CycleReport(
+        nodes=nodes,
         plan=decision,
         applied=applied,
         observe_requests=observe_requests,

@@ -347,7 +347,9 @@ class IronicAdapter:
 
     def apply_moves(self, moves: Sequence[Move], observed: Sequence[Node],
                     stop: threading.Event | None = None) -> ApplyResult:
-        """Write each move's target into its node's shard, if the node still qualifies.
+        """Write each move's target into its node's shard, if the node still qualifies:
+        still at the move's source and still free (a node pinned since the observation is
+        never moved).
 
         `observed` are the nodes the moves were planned from; they only size the bulk
         re-reads. Moves are written in uuid order, in batches of `batch_size`: before each
@@ -356,6 +358,26 @@ class IronicAdapter:
         Raises IronicUnavailable when Ironic stops answering beyond the retries; what was
         written stays written, and the next cycle re-reads and continues from there.
         """
+        return self._apply(moves, observed, stop, instances=None)
+
+    def hand_over(self, moves: Sequence[Move], observed: Sequence[Node],
+                  stop: threading.Event | None = None) -> ApplyResult:
+        """Write the shard of PINNED nodes (the Nova audit's repair of a misplaced node):
+        each move is written only if the fresh re-read shows the node still at the move's
+        source AND still carrying the instance it had in `observed`. A node whose instance
+        left or changed, or whose shard someone else changed, is not touched.
+
+        The one deliberate exception to "a pinned node never moves" (SPEC invariant 2),
+        used only for `spec.nova.repairMisplaced`; same batching, re-reads, rate limit and
+        errors as apply_moves().
+        """
+        instances = {node.uuid: node.instance_uuid for node in observed if node.instance_uuid}
+        return self._apply(moves, observed, stop, instances=instances)
+
+    def _apply(self, moves: Sequence[Move], observed: Sequence[Node], stop: threading.Event | None,
+               *, instances: Mapping[str, str] | None) -> ApplyResult:
+        """apply_moves() (`instances` None: free nodes only) or hand_over() (`instances`:
+        the instance each node must still carry)."""
         self.check()
         result = ApplyResult(planned=len(moves))
         known = sorted(node.uuid for node in observed)
@@ -368,14 +390,15 @@ class IronicAdapter:
                     result.not_attempted += len(ordered) - start
                     break
                 self._apply_batch(ordered[start:start + self.batch_size], known, pool,
-                                  stop, result)
+                                  stop, result, instances)
         finally:
             # On an error no queued write may start after we return.
             pool.shutdown(wait=True, cancel_futures=True)
         return result
 
     def _apply_batch(self, batch: list[Move], known: list[str], pool: ThreadPoolExecutor,
-                     stop: threading.Event | None, result: ApplyResult) -> None:
+                     stop: threading.Event | None, result: ApplyResult,
+                     instances: Mapping[str, str] | None) -> None:
         """Re-read, then write, one batch; retry what failed transiently, re-reading first."""
         pending = batch
         failure = _Retry("", unavailable=False)
@@ -397,10 +420,13 @@ class IronicAdapter:
                     result.skipped_changed += 1
                 elif node.shard == move.target:
                     result.already_right += 1
-                elif node.pinned:
+                elif instances is None and node.pinned:
                     result.skipped_claimed += 1
                 elif node.shard != move.source:
                     result.skipped_changed += 1
+                elif instances is not None and (
+                        not node.instance_uuid or node.instance_uuid != instances.get(node.uuid)):
+                    result.skipped_changed += 1  # its instance left or changed: nothing to repair
                 else:
                     writes.append(move)
             retry: list[Move] = []

@@ -37,8 +37,10 @@ IRONIC_ERROR_KINDS = (
     "timeout", "connection", "auth", "not_found", "conflict", "client", "server", "other",
 )
 
-# Nova writes the operator makes, and Nova refusing one (a service that still hosts instances).
-NOVA_ACTIONS = ("forced_down_set", "forced_down_cleared", "service_deleted", "service_delete_refused")
+# Writes the Nova side makes: to Nova's compute services, Nova refusing one (a service that
+# still hosts instances), and misplaced nodes handed over in Ironic (spec.nova.repairMisplaced).
+NOVA_ACTIONS = ("forced_down_set", "forced_down_cleared", "service_deleted", "service_delete_refused",
+                "misplaced_handed_over")
 
 # A reconcile cycle lists every managed node (~0.4 s per 1,000) and writes only moves
 # (~50 ms each, serialised): from tens of milliseconds to minutes for a big adoption.
@@ -162,7 +164,8 @@ class OperatorMetrics:
             ["pool", "kind"], registry=r)
         self.nova_actions = Counter(
             f"{PREFIX}_nova_actions",
-            "Writes to Nova's compute services, by action.", ["pool", "action"], registry=r)
+            "Writes the Nova side makes, by action: to Nova's compute services, and misplaced "
+            "nodes handed over to their instance's host in Ironic.", ["pool", "action"], registry=r)
         self.leader = Gauge(
             f"{PREFIX}_leader", "1 while this replica holds the leader Lease, else 0.",
             registry=r)
@@ -225,11 +228,11 @@ class OperatorMetrics:
                 raise ValueError(f"Nova finding kind {kind!r} is not one of {', '.join(FINDING_KINDS)}")
             self.nova_findings.labels(pool, kind).set(count)
 
-    def record_nova_action(self, pool: str, action: str) -> None:
-        """One write to Nova (one of NOVA_ACTIONS)."""
+    def record_nova_action(self, pool: str, action: str, count: int = 1) -> None:
+        """`count` writes of one of NOVA_ACTIONS."""
         if action not in NOVA_ACTIONS:
             raise ValueError(f"Nova action {action!r} is not one of {', '.join(NOVA_ACTIONS)}")
-        self.nova_actions.labels(pool, action).inc()
+        self.nova_actions.labels(pool, action).inc(count)
 
     def set_leader(self, leading: bool) -> None:
         """Whether this replica is the one acting (holds the Lease)."""

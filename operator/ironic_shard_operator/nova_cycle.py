@@ -8,10 +8,13 @@ openstacksdk connection (one clouds.yaml, one cloud) through the Ironic adapter.
   (`audit.forced_down_changes`): set once a member has not been ready for
   `failover.rebalanceAfterSeconds`, cleared as soon as it is ready again.
 - Once per update interval of the members (`update_resources_interval` of the nova.conf
-  they run): Nova's hypervisor list and the pool's Ironic nodes -> `audit.audit()`:
-  findings (status.nova, Events, metrics) and the deletion of the services of members
-  removed by scale-down. Nova refusing a deletion (instances left, HTTP 409) is remembered
-  and asked again only after `audit.REFUSAL_RETRY_SECONDS`; status.nova.waiting says why.
+  they run): Nova's hypervisor list against the pool's Ironic nodes as this cycle read
+  them -> `audit.audit()`: findings (status.nova, condition Degraded, Events, metrics),
+  the deletion of the services of members removed by scale-down, and, with
+  `spec.nova.repairMisplaced`, the handover of misplaced nodes to their instance's host
+  (`IronicAdapter.hand_over`: written only if a fresh re-read shows the node unchanged).
+  Nova refusing a deletion (instances left, HTTP 409) is remembered and asked again only
+  after `audit.REFUSAL_RETRY_SECONDS`; status.nova.waiting says why.
 - `paused`: reads and reports, writes nothing.
 
 Nova is optional. A cloud without a usable compute endpoint, credentials Nova refuses
@@ -23,27 +26,24 @@ cycle goes on, and the next attempt waits a backoff that doubles up to MAX_BACKO
 Nothing is lost meanwhile: every decision is re-derived from what Nova and Ironic show
 (level-triggered), and the audit's memory is kept.
 
-Not wired yet: `audit.AuditReport.repairs` (spec.nova.repairMisplaced) need an Ironic
-adapter call that writes the shard of a pinned node after a fresh re-check; the adapter has
-none (apply_moves never touches pinned nodes). Until then a misplaced node is reported
-(finding `misplaced`), not handed over.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ironic_shard_operator import audit
 from ironic_shard_operator.ironic import IronicAdapter, IronicError
 from ironic_shard_operator.members import Event
-from ironic_shard_operator.model import Member
+from ironic_shard_operator.model import Member, Move, Node
 from ironic_shard_operator.nova import (
     NovaAdapter, NovaAuthError, NovaError, NovaNotConfigured, NovaTooOld, ServiceInUse, ServiceNotFound,
 )
 from ironic_shard_operator.resource import Pool
+from ironic_shard_operator.status import spread
 
 log = logging.getLogger(__name__)
 
@@ -88,21 +88,23 @@ class NovaOutcome:
 
 def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                    members: Sequence[Member], identities: Iterable[str], nova_conf: str | None,
-                   audit_nodes: bool, previous: Mapping[str, Any] | None, now: float,
+                   nodes: Sequence[Node] | None, previous: Mapping[str, Any] | None, now: float,
                    metrics: Any = None) -> NovaOutcome:
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
 
     `members`: the readiness of the pool's identities; `identities`: every current member
-    (pod or ConfigMap) and the ones being created; `audit_nodes`: False when Ironic could
-    not be read this cycle (then only forced_down is looked after, and only once Nova has
-    answered before); `previous`: the last status.nova. Never raises for Nova's sake:
-    failures become the section's state.
+    (pod or ConfigMap) and the ones being created; `nodes`: the pool's Ironic nodes as this
+    cycle read them, None when Ironic could not be read (then only forced_down is looked
+    after, and only once Nova has answered before); `previous`: the last status.nova.
+    Never raises for Nova's sake: failures become the section's state.
     """
-    if now < state.retry_at or (not audit_nodes and not state.answered):
+    if state.adapter is not None and state.adapter.connection is not ironic.connection:
+        state.adapter, state.retry_at, state.failures = None, 0.0, 0  # a new clouds.yaml: ask at once
+    if now < state.retry_at or (nodes is None and not state.answered):
         # Backing off; or Ironic is not readable and Nova never answered: with a cloud
         # whose only endpoint is Ironic, "Nova" would be Ironic's dead URL, not news.
         return NovaOutcome(None)
-    if state.adapter is None or state.adapter.connection is not ironic.connection:
+    if state.adapter is None:
         state.adapter = NovaAdapter(ironic.connection, cloud_name=pool.cloud_name,
                                     request_timeout=REQUEST_TIMEOUT_SECONDS,
                                     retry_attempts=REQUEST_ATTEMPTS)
@@ -114,23 +116,24 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         changes = audit.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now)
         deletions: tuple[audit.ServiceDeletion, ...] = ()
         interval = audit.update_interval(nova_conf)
-        if audit_nodes and (state.audited_at is None or now - state.audited_at >= interval):
-            try:
-                observed = nova.hypervisors(), ironic.list_nodes()
-            except IronicError as error:  # Ironic's own cycle reports it; audit next time
-                log.warning("pool %s: Nova audit skipped, Ironic not readable: %s", key, error)
-            else:
-                state.report = audit.audit(
-                    pool=pool.name, identities=identities, nodes=observed[1],
-                    hypervisors=observed[0], services=services, since=state.since, now=now,
-                    interval=interval, repair=pool.repair_misplaced, refused=state.refused)
-                state.since, state.audited_at = dict(state.report.since), now
-                deletions = state.report.deletions
-                if metrics is not None:
-                    metrics.record_nova_audit(key, state.report.counts())
+        repairs: tuple[Move, ...] = ()
+        if nodes is not None and (state.audited_at is None or now - state.audited_at >= interval):
+            state.report = audit.audit(
+                pool=pool.name, identities=identities, nodes=nodes, hypervisors=nova.hypervisors(),
+                services=services, since=state.since, now=now, interval=interval,
+                repair=pool.repair_misplaced, refused=state.refused)
+            state.since, state.audited_at = dict(state.report.since), now
+            deletions, repairs = state.report.deletions, state.report.repairs
+            if metrics is not None:
+                metrics.record_nova_audit(key, state.report.counts())
         forced = {host for host, s in services.items() if s.forced_down}
         if not pool.paused:
-            _write(nova, key, changes, deletions, state, now, forced, metrics, events)
+            if repairs:  # Ironic writes: first, so a Nova failure below does not hold them up
+                _hand_over(ironic, key, repairs, nodes or (), metrics, events)
+            deleted = _write(nova, key, changes, deletions, state, now, forced, metrics, events)
+            if deleted and state.report is not None:  # no longer waiting for those
+                state.report = replace(state.report, waiting={
+                    h: why for h, why in state.report.waiting.items() if h not in deleted})
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         state.retry_at, state.failures = now + RECHECK_SECONDS, 0
         section = audit.status_section(audit.DISABLED, str(error))
@@ -152,10 +155,12 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
 
 def _write(nova: NovaAdapter, key: str, changes: Sequence[audit.ForcedDownChange],
            deletions: Sequence[audit.ServiceDeletion], state: NovaRuntime, now: float,
-           forced: set[str], metrics: Any, events: list[Event]) -> None:
+           forced: set[str], metrics: Any, events: list[Event]) -> set[str]:
     """Carry out the decisions, one Event per write done (appended to `events` at once, so
     a later failure loses none); `forced` (hosts forced down) follows what was written.
-    Nova errors other than the expected answers propagate (the caller backs off)."""
+    Returns the hosts whose service was deleted. Nova errors other than the expected
+    answers propagate (the caller backs off)."""
+    deleted: set[str] = set()
     record: Callable[[str], None] = (lambda action: metrics.record_nova_action(key, action)) \
         if metrics is not None else (lambda action: None)
     for change in changes:
@@ -178,6 +183,28 @@ def _write(nova: NovaAdapter, key: str, changes: Sequence[audit.ForcedDownChange
                                 f"{audit.REFUSAL_RETRY_SECONDS:.0f}s", "Warning"))
             continue
         state.refused.pop(host, None)
+        deleted.add(host)
         forced.discard(host)
         record("service_deleted")
         events.append(Event("DeletedNovaService", deletion.message))
+    return deleted
+
+
+def _hand_over(ironic: IronicAdapter, key: str, repairs: Sequence[Move], nodes: Sequence[Node],
+               metrics: Any, events: list[Event]) -> None:
+    """Set misplaced nodes' shard to their instance's host (spec.nova.repairMisplaced).
+    The adapter re-reads each node right before writing and skips any whose shard or
+    instance changed since `nodes` were read. An Ironic failure is logged and left to the
+    next audit (which finds the nodes still misplaced, or not any more)."""
+    try:
+        result = ironic.hand_over(repairs, nodes)
+    except IronicError as error:
+        log.warning("pool %s: misplaced nodes not handed over, Ironic failed: %s", key, error)
+        return
+    if not result.applied:
+        return
+    if metrics is not None:
+        metrics.record_nova_action(key, "misplaced_handed_over", result.applied)
+    events.append(Event("HandedOverNodes", f"Set the Ironic shard of {result.applied} of "
+                        f"{len(repairs)} misplaced nodes to their instance's host "
+                        f"({spread(repairs)}): spec.nova.repairMisplaced is true"))

@@ -283,7 +283,8 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
         nova = await asyncio.to_thread(
             run_nova_cycle, runtime.nova, adapter, pool, members=readiness,
             identities=set(identities) | set(keep), nova_conf=_secret_text(nova_secret, pool.nova_config.key),
-            audit_nodes=report is not None, previous=previous.get("nova"), now=now, metrics=op.metrics)
+            nodes=report.nodes if report is not None else None, previous=previous.get("nova"), now=now,
+            metrics=op.metrics)
         nova_section = nova.section
         events.extend(nova.events)
 
@@ -292,8 +293,8 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
                                 report.duration_seconds)
     await reporter.write(CycleFacts(
         **facts, states=decision.states, plan=plan, moves_applied=applied, extra_events=tuple(events),
-        error=str(ironic_error) if ironic_error else None, error_reason=_ironic_reason(ironic_error)),
-        nova=nova_section)
+        error=str(ironic_error) if ironic_error else None, error_reason=_ironic_reason(ironic_error),
+        nova=nova_section))
 
     if applied or decision.writes:
         log.info("pool %s: %d/%d members ready, %d shard moves written (%.1fs in Ironic), pod actions: %s",
@@ -380,11 +381,8 @@ class _Reporter:
                  previous: Mapping[str, Any], now: float) -> None:
         self.op, self.body, self.runtime, self.previous, self.now = op, body, runtime, previous, now
 
-    async def write(self, facts: CycleFacts, nova: Mapping[str, Any] | None = None) -> None:
-        """`nova`: the new status.nova; None keeps the last one (Nova not asked this cycle)."""
+    async def write(self, facts: CycleFacts) -> None:
         status, events = build_status(facts, self.previous)
-        if nova is not None or "nova" in self.previous:
-            status["nova"] = dict(nova if nova is not None else self.previous["nova"])
         meta = self.body["metadata"]
         if status != _comparable(self.previous, status):
             await self.op.kube.patch_pool_status(meta.get("namespace") or "default", meta["name"], status)

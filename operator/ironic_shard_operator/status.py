@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ironic_shard_operator import model
+from ironic_shard_operator import audit, model
 from ironic_shard_operator.members import Event, MemberState, parse_time
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "ScaleDownBlocked", "Conflict")
@@ -32,7 +32,9 @@ class CycleFacts:
 
     `plan` is None when the cycle could not plan (bad spec, Ironic unreachable, conflict
     before observing); `error` then says why in one sentence for a human. `members` is the
-    readiness of every known identity; `states` the lifecycle phase of each.
+    readiness of every known identity; `states` the lifecycle phase of each. `nova` is the
+    new status.nova (audit.status_section), None when Nova was not asked this cycle: the
+    last one is kept, and its findings keep counting towards Degraded.
     """
 
     generation: int
@@ -50,6 +52,7 @@ class CycleFacts:
     selector: str = ""
     now: float = 0.0
     extra_events: Sequence[Event] = field(default_factory=tuple)
+    nova: Mapping[str, Any] | None = None
 
 
 def ring_digest(members: Sequence[str]) -> str:
@@ -75,7 +78,10 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
         for key in ("members", "ring", "nodes"):
             if key in previous:
                 status[key] = previous[key]
-    conditions = _conditions(facts)
+    nova = facts.nova if facts.nova is not None else previous.get("nova")
+    if nova is not None:
+        status["nova"] = dict(nova)
+    conditions = _conditions(facts, nova or {})
     status["conditions"], events = _merge_conditions(
         conditions, previous.get("conditions") or [], facts.generation, facts.now)
     return status, list(facts.extra_events) + events
@@ -127,7 +133,7 @@ class _Condition:
     message: str
 
 
-def _conditions(facts: CycleFacts) -> list[_Condition]:
+def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
     plan = facts.plan
     not_ready = [s for s in facts.states if s.phase != "Ready"]
     troubled = [s for s in facts.states if s.phase in ("Fencing", "Replacing")]
@@ -145,6 +151,9 @@ def _conditions(facts: CycleFacts) -> list[_Condition]:
             "ScaleDownBlocked", True, "PinnedNodes",
             f"{total} pinned node{'s' if total != 1 else ''} block scale-down ({parts}); "
             "the member stays until they are freed or handed over")
+    elif refused := [w for w in nova.get("waiting") or () if audit.REFUSED in w]:
+        blocked = _Condition("ScaleDownBlocked", True, "NovaServiceInUse",
+                             "; ".join(refused) + f" (asked again every {audit.REFUSAL_RETRY_SECONDS:.0f}s)")
     else:
         blocked = _Condition("ScaleDownBlocked", False, "NotBlocked", "nothing blocks scaling")
 
@@ -159,6 +168,12 @@ def _conditions(facts: CycleFacts) -> list[_Condition]:
         degraded = _Condition("Degraded", True, "MisplacedNodes",
                               f"{plan.counts.misplaced} pinned nodes are owned by no member of "
                               "this pool; no compute serves them")
+    elif nova.get("state") == audit.ENABLED and any((nova.get("findings") or {}).values()):
+        degraded = _Condition("Degraded", True, "NovaOutOfSync", str(nova.get("message", "")))
+    elif nova.get("state") == audit.UNAVAILABLE:
+        degraded = _Condition("Degraded", True, "NovaUnavailable",
+                              f"Nova is not answering: no forced_down during failover, no service "
+                              f"cleanup, no audit until it does ({nova.get('message', '')})")
     else:
         degraded = _Condition("Degraded", False, "AsExpected", "all members healthy")
 
@@ -237,11 +252,15 @@ def moves_event(moves: Sequence[model.Move], applied: int) -> Event | None:
     """One Event summarising a batch of shard moves written to Ironic (None: no batch)."""
     if not applied:
         return None
+    return Event("MovedNodes", f"Set the Ironic shard of {applied} of {len(moves)} nodes ({spread(moves)})")
+
+
+def spread(moves: Sequence[model.Move]) -> str:
+    """Where moves go, for a human: '3 to pool-0, 2 to pool-1' (targets in name order)."""
     targets: dict[str, int] = {}
     for move in moves:
         targets[move.target] = targets.get(move.target, 0) + 1
-    spread = ", ".join(f"{n} to {t}" for t, n in sorted(targets.items()))
-    return Event("MovedNodes", f"Set the Ironic shard of {applied} of {len(moves)} nodes ({spread})")
+    return ", ".join(f"{n} to {t}" for t, n in sorted(targets.items()))
 
 
 def since_of(previous_status: Mapping[str, Any] | None) -> dict[str, model.Member]:

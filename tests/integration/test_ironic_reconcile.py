@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from ironic_shard_operator.cycle import run_cycle
-from ironic_shard_operator.model import Observation, PoolSpec
+from ironic_shard_operator.model import Move, Observation, PoolSpec
 from ironic_shard_operator.planner import plan
 from tests.integration.conftest import POOL, members_with_down, ready_members
 from tests.support.ironic_service import (
@@ -145,3 +145,31 @@ def test_nodes_claimed_between_observation_and_write_are_never_moved(
     batches = math.ceil(len(moving) / adapter.batch_size)
     assert adapter.requests_made - adapter.writes_made - reads == batches, \
         "the re-check must be one listing per batch, not one read per node"
+
+
+def test_hand_over_writes_a_node_with_an_instance_only_if_it_still_carries_that_instance(
+        ironic_service: IronicService):
+    """spec.nova.repairMisplaced's write: a pinned node's shard set to its instance's host,
+    but only for nodes the fresh re-read shows unchanged since the audit read them."""
+    pool_class = unique_resource_class("handover")
+    old, new = f"{POOL}-0", f"{POOL}-1"
+    kept, swapped, released, by_hand = nodes = enrol_nodes(ironic_service, 4, resource_class=pool_class,
+                                                          shard=old)
+    claim_for_instance(ironic_service, nodes)
+    adapter = ironic_service.adapter(pool_class)
+    observed = adapter.list_nodes()
+    moves = [Move(node, old, new) for node in nodes]
+    assert adapter.apply_moves(moves, observed).skipped_claimed == 4, "the ring's writes never move pinned nodes"
+    # After the audit's read: one node's instance is replaced by another, one's is deleted,
+    # one node is given another shard by hand.
+    for node in (swapped, released):
+        ironic_service.request("PATCH", f"/nodes/{node}", json=[{"op": "remove", "path": "/instance_uuid"}])
+    claim_for_instance(ironic_service, [swapped])
+    ironic_service.request("PATCH", f"/nodes/{by_hand}", json=[{"op": "add", "path": "/shard", "value": "by-hand"}])
+
+    result = adapter.hand_over(moves, observed)
+
+    assert shards_of(ironic_service, pool_class) == {kept: new, swapped: old, released: old, by_hand: "by-hand"}
+    assert (result.applied, result.skipped_changed) == (1, 3)
+    again = adapter.hand_over(moves, observed)
+    assert (again.applied, again.already_right) == (0, 1), "a repeated handover writes nothing"

@@ -5,9 +5,11 @@ operator renders (the pool's nova.conf Secret, then the member's overlay ConfigM
 Nova's own hypervisor list is the judge: every node under exactly the compute whose member owns
 its shard; a member replaced within the grace moves nothing and is not forced down; a killed
 member whose outage outlasts the grace keeps its pinned nodes, its free nodes go to the others
-(and come back), its service is forced down and cleared when it is back; a member removed by scale-down leaves no service behind, even when
-Nova's API was away while it went. A sampler watches Nova the whole time: no node is ever listed
-under two computes for longer than one update interval.
+(and come back), its service is forced down and cleared when it is back; a member removed by
+scale-down leaves no service behind, even when Nova's API was away while it went; a node with an
+instance given the wrong shard by hand is reported (Degraded) and, with
+spec.nova.repairMisplaced, handed back to its instance's host. A sampler watches Nova the whole
+time: no node is ever listed under two computes for longer than one update interval.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.operator_harness import (
-    POOLS, OperatorProcess, create_secrets, events, free_port, get_pool, http_get, install_crd, member_pods,
-    patch_spec, pool_manifest, ready_members,
+    POOLS, OperatorProcess, condition, create_secrets, events, free_port, get_pool, http_get, install_crd,
+    member_pods, patch_spec, pool_manifest, ready_members,
 )
 from tests.nova.nova_watch import NovaWatch
 from tests.nova.sharded_pool import available_nodes
@@ -82,6 +84,9 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
 
     def nova_status() -> dict:
         return get_pool(client, ns, pool).get("status", {}).get("nova") or {}
+
+    def degraded() -> dict:
+        return condition(get_pool(client, ns, pool), "Degraded")
 
     def nova_metric(name: str, **labels: str) -> float:
         """A sample of the operator's /metrics, as Prometheus parses it (0 when absent)."""
@@ -196,7 +201,8 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                 nova_stack.record_rss()
 
                 # 5. Someone sets the shard of a node with an instance by hand: no compute
-                # serves it any more; the audit reports it, and the all-clear once undone.
+                # serves it any more. The audit reports it and degrades the pool; with
+                # spec.nova.repairMisplaced the operator hands it back to its instance's host.
                 misplaced = sorted(pinned_on_m1)[0]
                 ironic.request("PATCH", f"/nodes/{misplaced}", json=[
                     {"op": "add", "path": "/shard", "value": m0}])
@@ -204,10 +210,18 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                              timeout=2 * interval + 2 * POLL, what="the audit reporting the misplaced node")
                 assert f"node {misplaced} has an instance on {m1} but its shard is {m0}" in found["message"]
                 assert nova_metric("ironic_shard_nova_findings", kind="misplaced") == 1
-                ironic.request("PATCH", f"/nodes/{misplaced}", json=[
-                    {"op": "add", "path": "/shard", "value": m1}])
+                found = wait(lambda: (c := degraded()) and c["reason"] == "NovaOutOfSync" and c,
+                                timeout=2 * POLL, what="Degraded NovaOutOfSync")
+                assert found["status"] == "True" and misplaced in found["message"]
+                assert shards()[misplaced] == m0, "repairMisplaced is off: reported, not repaired"
+                patch_spec(client, ns, pool, {"nova": {"repairMisplaced": True}})
+                wait(lambda: shards()[misplaced] == m1, timeout=interval + 3 * POLL,
+                     what="the misplaced node handed back to its instance's host")
                 wait(lambda: not any(nova_status().get("findings", {}).values()),
                      timeout=2 * interval + 2 * POLL, what="the audit clear again")
+                wait(lambda: degraded()["status"] == "False", timeout=2 * POLL,
+                     what="Degraded cleared")
+                assert nova_metric("ironic_shard_nova_actions_total", action="misplaced_handed_over") == 1
 
             # Nova over the whole scenario.
             assert not watch.errors, watch.errors[:3]
@@ -220,7 +234,7 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
             final = nova_status()
             assert final["state"] == "Enabled" and final["forcedDown"] == [] and final["waiting"] == []
             for reason in ("ForcedDown", "ForcedDownCleared", "NovaUnavailable", "NovaAvailable",
-                           "DeletedNovaService", "NovaAudit", "NovaAuditClear"):
+                           "DeletedNovaService", "NovaAudit", "NovaAuditClear", "HandedOverNodes"):
                 assert events(client, ns, reason), f"no {reason} Event"
             assert nova_metric("ironic_shard_nova_actions_total", action="forced_down_set") >= 1
             assert nova_metric("ironic_shard_nova_actions_total", action="forced_down_cleared") == 1

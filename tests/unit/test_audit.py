@@ -194,6 +194,7 @@ def test_a_refused_deletion_waits_before_it_is_asked_again():
     assert "hosting instances" in report.waiting["rack-2"]
     later = run([], [], now=NOW - 10 + REFUSAL_RETRY_SECONDS, **kwargs)
     assert [d.service.host for d in later.deletions] == ["rack-2"]
+    assert "hosting instances" in later.waiting["rack-2"], "still refused until Nova agrees"
 
 
 # ---- forced_down ----------------------------------------------------------------------------

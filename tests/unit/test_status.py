@@ -1,6 +1,6 @@
 """Status and conditions: counts, members, ring generation, stable transitions, events."""
 
-from ironic_shard_operator import model
+from ironic_shard_operator import audit, model
 from ironic_shard_operator.members import MemberState
 from ironic_shard_operator.status import CycleFacts, build_status, moves_event, since_of
 
@@ -114,3 +114,47 @@ def test_move_batch_event_and_since_round_trip():
     assert moves_event(moves, 0) is None
     status, _ = build_status(facts(), None)
     assert since_of(status)["p-0"] == model.Member("p-0", True, NOW - 100)
+
+
+def nova_section(state="Enabled", message="Nova lists every node under the compute of its owner",
+                 waiting=(), **found):
+    return audit.status_section(state, message, audit.AuditReport(
+        findings=tuple(audit.Finding(kind, f"n{i}", f"{kind} {i}")
+                       for kind, n in found.items() for i in range(n)),
+        waiting=dict(w.split(": ", 1) for w in waiting)))
+
+
+def test_nova_findings_degrade_the_pool_until_an_audit_clears_them():
+    findings = nova_section(message="Nova audit: 1 misplaced: node n0 has an instance on p-1", misplaced=1)
+    status, events = build_status(facts(nova=findings), None)
+    assert status["nova"] == findings
+    degraded = conditions(status)["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "NovaOutOfSync")
+    assert "node n0 has an instance on p-1" in degraded["message"]
+    assert "Degraded" in [e.reason for e in events]
+
+    kept, events = build_status(facts(nova=None, now=NOW + 5), status)  # Nova not asked this cycle
+    assert kept == status and events == []
+
+    clear, _ = build_status(facts(nova=nova_section(), now=NOW + 60), kept)
+    assert conditions(clear)["Degraded"]["status"] == "False"
+
+
+def test_nova_unavailable_degrades_and_disabled_does_not():
+    status, _ = build_status(facts(nova=nova_section("Unavailable", "HTTP 503")), None)
+    degraded = conditions(status)["Degraded"]
+    assert (degraded["reason"], "HTTP 503" in degraded["message"]) == ("NovaUnavailable", True)
+    status, _ = build_status(facts(nova=nova_section("Disabled", "the cloud has no compute endpoint")), None)
+    assert conditions(status)["Degraded"]["status"] == "False"
+
+
+def test_nova_refusing_to_delete_a_removed_members_service_blocks_scale_down():
+    refused = f"p-2: {audit.REFUSED}: Unable to delete compute service that is hosting instances"
+    status, events = build_status(facts(nova=nova_section(waiting=[refused])), None)
+    blocked = conditions(status)["ScaleDownBlocked"]
+    assert (blocked["status"], blocked["reason"]) == ("True", "NovaServiceInUse")
+    assert "p-2" in blocked["message"] and "hosting instances" in blocked["message"]
+    assert "ScaleDownBlocked" in [e.reason for e in events]
+    passing = "p-2: Nova still lists 3 of the pool's nodes under p-2"  # transient: not a block
+    status, _ = build_status(facts(nova=nova_section(waiting=[passing])), None)
+    assert conditions(status)["ScaleDownBlocked"]["status"] == "False"
