@@ -21,7 +21,6 @@ What it keeps:
 from __future__ import annotations
 
 import bisect
-import re
 import sys
 import threading
 import time
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from .endpoints import endpoint_for, short_reason
 from .model import Move, Node
 
 SHARD_MICROVERSION = (1, 82)
@@ -244,28 +244,9 @@ class IronicAdapter:
         return self._base_url
 
     def _find_endpoint(self) -> str:
-        from keystoneauth1 import exceptions as ks
-
-        config = self.connection.config
-        url = config.get_endpoint("baremetal")
-        if not url:
-            try:
-                url = self._session.get_endpoint(
-                    service_type="baremetal", interface=config.get_interface(),
-                    region_name=config.get_region_name("baremetal"))
-            except ks.Unauthorized as error:
-                raise IronicAuthError(f"Keystone refused the credentials of cloud "
-                                      f"'{self.cloud}': {error}") from None
-            except ks.EndpointNotFound:
-                raise IronicEndpointError(
-                    f"cloud '{self.cloud}' has no baremetal endpoint in its catalog and no "
-                    f"baremetal_endpoint_override") from None
-            except ks.ConnectionError as error:
-                raise IronicUnavailable(f"cannot reach Keystone for cloud '{self.cloud}': "
-                                        f"{short_reason(error)}") from None
-            if not url:
-                raise IronicEndpointError(f"cloud '{self.cloud}' has no baremetal endpoint")
-        url = url.rstrip("/")
+        url = endpoint_for(self.connection, self._session, "baremetal", self.cloud,
+                           missing=IronicEndpointError, refused=IronicAuthError,
+                           unreachable=IronicUnavailable)
         return url[:-3] if url.endswith("/v1") else url
 
     def check(self) -> tuple[int, int]:
@@ -603,17 +584,3 @@ def describe(response: Any) -> str:
         pass
     text = " ".join(str(text).split())
     return f"HTTP {response.status_code}: {text[:300]}" if text else f"HTTP {response.status_code}"
-
-
-_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
-
-
-def short_reason(error: BaseException) -> str:
-    """The useful part of a connection error: 'Connection refused', 'timed out', ..."""
-    text = str(error)
-    found = _ERRNO.search(text)
-    if found:
-        return found.group(1).strip()
-    if "timed out" in text.lower() or "timeout" in type(error).__name__.lower():
-        return "timed out"
-    return " ".join(text.split())[:200] or type(error).__name__

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from .ironic import short_reason
+from .endpoints import endpoint_for, short_reason
 
 COMPUTE_MICROVERSION = (2, 53)
 MICROVERSION_HEADERS = {"OpenStack-API-Version": "compute 2.53",
@@ -137,28 +137,8 @@ class NovaAdapter:
         return self._endpoint
 
     def _find_endpoint(self) -> str:
-        from keystoneauth1 import exceptions as ks
-
-        config = self.connection.config
-        url = config.get_endpoint("compute")
-        if not url:
-            try:
-                url = self._session.get_endpoint(
-                    service_type="compute", interface=config.get_interface(),
-                    region_name=config.get_region_name("compute"))
-            except ks.EndpointNotFound:
-                raise NovaNotConfigured(f"cloud '{self.cloud}' has no compute endpoint in its "
-                                        "catalog: Nova features are off") from None
-            except ks.Unauthorized as error:
-                raise NovaAuthError(f"Keystone refused the credentials of cloud "
-                                    f"'{self.cloud}': {error}") from None
-            except (ks.ConnectionError, ks.DiscoveryFailure) as error:
-                raise NovaUnavailable(f"cannot reach Keystone for cloud '{self.cloud}': "
-                                      f"{short_reason(error)}") from None
-        if not url:
-            raise NovaNotConfigured(f"cloud '{self.cloud}' has no compute endpoint "
-                                    "(set compute_endpoint_override): Nova features are off")
-        url = url.rstrip("/")
+        url = endpoint_for(self.connection, self._session, "compute", self.cloud,
+                           missing=NovaNotConfigured, refused=NovaAuthError, unreachable=NovaUnavailable)
         return url if "/v2.1" in url else url + "/v2.1"
 
     def check(self) -> tuple[int, int]:
