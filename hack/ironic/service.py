@@ -52,6 +52,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
+from procgroup import group_members  # noqa: E402 - hack/procgroup.py, by path
 # Pinned for reproducible runs; 39.0.0 serves API 1.115 (shards need >= 1.82).
 IRONIC_REQUIREMENT = "ironic==39.0.0"
 CLOUD_NAME = "ironic-test"
@@ -154,35 +156,12 @@ def answers(url: str) -> bool:
         return False
 
 
-def group_alive(pgid: int) -> bool:
-    """True while any non-zombie process of process group `pgid` exists."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ... ; comm may contain spaces and parentheses
-        fields = stat[stat.rfind(")") + 2:].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
 def running_pid(state: Path) -> int | None:
     pidfile = state / "ironic.pid"
     if not pidfile.exists():
         return None
     pid = int(pidfile.read_text())
-    return pid if group_alive(pid) else None
+    return pid if group_members(pid) else None
 
 
 def log_tail(state: Path, lines: int = 25) -> str:
@@ -244,11 +223,11 @@ def stop(state: Path) -> None:
         except ProcessLookupError:
             break
         deadline = time.monotonic() + bound
-        while group_alive(pgid) and time.monotonic() < deadline:
+        while group_members(pgid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if not group_alive(pgid):
+        if not group_members(pgid):
             break
-    if group_alive(pgid):
+    if group_members(pgid):
         raise ServiceError(f"process group {pgid} of the Ironic service survived SIGKILL")
     pidfile.unlink()
 

@@ -44,6 +44,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
+from procgroup import group_members  # noqa: E402 - hack/procgroup.py, by path
 VENV = ROOT / ".tools" / "nova-venv"
 REGISTRY = ROOT / ".run" / "nova"
 
@@ -167,22 +169,6 @@ def start_time_of(pid: int) -> str | None:
     return fields[19]
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is `pgid`."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
-
-
 def _reap(pid: int) -> None:
     """Collect `pid`'s exit status if it is our child (so it does not linger as a zombie)."""
     try:
@@ -246,12 +232,12 @@ def terminate(run_dir: Path, names: str | list[str], sig: int = signal.SIGTERM,
         _reap(pid)
         now = start_time_of(pid)
         # the leader is ours (same start time), or it is gone but its group lives on
-        if now == start or (now is None and _group_members(pid)):
+        if now == start or (now is None and group_members(pid)):
             groups.append(pid)
             _signal_group(pid, sig)
     deadline = time.monotonic() + timeout
     killed = sig == signal.SIGKILL
-    while any(_group_members(g) for g in groups):
+    while any(group_members(g) for g in groups):
         if not killed and time.monotonic() > deadline:
             for g in groups:
                 _signal_group(g, signal.SIGKILL)
@@ -284,7 +270,7 @@ def rss_bytes(run_dir: Path) -> dict[str, int]:
         if pid is None:
             continue
         total = 0
-        for member in _group_members(pid):
+        for member in group_members(pid):
             try:
                 for line in Path(f"/proc/{member}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
