@@ -1,11 +1,13 @@
 """Nova is optional: a pool whose cloud has no Nova, or credentials Nova refuses, runs with the
 Nova features off, says why in status.nova and one Event, and crashes nothing (pods and Ironic
-are looked after as usual). Real operator process, the API server and fake kubelet of the
-integration tier, the session's real Ironic (HTTP basic auth) and the real Nova stack.
+are looked after as usual); a corrected clouds.yaml is tried at the next cycle. Real operator
+process, the API server and fake kubelet of the integration tier, the session's real Ironic
+(HTTP basic auth) and the real Nova stack.
 """
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,16 @@ def test_without_a_usable_nova_the_pool_runs_with_nova_features_off(
             disabled = events(client, ns, "NovaDisabled")
             assert {e["involvedObject"]["name"] for e in disabled} == set(classes)
             assert len(disabled) == 2  # one Event per pool, not one per cycle
+
+            # The clouds.yaml changes (Nova's endpoint added to "ironic-only"): Nova is asked
+            # again at the pool's next cycle, not after the five-minute recheck of a Disabled cloud.
+            clouds["ironic-only"] = {**only_ironic, "compute_endpoint_override": nova_stack.compute_url}
+            client.patch(f"/api/v1/namespaces/{ns}/secrets/openstack-cloud", {"data": {
+                "clouds.yaml": base64.b64encode(yaml.safe_dump({"clouds": clouds}).encode()).decode()}})
+            rechecked = wait(lambda: "refused the credentials of cloud 'ironic-only'" in (
+                s := nova_of("ironic-only"))["message"] and s, timeout=30,
+                what="ironic-only: Nova asked again with the new clouds.yaml")
+            assert rechecked["state"] == "Disabled"
             log = operator.log()
             assert "Traceback" not in log and "failed unexpectedly" not in log
         finally:
