@@ -1,4 +1,6 @@
-"""A FAKE Kubernetes API server, for tests and the local demo where no real cluster exists.
+"""The FAKE Kubernetes API server itself (FakeKubeAPI): the in-memory store of objects, their
+resourceVersions and watch history, the handling of every request, and the controllers that act
+on the store. The other modules of this package are its stateless parts (see __init__.py).
 
 It is `kmock` (kmock.KubernetesScaffold served by kmock.Server) plus the smallest additions that
 make it answer like a real kube-apiserver (v1.32) where our operator, kopf and kubectl depend on it:
@@ -32,7 +34,8 @@ What it does not do (answered with a clear error where a client could ask for it
   (their message is used), admission webhooks, RBAC and authentication (anyone may do anything),
   managedFields, the event TTL, watch bookmarks other than the initial-events-end one;
 - core v1 Events and events.k8s.io/v1 Events are separate stores here (one store, two views on a
-  real server); only the kinds listed in BUILTIN_TYPES are served (no apps/v1, no RBAC kinds);
+  real server); only the kinds listed in BUILTIN_TYPES (resources.py) are served (no apps/v1,
+  no RBAC kinds);
 - no controllers but the garbage collector and the namespace and CRD cleanup: no scheduler, no
   kubelet (tests/support/kubelet.py plays both), no node lifecycle or taint eviction, no
   Deployments/ReplicaSets, no service accounts tokens (a `default` ServiceAccount per namespace).
@@ -43,27 +46,30 @@ import contextlib
 import copy
 import dataclasses
 import datetime
-import functools
-import hashlib
-import importlib.resources
 import json
 import random
 import re
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp.web
 import attrs
-import celpy
-import jsonschema
 import kmock
-import referencing
 import yaml
 from kmock._internal.rendering import StreamingError  # not re-exported by kmock 0.8
 
-KUBERNETES_VERSION = '1.32'
+from tests.support.kube_emulator import discovery, tables
+from tests.support.kube_emulator.admission import admit
+from tests.support.kube_emulator.builtin_schema import definition_of
+from tests.support.kube_emulator.errors import (
+    ApiError, already_exists, bad_request, conflict, invalid, not_found, status_details, unknown_resource)
+from tests.support.kube_emulator.patches import json_patch, merge_patch, strategic_merge_patch
+from tests.support.kube_emulator.paths import ApiPath, LabelSelector, dig, field_selector, matches, set_at
+from tests.support.kube_emulator.protobuf import decode_protobuf
+from tests.support.kube_emulator.resources import (
+    BUILTIN_TYPES, CRD_CLEANUP_FINALIZER, INITIAL_NAMESPACES, ResourceType, custom_resource_types)
+
 JSON = {'Content-Type': 'application/json'}
 HISTORY_KEPT = 5_000  # watch events kept for resuming watches; older ones answer 410 Expired
 # kmock keeps every served request for assertions, and routes a request by scanning them all:
@@ -72,674 +78,16 @@ HISTORY_KEPT = 5_000  # watch events kept for resuming watches; older ones answe
 REQUESTS_KEPT = 1
 
 
-class ApiError(kmock.KubernetesError):
-    """A failure answered as a Kubernetes `Status` object, exactly as a real server shapes it."""
-
-    def status_body(self) -> dict[str, Any]:
-        return {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure',
-                'message': self.message, 'reason': self.reason, 'details': self.details or {},
-                'code': self.status}
-
-
-def _details(rt: 'ResourceType | None', name: str | None) -> dict[str, Any]:
-    details: dict[str, Any] = {}
-    if name:
-        details['name'] = name
-    if rt is not None:
-        details['kind'] = rt.plural
-        if rt.group:
-            details['group'] = rt.group
-    return details
-
-
-def not_found(rt: 'ResourceType', name: str) -> ApiError:
-    return ApiError(404, 'NotFound', f'{rt.qualified} "{name}" not found', _details(rt, name))
-
-
-def already_exists(rt: 'ResourceType', name: str) -> ApiError:
-    return ApiError(409, 'AlreadyExists', f'{rt.qualified} "{name}" already exists', _details(rt, name))
-
-
-def conflict(rt: 'ResourceType', name: str, why: str) -> ApiError:
-    return ApiError(409, 'Conflict', f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}',
-                    _details(rt, name))
-
-
-def invalid(rt: 'ResourceType', name: str, causes: list[tuple[str, str]]) -> ApiError:
-    text = ', '.join(f'{field}: {message}' for field, message in causes)
-    details = dict(_details(rt, name), kind=rt.kind, causes=[{'field': f, 'message': m} for f, m in causes])
-    kind = f'{rt.kind}.{rt.group}' if rt.group else rt.kind
-    return ApiError(422, 'Invalid', f'{kind} "{name}" is invalid: {text}', details)
-
-
-def bad_request(message: str) -> ApiError:
-    return ApiError(400, 'BadRequest', message, {})
-
-
-def unprocessable(message: str) -> ApiError:
-    return ApiError(422, 'UnprocessableEntity', message, {})
-
-
-def unknown_resource() -> ApiError:
-    return ApiError(404, 'NotFound', 'the server could not find the requested resource', {})
-
-
 def now_timestamp(delay_seconds: float = 0) -> str:
+    """Now (plus a delay) as Kubernetes writes timestamps: UTC, whole seconds."""
     moment = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=delay_seconds)
     return moment.strftime('%Y-%m-%dT%H:%M:%SZ')
 
 
-# --------------------------------------------------------------------------------------------
-# Resource types
-# --------------------------------------------------------------------------------------------
+def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
+    """What generation tracks: everything but metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ('metadata', 'status', 'apiVersion', 'kind')}
 
-@dataclasses.dataclass(frozen=True)
-class ResourceType:
-    """One served group/version/plural and everything needed to serve it like a real server."""
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-    short_names: tuple[str, ...] = ()
-    categories: tuple[str, ...] = ()
-    subresources: frozenset[str] = frozenset()  # of 'status', 'scale', 'binding'
-    scale: dict[str, str] | None = None  # a CRD's subresources.scale (the replicas paths)
-    schema: dict[str, Any] | None = None  # a CRD's openAPIV3Schema; None for built-in kinds
-    printer_columns: tuple[dict[str, Any], ...] = ()
-    field_selectors: tuple[str, ...] = ()  # beyond metadata.name and metadata.namespace
-    tracks_generation: bool = False
-    validator: Any = dataclasses.field(default=None, compare=False, repr=False)  # of `schema`, built once
-
-    @property
-    def api_version(self) -> str:
-        return f'{self.group}/{self.version}' if self.group else self.version
-
-    @property
-    def qualified(self) -> str:
-        """How a real server names the resource in messages: `pods`, `leases.coordination.k8s.io`."""
-        return f'{self.plural}.{self.group}' if self.group else self.plural
-
-    @property
-    def store_key(self) -> tuple[str, str]:
-        """All versions of one group/plural share their objects (CRD conversion strategy None)."""
-        return self.group, self.plural
-
-    @property
-    def is_custom(self) -> bool:
-        return self.schema is not None
-
-
-def _builtin(group: str, version: str, plural: str, kind: str, **kwargs: Any) -> ResourceType:
-    kwargs['subresources'] = frozenset(kwargs.get('subresources', ()))
-    return ResourceType(group, version, plural, kind, **kwargs)
-
-
-BUILTIN_TYPES = (
-    _builtin('', 'v1', 'namespaces', 'Namespace', namespaced=False, short_names=('ns',),
-             subresources={'status'}, field_selectors=('status.phase',)),
-    _builtin('', 'v1', 'nodes', 'Node', namespaced=False, short_names=('no',),
-             subresources={'status'}, field_selectors=('spec.unschedulable',)),
-    _builtin('', 'v1', 'pods', 'Pod', short_names=('po',), categories=('all',),
-             subresources={'status', 'binding'},
-             field_selectors=('spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName',
-                              'spec.serviceAccountName', 'status.phase', 'status.podIP',
-                              'status.nominatedNodeName')),
-    _builtin('', 'v1', 'configmaps', 'ConfigMap', short_names=('cm',)),
-    _builtin('', 'v1', 'secrets', 'Secret', field_selectors=('type',)),
-    _builtin('', 'v1', 'serviceaccounts', 'ServiceAccount', short_names=('sa',)),
-    _builtin('', 'v1', 'services', 'Service', short_names=('svc',), categories=('all',),
-             subresources={'status'}),
-    _builtin('', 'v1', 'events', 'Event', short_names=('ev',),
-             field_selectors=('involvedObject.kind', 'involvedObject.namespace', 'involvedObject.name',
-                              'involvedObject.uid', 'involvedObject.apiVersion',
-                              'involvedObject.resourceVersion', 'involvedObject.fieldPath',
-                              'reason', 'reportingComponent', 'source', 'type')),
-    _builtin('coordination.k8s.io', 'v1', 'leases', 'Lease'),
-    _builtin('scheduling.k8s.io', 'v1', 'priorityclasses', 'PriorityClass', namespaced=False, short_names=('pc',)),
-    _builtin('events.k8s.io', 'v1', 'events', 'Event', short_names=('ev',)),
-    _builtin('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition',
-             namespaced=False, short_names=('crd', 'crds'), categories=('api-extensions',),
-             subresources={'status'}, tracks_generation=True),
-)
-INITIAL_NAMESPACES = ('default', 'kube-system', 'kube-public', 'kube-node-lease')
-CRD_CLEANUP_FINALIZER = 'customresourcecleanup.apiextensions.k8s.io'
-VERBS = ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch']
-
-
-def custom_resource_types(crd: dict[str, Any]) -> list[ResourceType]:
-    """The resource types a CRD serves: one per served version."""
-    spec = crd['spec']
-    names = spec['names']
-    types = []
-    for version in spec['versions']:
-        if not version.get('served', True):
-            continue
-        subresources = version.get('subresources') or {}
-        schema = (version.get('schema') or {}).get('openAPIV3Schema') or {'type': 'object'}
-        types.append(ResourceType(
-            group=spec['group'], version=version['name'], plural=names['plural'], kind=names['kind'],
-            namespaced=spec.get('scope', 'Namespaced') == 'Namespaced',
-            short_names=tuple(names.get('shortNames', ())),
-            categories=tuple(names.get('categories', ())),
-            subresources=frozenset(key for key in ('status', 'scale') if key in subresources),
-            scale=subresources.get('scale'),
-            schema=schema, validator=crd_validator(schema),
-            printer_columns=tuple(version.get('additionalPrinterColumns', ())),
-            field_selectors=tuple(f['jsonPath'].lstrip('.') for f in version.get('selectableFields', ())),
-            tracks_generation=True,
-        ))
-    return types
-
-
-# --------------------------------------------------------------------------------------------
-# Paths, selectors, JSON paths
-# --------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class ApiPath:
-    """A resource URL: /api/v1/namespaces/NS/pods/NAME/status -> its parts."""
-    group: str
-    version: str
-    plural: str
-    namespace: str | None = None
-    name: str | None = None
-    subresource: str | None = None
-
-    @classmethod
-    def parse(cls, path: str) -> 'ApiPath | None':
-        parts = [part for part in path.split('/') if part]
-        if len(parts) >= 3 and parts[0] == 'api':
-            group, version, rest = '', parts[1], parts[2:]
-        elif len(parts) >= 4 and parts[0] == 'apis':
-            group, version, rest = parts[1], parts[2], parts[3:]
-        else:
-            return None
-        namespace = None
-        own_subresource = len(rest) == 3 and rest[2] in ('status', 'finalize')  # of a namespace itself
-        if len(rest) >= 3 and rest[0] == 'namespaces' and not own_subresource:  # .../namespaces/NS/PLURAL/...
-            namespace, rest = rest[1], rest[2:]
-        if not 1 <= len(rest) <= 3:
-            return None
-        return cls(group, version, rest[0], namespace, *rest[1:])
-
-
-_REQUIREMENT = re.compile(
-    r'\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9][-A-Za-z0-9_./]*)\s*'
-    r'(?:(?P<op>==|=|!=)\s*(?P<value>[-A-Za-z0-9_.]*)|\s(?P<setop>in|notin)\s*\((?P<values>[^)]*)\))?\s*')
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelSelector:
-    """A parsed `labelSelector` query: a conjunction of requirements."""
-    requirements: tuple[tuple[str, str, frozenset[str]], ...]  # (key, operator, values)
-
-    @classmethod
-    def parse(cls, text: str) -> 'LabelSelector':
-        requirements = []
-        for part in re.findall(r'(?:[^,(]|\([^)]*\))+', text or ''):
-            match = _REQUIREMENT.fullmatch(part)
-            if not match or (match['neg'] and (match['op'] or match['setop'])):
-                raise bad_request(f'unable to parse requirement: {part.strip()!r}')
-            key = match['key']
-            if match['neg']:
-                requirements.append((key, '!exists', frozenset()))
-            elif match['op']:
-                requirements.append((key, '!=' if match['op'] == '!=' else '=', frozenset([match['value']])))
-            elif match['setop']:
-                values = frozenset(v.strip() for v in match['values'].split(',') if v.strip())
-                requirements.append((key, match['setop'], values))
-            else:
-                requirements.append((key, 'exists', frozenset()))
-        return cls(tuple(requirements))
-
-    def matches(self, labels: dict[str, str]) -> bool:
-        for key, op, values in self.requirements:
-            present = key in labels
-            ok = {'exists': present, '!exists': not present,
-                  '=': present and labels[key] in values, 'in': present and labels[key] in values,
-                  '!=': not present or labels[key] not in values,
-                  'notin': not present or labels[key] not in values}[op]
-            if not ok:
-                return False
-        return True
-
-
-def dig(obj: Any, dotted: str) -> Any:
-    """The value at a simple JSON path (`.spec.replicas`, `status.readyReplicas`), or None."""
-    for key in [k for k in dotted.split('.') if k]:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def set_at(obj: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = [k for k in dotted.split('.') if k]
-    for key in keys[:-1]:
-        obj = obj.setdefault(key, {})
-    obj[keys[-1]] = value
-
-
-def field_value(obj: dict[str, Any], field: str) -> str:
-    """A field's value as field selectors compare it: missing is '', booleans are lowercase."""
-    value = dig(obj, field)
-    if isinstance(value, bool):
-        return str(value).lower()
-    if field == 'source' and isinstance(value, dict):  # events: source means source.component
-        value = value.get('component')
-    return '' if value is None else str(value)
-
-
-# --------------------------------------------------------------------------------------------
-# Patches
-# --------------------------------------------------------------------------------------------
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: dicts merge, null deletes, everything else (lists too) replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def json_patch(doc: Any, operations: Any) -> Any:
-    """RFC 6902 JSON patch. A failed `test` or a bad path raises (the server answers 422)."""
-    if not isinstance(operations, list):
-        raise bad_request('json patch must be a list of operations')
-    doc = copy.deepcopy(doc)
-
-    def walk(path: str) -> tuple[Any, str | int]:
-        if not path.startswith('/'):
-            raise unprocessable(f'invalid JSON pointer {path!r}')
-        tokens = [t.replace('~1', '/').replace('~0', '~') for t in path[1:].split('/')]
-        parent = doc
-        for token in tokens[:-1]:
-            parent = parent[int(token)] if isinstance(parent, list) else parent[token]
-        last = tokens[-1]
-        return parent, (last if isinstance(parent, dict) or last == '-' else int(last))
-
-    for op in operations:
-        try:
-            kind, path = op['op'], op['path']
-            if kind in ('move', 'copy'):
-                source_parent, source_key = walk(op['from'])
-                value = copy.deepcopy(source_parent[source_key])
-                if kind == 'move':
-                    del source_parent[source_key]
-            else:
-                value = copy.deepcopy(op.get('value'))
-            if path == '':
-                if kind == 'test' and doc != value:
-                    raise unprocessable('testing value failed')
-                doc = value if kind in ('add', 'replace', 'move', 'copy') else doc
-                continue
-            parent, key = walk(path)
-            if kind == 'test':
-                if parent[key] != value:
-                    raise unprocessable(f'the server rejected our request due to an error in our request: '
-                                        f'testing value {path} failed')
-            elif kind == 'remove':
-                del parent[key]
-            elif kind == 'replace':
-                parent[key]  # noqa: B018 -- must exist
-                parent[key] = value
-            elif kind in ('add', 'move', 'copy'):
-                if isinstance(parent, list):
-                    parent.insert(len(parent) if key == '-' else key, value)
-                else:
-                    parent[key] = value
-            else:
-                raise bad_request(f'unknown JSON patch operation {kind!r}')
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise unprocessable(f'jsonpatch {op.get("op")} operation does not apply: {e!r}') from e
-    return doc
-
-
-# --------------------------------------------------------------------------------------------
-# Protobuf: kubectl's typed `create namespace|secret|configmap` send it (and never fall back)
-# --------------------------------------------------------------------------------------------
-
-_OBJECT_META = {1: ('name', 'string'), 2: ('generateName', 'string'), 3: ('namespace', 'string'),
-                11: ('labels', 'map'), 12: ('annotations', 'map'), 14: ('finalizers', 'strings')}
-_PROTOBUF_KINDS: dict[str, dict[int, tuple[str, Any]]] = {  # field numbers of k8s.io/api generated.proto
-    'Namespace': {1: ('metadata', _OBJECT_META), 2: ('spec', {1: ('finalizers', 'strings')})},
-    'ConfigMap': {1: ('metadata', _OBJECT_META), 2: ('data', 'map'), 3: ('binaryData', 'bytes-map'),
-                  4: ('immutable', 'bool')},
-    'Secret': {1: ('metadata', _OBJECT_META), 2: ('data', 'bytes-map'), 3: ('type', 'string'),
-               4: ('stringData', 'map'), 5: ('immutable', 'bool')},
-}
-
-
-def _protobuf_fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
-    """The (field number, value) pairs of one protobuf message, in wire order."""
-    def varint(i: int) -> tuple[int, int]:
-        result = shift = 0
-        while True:
-            byte = buf[i]
-            result |= (byte & 0x7F) << shift
-            i, shift = i + 1, shift + 7
-            if not byte & 0x80:
-                return result, i
-    i = 0
-    while i < len(buf):
-        key, i = varint(i)
-        wire = key & 7
-        if wire == 0:
-            value, i = varint(i)
-        elif wire == 2:
-            size, i = varint(i)
-            value, i = buf[i:i + size], i + size
-        elif wire in (1, 5):
-            size = 8 if wire == 1 else 4
-            value, i = buf[i:i + size], i + size
-        else:
-            raise bad_request(f'unsupported protobuf wire type {wire}')
-        yield key >> 3, value
-
-
-def _protobuf_message(buf: bytes, schema: dict[int, tuple[str, Any]]) -> dict[str, Any]:
-    """Decode by schema; empty values are left out, as Go's omitempty leaves them out of JSON."""
-    result: dict[str, Any] = {}
-    for number, value in _protobuf_fields(buf):
-        if number not in schema:
-            continue
-        name, kind = schema[number]
-        if isinstance(kind, dict):
-            if message := _protobuf_message(bytes(value), kind):
-                result[name] = message
-        elif kind == 'string' and value:
-            result[name] = bytes(value).decode()
-        elif kind == 'bool' and value:
-            result[name] = True
-        elif kind == 'strings':
-            result.setdefault(name, []).append(bytes(value).decode())
-        elif kind in ('map', 'bytes-map'):
-            entry = dict(_protobuf_fields(bytes(value)))
-            key, item = bytes(entry.get(1, b'')).decode(), bytes(entry.get(2, b''))
-            result.setdefault(name, {})[key] = item.decode() if kind == 'map' else base64.b64encode(item).decode()
-    return result
-
-
-def decode_protobuf(body: bytes) -> dict[str, Any]:
-    """A protobuf-encoded request body (the k8s envelope around runtime.Unknown) as JSON data."""
-    if not body.startswith(b'k8s\x00'):
-        raise bad_request('a protobuf body must start with the k8s envelope')
-    envelope = dict(_protobuf_fields(body[4:]))
-    type_meta = {number: bytes(value).decode() for number, value in _protobuf_fields(bytes(envelope.get(1, b'')))}
-    api_version, kind = type_meta.get(1, ''), type_meta.get(2, '')
-    if kind not in _PROTOBUF_KINDS:
-        raise ApiError(415, 'UnsupportedMediaType', f'this fake Kubernetes API decodes protobuf only for '
-                       f'{", ".join(_PROTOBUF_KINDS)}, not {kind!r}: send application/json', {})
-    return dict(_protobuf_message(bytes(envelope.get(2, b'')), _PROTOBUF_KINDS[kind]), apiVersion=api_version, kind=kind)
-
-
-# --------------------------------------------------------------------------------------------
-# Built-in kinds: their real OpenAPI schema (pruning, strategic merge patch, validation)
-# --------------------------------------------------------------------------------------------
-
-@functools.cache
-def _schema_file(name: str) -> dict[str, Any]:
-    """One JSON schema file of the real v1.32 API, as kubernetes-validate ships them."""
-    root = importlib.resources.files('kubernetes_validate') / 'kubernetes-json-schema'
-    return json.loads((root / f'v{KUBERNETES_VERSION}.0-local' / name).read_text())
-
-
-def _openapi_definitions() -> dict[str, Any]:
-    """The real OpenAPI definitions of all built-in kinds: merge keys, GVKs, properties."""
-    return _schema_file('_definitions.json')['$defs']
-
-
-def _definition_of(rt: ResourceType) -> dict[str, Any]:
-    return _definition_by_gvk(rt.group, rt.version, rt.kind)
-
-
-@functools.cache
-def _definition_by_gvk(group: str, version: str, kind: str) -> dict[str, Any]:
-    for definition in _openapi_definitions().values():
-        for gvk in definition.get('x-kubernetes-group-version-kind', ()):
-            if (gvk['group'], gvk['version'], gvk['kind']) == (group, version, kind):
-                return definition
-    return {}
-
-
-def _resolve(node: Any) -> dict[str, Any]:
-    """A schema node of the real OpenAPI definitions with its $ref followed."""
-    while isinstance(node, dict) and '$ref' in node:
-        node = _openapi_definitions()[node['$ref'].rsplit('/', 1)[-1]]
-    return node if isinstance(node, dict) else {}
-
-
-def prune_unknown_fields(value: Any, node: Any, unknown: list[str], path: str = '') -> Any:
-    """Built-in kinds: drop the fields their real schema does not declare (listed in `unknown`),
-    as a real server drops them (or refuses them under fieldValidation=Strict)."""
-    node = _resolve(node)
-    if isinstance(value, list):
-        return [prune_unknown_fields(item, node.get('items'), unknown, f'{path}[{i}]') for i, item in enumerate(value)]
-    if not isinstance(value, dict):
-        return value
-    if 'properties' not in node:  # a map, or a free-form field (RawExtension, JSON)
-        additional = node.get('additionalProperties')
-        if isinstance(additional, dict):
-            return {k: prune_unknown_fields(v, additional, unknown, f'{path}.{k}') for k, v in value.items()}
-        return value
-    result = {}
-    for key, item in value.items():
-        child = f'{path}.{key}' if path else key
-        if key in node['properties']:
-            result[key] = prune_unknown_fields(item, node['properties'][key], unknown, child)
-        else:
-            unknown.append(child)
-    return result
-
-
-def strategic_merge_patch(target: Any, patch: Any, schema: dict[str, Any]) -> Any:
-    """Strategic merge patch as a real server applies it to built-in kinds.
-
-    Lists whose schema says `x-kubernetes-patch-strategy: merge` are merged by their merge key
-    (primitive lists as sets); other lists are replaced. The directives $patch (replace/delete),
-    $retainKeys, $deleteFromPrimitiveList/<field> and $setElementOrder/<field> are honoured.
-    """
-    resolve = _resolve
-
-    def strip(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if not k.startswith('$')}
-        return [strip(v) for v in value] if isinstance(value, list) else value
-
-    def merge(old: Any, new: Any, node: Any) -> Any:
-        node = resolve(node)
-        if not isinstance(new, dict):
-            return strip(new)
-        if new.get('$patch') == 'replace' or not isinstance(old, dict):
-            return strip(new)
-        result = dict(old)
-        for key, value in new.items():
-            if key.startswith('$deleteFromPrimitiveList/'):
-                field = key.split('/', 1)[1]
-                result[field] = [item for item in result.get(field) or [] if item not in value]
-            elif key.startswith('$'):
-                continue
-            elif value is None or (isinstance(value, dict) and value.get('$patch') == 'delete'):
-                result.pop(key, None)
-            else:
-                properties = node.get('properties') or {}
-                child = resolve(properties.get(key, node.get('additionalProperties')))
-                if isinstance(value, list) and 'merge' in child.get('x-kubernetes-patch-strategy', ''):
-                    result[key] = merge_list(result.get(key) or [], value, child)
-                else:
-                    result[key] = merge(result.get(key), value, child)
-        if '$retainKeys' in new:
-            result = {k: v for k, v in result.items() if k in new['$retainKeys']}
-        return result
-
-    def merge_list(old: list[Any], new: list[Any], node: dict[str, Any]) -> list[Any]:
-        key = node.get('x-kubernetes-patch-merge-key')
-        if any(isinstance(item, dict) and item.get('$patch') == 'replace' for item in new):
-            return strip([item for item in new if not (isinstance(item, dict) and '$patch' in item)])
-        if key is None:
-            return list(old) + [item for item in new if item not in old]
-        result = list(old)
-        for item in new:
-            index = next((i for i, o in enumerate(result) if o.get(key) == item.get(key)), None)
-            if item.get('$patch') == 'delete':
-                if index is not None:
-                    del result[index]
-            elif index is None:
-                result.append(strip(item))
-            else:
-                result[index] = merge(result[index], item, node.get('items'))
-        return result
-
-    return merge(target, patch, schema)
-
-
-# --------------------------------------------------------------------------------------------
-# Schemas of custom resources: pruning, defaulting, validation (as a structural schema does)
-# --------------------------------------------------------------------------------------------
-
-def prune_and_default(value: Any, schema: dict[str, Any], unknown: list[str], path: str = '') -> Any:
-    """Drop fields the schema does not know (listed in `unknown`), then fill in defaults."""
-    if isinstance(value, list):
-        items = schema.get('items') or {}
-        return [prune_and_default(item, items, unknown, f'{path}[{i}]') for i, item in enumerate(value)]
-    if not isinstance(value, dict):
-        return value
-    properties = schema.get('properties') or {}
-    additional = schema.get('additionalProperties')
-    keep_all = schema.get('x-kubernetes-preserve-unknown-fields') or additional not in (None, False)
-    embedded = not path or schema.get('x-kubernetes-embedded-resource')
-    result = {}
-    for key, item in value.items():
-        child = f'{path}.{key}' if path else key
-        if embedded and key in ('apiVersion', 'kind', 'metadata'):
-            result[key] = item  # ObjectMeta is the server's, never pruned by the CRD schema
-        elif key in properties:
-            result[key] = prune_and_default(item, properties[key], unknown, child)
-        elif isinstance(additional, dict):
-            result[key] = prune_and_default(item, additional, unknown, child)
-        elif keep_all:
-            result[key] = item
-        else:
-            unknown.append(child)
-    for key, prop in properties.items():
-        if key not in result and 'default' in prop:
-            result[key] = prune_and_default(copy.deepcopy(prop['default']), prop, unknown, f'{path}.{key}'.lstrip('.'))
-    return result
-
-
-def _as_json_schema(schema: Any) -> Any:
-    """OpenAPI v3.0 (as in CRDs) -> JSON Schema draft 4: nullable, int-or-string."""
-    if isinstance(schema, list):
-        return [_as_json_schema(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    result = {key: _as_json_schema(value) for key, value in schema.items()
-              if not key.startswith('x-') and key not in ('nullable', 'default', 'example')}
-    if schema.get('x-kubernetes-int-or-string'):
-        result['anyOf'] = [{'type': 'integer'}, {'type': 'string'}]
-    if schema.get('nullable') and 'type' in result:
-        result['type'] = [result['type'], 'null']
-    return result
-
-
-def crd_validator(schema: dict[str, Any]) -> jsonschema.Draft4Validator:
-    """A validator for a CRD's schema: the object without apiVersion, kind and metadata."""
-    body_schema = dict(schema, properties={k: v for k, v in (schema.get('properties') or {}).items()
-                                           if k not in ('apiVersion', 'kind', 'metadata')})
-    return jsonschema.Draft4Validator(_as_json_schema(body_schema))
-
-
-def validation_causes(validator: Any, instance: Any) -> list[tuple[str, str]]:
-    """(field path, message) for every violation, worded as the server lists them in an Invalid Status."""
-    causes = []
-    for error in sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path]):
-        path = ''.join(f'[{p}]' if isinstance(p, int) else f'.{p}' for p in error.absolute_path).lstrip('.')
-        if error.validator == 'required':
-            missing = re.search(r"'([^']+)' is a required", error.message)
-            path, message = f'{path}.{missing[1]}'.lstrip('.') if missing else path, 'Required value'
-        elif error.validator == 'enum':
-            allowed = ', '.join(json.dumps(v) for v in error.validator_value)
-            message = f'Unsupported value: {json.dumps(error.instance)}: supported values: {allowed}'
-        elif error.validator in ('minimum', 'maximum'):
-            relation = 'greater' if error.validator == 'minimum' else 'less'
-            message = f'Invalid value: {json.dumps(error.instance)}: {path} in body should be {relation} than or equal to {error.validator_value}'
-        elif error.validator == 'type':
-            message = f'Invalid value: "{type(error.instance).__name__}": {path} in body must be of type {error.validator_value}'
-        else:
-            message = f'Invalid value: {json.dumps(error.instance)[:80]}: {error.message}'
-        causes.append((path or '<root>', message))
-    return causes
-
-
-@functools.cache
-def _cel_program(rule: str) -> Any:
-    environment = celpy.Environment()
-    return environment.program(environment.compile(rule))
-
-
-def cel_errors(value: Any, old: Any, schema: dict[str, Any], path: str = '') -> list[tuple[str, str]]:
-    """The CRD's x-kubernetes-validations (CEL) rules, evaluated with cel-python where a value is
-    present; transition rules (using oldSelf) only on updates that had an old value there."""
-    if value is None:
-        return []
-    errors = []
-    for validation in schema.get('x-kubernetes-validations') or []:
-        rule = validation['rule']
-        if 'oldSelf' in rule and old is None:
-            continue
-        activation = {'self': celpy.json_to_cel(value)}
-        if old is not None:
-            activation['oldSelf'] = celpy.json_to_cel(old)
-        try:
-            result = _cel_program(rule).evaluate(activation)
-        except celpy.CELEvalError as e:
-            result = e
-        if not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
-            field = (path + validation.get('fieldPath', '')).lstrip('.') or '<root>'
-            kind = 'object' if isinstance(value, dict) else 'array' if isinstance(value, list) else type(value).__name__
-            errors.append((field, f'Invalid value: "{kind}": {validation.get("message") or f"failed rule: {rule}"}'))
-    if isinstance(value, dict):
-        properties = schema.get('properties') or {}
-        additional = schema.get('additionalProperties')
-        for key, item in value.items():
-            child = properties.get(key, additional if isinstance(additional, dict) else None)
-            if child:
-                old_item = old.get(key) if isinstance(old, dict) else None
-                errors += cel_errors(item, old_item, child, f'{path}.{key}')
-    elif isinstance(value, list) and isinstance(schema.get('items'), dict):
-        for i, item in enumerate(value):
-            errors += cel_errors(item, None, schema['items'], f'{path}[{i}]')
-    return errors
-
-
-@functools.cache
-def _builtin_validator(api_version: str, kind: str) -> jsonschema.Draft202012Validator | None:
-    """A validator for a built-in kind's real schema (as kubernetes-validate ships it), built once."""
-    file_prefix = re.sub(r'^([^./]*)(?:\.[^/]*)?/', r'\1-', api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
-    try:
-        schema = _schema_file(f'{kind.lower()}-{file_prefix}.json')
-    except FileNotFoundError:
-        return None
-    registry = referencing.Resource.from_contents(_schema_file('_definitions.json')) @ (
-        referencing.Resource.from_contents(schema) @ referencing.Registry())
-    return jsonschema.Draft202012Validator(schema, registry=registry)
-
-
-def builtin_errors(obj: dict[str, Any]) -> list[tuple[str, str]]:
-    """Validation of a built-in kind against its real OpenAPI schema (types, required fields)."""
-    validator = _builtin_validator(obj['apiVersion'], obj['kind'])
-    return validation_causes(validator, obj) if validator is not None else []
-
-
-# --------------------------------------------------------------------------------------------
-# The server
-# --------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class WatchEvent:
@@ -862,7 +210,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
 
-    # -- discovery -------------------------------------------------------------------------
+    # -- discovery (the documents are built by discovery.py) -------------------------------
 
     def _type(self, group: str, version: str, plural: str) -> ResourceType:
         try:
@@ -870,102 +218,26 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         except KeyError:
             raise unknown_resource() from None
 
-    def _groups(self) -> dict[str, list[str]]:
-        """Served groups and their versions, the preferred (newest registered) version first."""
-        groups: dict[str, list[str]] = {}
-        for group, version, _ in self._types:
-            if group and version not in groups.setdefault(group, []):
-                groups[group].append(version)
-        return {group: sorted(versions, key=_version_priority) for group, versions in groups.items()}
-
     async def _serve_version(self) -> dict[str, Any]:
-        return {'major': '1', 'minor': KUBERNETES_VERSION.split('.')[1],
-                'gitVersion': f'v{KUBERNETES_VERSION}.0', 'gitCommit': 'fake-kube-api-kmock',
-                'gitTreeState': 'clean', 'buildDate': '2025-01-01T00:00:00Z', 'goVersion': 'go1.23',
-                'compiler': 'gc', 'platform': 'linux/amd64'}
-
-    def _group_json(self, group: str, versions: list[str]) -> dict[str, Any]:
-        entries = [{'groupVersion': f'{group}/{v}', 'version': v} for v in versions]
-        return {'name': group, 'versions': entries, 'preferredVersion': entries[0]}
+        return discovery.version_info()
 
     async def _serve_group_list(self) -> dict[str, Any]:
-        return {'kind': 'APIGroupList', 'apiVersion': 'v1',
-                'groups': [self._group_json(g, vs) for g, vs in self._groups().items()]}
+        return discovery.group_list(self._types.values())
 
     async def _serve_group(self, request: kmock.Request) -> dict[str, Any]:
-        group = request.url.path.strip('/').split('/')[1]
-        versions = self._groups().get(group)
-        if not versions:
-            raise unknown_resource()
-        return dict(self._group_json(group, versions), kind='APIGroup', apiVersion='v1')
+        return discovery.api_group(self._types.values(), request.url.path)
 
     async def _serve_resource_list(self, request: kmock.Request) -> dict[str, Any]:
-        parts = request.url.path.strip('/').split('/')
-        group, version = ('', parts[1]) if parts[0] == 'api' else (parts[1], parts[2])
-        types = [rt for (g, v, _), rt in self._types.items() if (g, v) == (group, version)]
-        if not types:
-            raise unknown_resource()
-        resources = []
-        for rt in types:
-            resources.append({'name': rt.plural, 'singularName': rt.kind.lower(), 'namespaced': rt.namespaced,
-                              'kind': rt.kind, 'verbs': VERBS, 'shortNames': list(rt.short_names),
-                              'categories': list(rt.categories)})
-            for sub in sorted(rt.subresources):
-                entry = {'name': f'{rt.plural}/{sub}', 'singularName': '', 'namespaced': rt.namespaced,
-                         'kind': rt.kind, 'verbs': ['get', 'patch', 'update']}
-                if sub == 'scale':
-                    entry.update(group='autoscaling', version='v1', kind='Scale')
-                if sub == 'binding':
-                    entry.update(kind='Binding', verbs=['create'])
-                resources.append(entry)
-        return {'kind': 'APIResourceList', 'apiVersion': 'v1',
-                'groupVersion': f'{group}/{version}' if group else version, 'resources': resources}
+        return discovery.resource_list(self._types.values(), request.url.path)
 
     async def _serve_openapi_v2(self, request: kmock.Request) -> bytes | dict[str, Any]:
-        # kubectl fetches this (as protobuf) for client-side validation; an empty document means
-        # "no schemas known" and kubectl leaves validation to the server (see v3 below).
-        if 'protobuf' in request.headers.get('Accept', ''):
-            return b''
-        return {'swagger': '2.0', 'info': {'title': 'fake-kube-api', 'version': 'v1.32.0'},
-                'paths': {}, 'definitions': {}}
-
-    def _openapi_docs(self) -> dict[str, list[ResourceType]]:
-        docs: dict[str, list[ResourceType]] = {}
-        for rt in self._types.values():
-            docs.setdefault(f'apis/{rt.group}/{rt.version}' if rt.group else 'api/v1', []).append(rt)
-        return docs
+        return discovery.openapi_v2(request.headers.get('Accept', ''))
 
     async def _serve_openapi_v3_index(self) -> dict[str, Any]:
-        paths = {}
-        for doc, types in self._openapi_docs().items():
-            digest = hashlib.sha256(repr(types).encode()).hexdigest()[:16].upper()
-            paths[doc] = {'serverRelativeURL': f'/openapi/v3/{doc}?hash={digest}'}
-        return {'paths': paths}
+        return discovery.openapi_v3_index(self._types.values())
 
     async def _serve_openapi_v3(self, request: kmock.Request) -> dict[str, Any]:
-        """Per group-version: PATCH operations that accept fieldValidation (so kubectl validates
-        server-side) and, for CRDs, the schema (so `kubectl explain` works)."""
-        doc = request.url.path.removeprefix('/openapi/v3/').strip('/')
-        types = self._openapi_docs().get(doc)
-        if not types:
-            raise unknown_resource()
-        paths, schemas = {}, {}
-        for rt in types:
-            gvk = {'group': rt.group, 'version': rt.version, 'kind': rt.kind}
-            schema_name = '.'.join(reversed(rt.group.split('.'))) + f'.{rt.version}.{rt.kind}' if rt.group \
-                else f'io.k8s.api.core.v1.{rt.kind}'
-            prefix = f'/{doc}/namespaces/{{namespace}}' if rt.namespaced else f'/{doc}'
-            operation = {'x-kubernetes-group-version-kind': gvk, 'x-kubernetes-action': 'patch',
-                         'parameters': [{'name': 'fieldValidation', 'in': 'query', 'schema': {'type': 'string'}},
-                                        {'name': 'dryRun', 'in': 'query', 'schema': {'type': 'string'}}],
-                         'responses': {'200': {'description': 'OK'}}}
-            paths[f'{prefix}/{rt.plural}/{{name}}'] = {'patch': operation}
-            if rt.is_custom:
-                schema = copy.deepcopy(rt.schema or {})
-                schema.setdefault('properties', {}).setdefault('metadata', {'type': 'object'})
-                schemas[schema_name] = dict(schema, **{'x-kubernetes-group-version-kind': [gvk]})
-        return {'openapi': '3.0.0', 'info': {'title': 'fake-kube-api', 'version': 'v1.32.0'},
-                'paths': paths, 'components': {'schemas': schemas}}
+        return discovery.openapi_v3(self._types.values(), request.url.path)
 
     # -- resource requests -----------------------------------------------------------------
 
@@ -1014,29 +286,11 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
 
     def _selected(self, rt: ResourceType, namespace: str | None, params: dict[str, str]) -> Iterator[dict[str, Any]]:
         labels = LabelSelector.parse(params.get('labelSelector', ''))
-        fields = self._field_selector(rt, params.get('fieldSelector', ''))
+        fields = field_selector(rt, params.get('fieldSelector', ''))
         for (group, plural, ns, _), obj in sorted(self._objects.items()):
             if (group, plural) == rt.store_key and (namespace is None or ns == namespace):
-                if self._matches(obj, labels, fields):
+                if matches(obj, labels, fields):
                     yield obj
-
-    def _field_selector(self, rt: ResourceType, text: str) -> list[tuple[str, bool, str]]:
-        selectors = []
-        for part in [p for p in text.split(',') if p.strip()]:
-            match = re.fullmatch(r'\s*([\w.]+)\s*(==|=|!=)\s*(.*?)\s*', part)
-            if not match:
-                raise bad_request(f'invalid selector: {part!r}')
-            field, op, value = match.groups()
-            if field not in ('metadata.name', 'metadata.namespace') + rt.field_selectors:
-                raise bad_request(f'field label not supported: {field}')
-            selectors.append((field, op != '!=', value))
-        return selectors
-
-    @staticmethod
-    def _matches(obj: dict[str, Any], labels: LabelSelector, fields: list[tuple[str, bool, str]]) -> bool:
-        if not labels.matches(obj['metadata'].get('labels') or {}):
-            return False
-        return all((field_value(obj, field) == value) == equal for field, equal, value in fields)
 
     def _list(self, rt: ResourceType, namespace: str | None, params: dict[str, str], accept: str) -> dict[str, Any]:
         items = list(self._selected(rt, namespace, params))
@@ -1072,7 +326,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         if path.name:  # the deprecated per-object watch URL
             params['fieldSelector'] = ','.join(filter(None, [params.get('fieldSelector'), f'metadata.name={path.name}']))
         labels = LabelSelector.parse(params.get('labelSelector', ''))
-        fields = self._field_selector(rt, params.get('fieldSelector', ''))
+        fields = field_selector(rt, params.get('fieldSelector', ''))
         timeout = float(params['timeoutSeconds']) if params.get('timeoutSeconds') else None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout if timeout else None
@@ -1107,8 +361,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
                     continue
                 if namespace is not None and event.obj['metadata'].get('namespace') != namespace:
                     continue
-                now_in = self._matches(event.obj, labels, fields)
-                was_in = event.old is not None and self._matches(event.old, labels, fields)
+                now_in = matches(event.obj, labels, fields)
+                was_in = event.old is not None and matches(event.old, labels, fields)
                 kind, obj = event.type, event.obj
                 if kind == 'MODIFIED' and now_in != was_in:  # entered or left the selection
                     kind, obj = ('ADDED', obj) if now_in else ('DELETED', event.old)
@@ -1186,7 +440,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             obj.pop('status', None)
         if rt.kind == 'Pod' and rt.group == '':
             self._admit_pod_priority(obj)
-        obj = self._admit(rt, obj, None, params)
+        obj = admit(rt, obj, None, params)
         if dry_run:
             return obj
         created = self._commit(rt, 'ADDED', obj, None)
@@ -1202,7 +456,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         priority_class = self._objects.get(('scheduling.k8s.io', 'priorityclasses', '', class_name))
         if priority_class is None:
             raise ApiError(403, 'Forbidden', f'pods "{pod["metadata"]["name"]}" is forbidden: no PriorityClass '
-                           f'with name {class_name} was found', _details(self._type('', 'v1', 'pods'), pod['metadata']['name']))
+                           f'with name {class_name} was found', status_details(self._type('', 'v1', 'pods'), pod['metadata']['name']))
         spec['priority'] = priority_class.get('value', 0)
         spec.setdefault('preemptionPolicy', priority_class.get('preemptionPolicy', 'PreemptLowerPriority'))
 
@@ -1213,33 +467,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             raise not_found(ns_type, namespace or '')
         if ns['metadata'].get('deletionTimestamp'):
             raise ApiError(403, 'Forbidden', f'unable to create new content in namespace {namespace} '
-                           f'because it is being terminated', _details(ns_type, namespace))
-
-    def _admit(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
-               params: dict[str, str]) -> dict[str, Any]:
-        """Defaulting and validation, as the real registry does them before storing."""
-        unknown: list[str] = []
-        if rt.is_custom:
-            obj = prune_and_default(obj, rt.schema or {}, unknown)
-        else:
-            obj = prune_unknown_fields(obj, _definition_of(rt), unknown)
-        if unknown and params.get('fieldValidation') == 'Strict':
-            raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict '
-                              f'decoding error: ' + ', '.join(f'unknown field "{field}"' for field in unknown))
-        if rt.is_custom:
-            body = {key: value for key, value in obj.items() if key not in ('apiVersion', 'kind', 'metadata')}
-            errors = validation_causes(rt.validator, body) or cel_errors(obj, old, rt.schema or {})
-        else:
-            obj = _builtin_defaults(rt, obj, old)
-            errors = builtin_errors(obj) + _builtin_rules(rt, obj, old)
-        if rt.kind == 'CustomResourceDefinition' and rt.group == 'apiextensions.k8s.io':
-            errors += _crd_errors(obj, old)
-        if errors:
-            raise invalid(rt, obj['metadata']['name'], errors)
-        for field in ('labels', 'annotations', 'finalizers', 'ownerReferences'):  # Go's omitempty
-            if not obj['metadata'].get(field, True):
-                del obj['metadata'][field]
-        return obj
+                           f'because it is being terminated', status_details(ns_type, namespace))
 
     def _write(self, rt: ResourceType, namespace: str | None, name: str, subresource: str | None,
                method: str, content_type: str, data: Any, params: dict[str, str],
@@ -1258,7 +486,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         elif content_type == 'application/json-patch+json':
             wanted = json_patch(current, data)
         elif content_type == 'application/strategic-merge-patch+json' and not rt.is_custom:
-            schema = _definition_of(rt) if subresource != 'scale' else {}
+            schema = definition_of(rt) if subresource != 'scale' else {}
             wanted = strategic_merge_patch(copy.deepcopy(current), data, schema)
         else:
             raise ApiError(415, 'UnsupportedMediaType',
@@ -1301,7 +529,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
                     new.pop('status', None)
         new['apiVersion'], new['kind'] = old['apiVersion'], rt.kind
         new['metadata']['resourceVersion'] = old['metadata']['resourceVersion']
-        new = self._admit(rt, new, old, params)
+        new = admit(rt, new, old, params)
         if rt.tracks_generation and _spec_part(new) != _spec_part(old):
             new['metadata']['generation'] = old['metadata'].get('generation', 1) + 1
         if new == old or dry_run:
@@ -1582,251 +810,4 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         """A meta.k8s.io/v1 Table when kubectl asks for one (`Accept: ...;as=Table`)."""
         if 'as=Table' not in accept:
             return None
-        columns = [{'name': 'Name', 'type': 'string', 'format': 'name', 'description': 'Name', 'priority': 0}]
-        if rt.is_custom:
-            printer = list(rt.printer_columns) or [{'name': 'Age', 'type': 'date', 'jsonPath': '.metadata.creationTimestamp'}]
-            cells = [lambda obj, c=c: _age(dig(obj, c['jsonPath'])) if c.get('type') == 'date' else dig(obj, c['jsonPath'])
-                     for c in printer]
-            columns += [{'name': c['name'], 'type': c.get('type', 'string'), 'format': c.get('format', ''),
-                         'description': c.get('description', ''), 'priority': c.get('priority', 0)} for c in printer]
-        elif rt.kind == 'Node' and rt.group == '':
-            cells = [_node_status, lambda obj: '<none>', lambda obj: _age(obj['metadata']['creationTimestamp']),
-                     lambda obj: ((obj.get('status') or {}).get('nodeInfo') or {}).get('kubeletVersion', '')]
-            columns += [{'name': n, 'type': 'string', 'format': '', 'description': n, 'priority': 0}
-                        for n in ('Status', 'Roles', 'Age', 'Version')]
-        elif rt.kind == 'Pod':
-            cells = [_pod_ready, _pod_status, _pod_restarts, lambda obj: _age(obj['metadata']['creationTimestamp']),
-                     lambda obj: obj['spec'].get('nodeName') or '<none>']
-            columns += [{'name': n, 'type': t, 'format': '', 'description': n, 'priority': p}
-                        for n, t, p in (('Ready', 'string', 0), ('Status', 'string', 0), ('Restarts', 'string', 0),
-                                        ('Age', 'string', 0), ('Node', 'string', 1))]
-        else:
-            cells = [lambda obj: _age(obj['metadata']['creationTimestamp'])]
-            columns.append({'name': 'Age', 'type': 'string', 'format': '', 'description': 'Age', 'priority': 0})
-        rows = [{'cells': [obj['metadata']['name']] + [cell(obj) for cell in cells],
-                 'object': {'kind': 'PartialObjectMetadata', 'apiVersion': 'meta.k8s.io/v1', 'metadata': obj['metadata']}}
-                for obj in items]
-        return {'kind': 'Table', 'apiVersion': 'meta.k8s.io/v1',
-                'metadata': metadata or {'resourceVersion': str(self._resource_version)},
-                'columnDefinitions': columns, 'rows': rows}
-
-
-def _age(timestamp: str | None) -> str:
-    """A creation timestamp as `kubectl get` shows ages (Kubernetes' HumanDuration, abridged)."""
-    if not timestamp:
-        return '<unknown>'
-    then = datetime.datetime.strptime(timestamp, '%Y-%m-%dT%H:%M:%SZ').replace(tzinfo=datetime.UTC)
-    seconds = max(int((datetime.datetime.now(datetime.UTC) - then).total_seconds()), 0)
-    minutes, hours = seconds // 60, seconds // 3600
-    if seconds < 120:
-        return f'{seconds}s'
-    if minutes < 10:
-        return f'{minutes}m{seconds % 60}s' if seconds % 60 else f'{minutes}m'
-    if hours < 3:
-        return f'{minutes}m'
-    if hours < 8:
-        return f'{hours}h{minutes % 60}m' if minutes % 60 else f'{hours}h'
-    return f'{hours}h' if hours < 48 else f'{hours // 24}d'
-
-
-def _version_priority(version: str) -> tuple[int, int, int]:
-    """Kubernetes version order: GA before beta before alpha, higher numbers first."""
-    match = re.fullmatch(r'v(\d+)(?:(alpha|beta)(\d+))?', version)
-    if not match:
-        return 3, 0, 0
-    stage = {'alpha': 2, 'beta': 1, None: 0}[match[2]]
-    return stage, -int(match[1]), -int(match[3] or 0)
-
-
-def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
-    """What generation tracks: everything but metadata and status."""
-    return {k: v for k, v in obj.items() if k not in ('metadata', 'status', 'apiVersion', 'kind')}
-
-
-def _pod_ready(pod: dict[str, Any]) -> str:
-    statuses = (pod.get('status') or {}).get('containerStatuses') or []
-    return f'{sum(1 for s in statuses if s.get("ready"))}/{len(pod["spec"].get("containers", []))}'
-
-
-def _pod_status(pod: dict[str, Any]) -> str:
-    if pod['metadata'].get('deletionTimestamp'):
-        return 'Terminating'
-    for status in (pod.get('status') or {}).get('containerStatuses') or []:
-        waiting = (status.get('state') or {}).get('waiting')
-        if waiting and waiting.get('reason'):
-            return waiting['reason']
-    return (pod.get('status') or {}).get('phase', 'Pending')
-
-
-def _node_status(node: dict[str, Any]) -> str:
-    ready = next((c['status'] for c in (node.get('status') or {}).get('conditions') or [] if c['type'] == 'Ready'), None)
-    status = {'True': 'Ready', 'False': 'NotReady'}.get(ready or '', 'Unknown')
-    return status + (',SchedulingDisabled' if node['spec'].get('unschedulable') else '')
-
-
-def _pod_restarts(pod: dict[str, Any]) -> str:
-    return str(sum(s.get('restartCount', 0) for s in (pod.get('status') or {}).get('containerStatuses') or []))
-
-
-def _builtin_defaults(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-    """The API defaults a real server fills in for the built-in kinds we serve."""
-    if rt.kind == 'Namespace' and rt.group == '':
-        obj['metadata'].setdefault('labels', {})['kubernetes.io/metadata.name'] = obj['metadata']['name']
-        if old is None:
-            obj['spec'] = {'finalizers': ['kubernetes']}
-            obj['status'] = {'phase': 'Active'}
-    if rt.kind == 'Pod' and rt.group == '' and old is None:
-        spec = obj.setdefault('spec', {})
-        for key, value in (('restartPolicy', 'Always'), ('terminationGracePeriodSeconds', 30),
-                           ('dnsPolicy', 'ClusterFirst'), ('schedulerName', 'default-scheduler'),
-                           ('serviceAccountName', 'default'), ('serviceAccount', 'default'),
-                           ('securityContext', {}), ('enableServiceLinks', True), ('priority', 0),
-                           ('preemptionPolicy', 'PreemptLowerPriority')):
-            spec.setdefault(key, value)
-        tolerations = spec.setdefault('tolerations', [])
-        for taint in ('node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable'):
-            if not any(t.get('key') == taint for t in tolerations):
-                tolerations.append({'key': taint, 'operator': 'Exists', 'effect': 'NoExecute', 'tolerationSeconds': 300})
-        for container in spec.get('containers') or []:
-            image = container.get('image') or ''
-            latest = ':' not in image.rsplit('/', 1)[-1] or image.endswith(':latest')
-            container.setdefault('imagePullPolicy', 'Always' if latest else 'IfNotPresent')
-            container.setdefault('terminationMessagePath', '/dev/termination-log')
-            container.setdefault('terminationMessagePolicy', 'File')
-            container.setdefault('resources', {})
-        requests = [c.get('resources') or {} for c in spec.get('containers') or []]
-        qos = ('BestEffort' if not any(r.get('requests') or r.get('limits') for r in requests) else
-               'Guaranteed' if all(r.get('limits') and all(r['limits'].get(k) and (r.get('requests') or r['limits']).get(k) == r['limits'][k]
-                                                          for k in ('cpu', 'memory')) for r in requests) else 'Burstable')
-        obj['status'] = {'phase': 'Pending', 'qosClass': qos}
-    if rt.kind == 'Service' and old is None:
-        obj['status'] = {'loadBalancer': {}}
-    return obj
-
-
-_MUTABLE_POD_SPEC = ('activeDeadlineSeconds', 'tolerations', 'schedulingGates')
-
-
-def _builtin_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """The few semantic rules of built-in kinds that our tests could trip over."""
-    errors: list[tuple[str, str]] = []
-    if rt.kind == 'Pod' and rt.group == '':
-        containers = obj['spec'].get('containers') or []
-        if not containers:
-            errors.append(('spec.containers', 'Required value'))
-        for i, container in enumerate(containers):
-            if not container.get('image'):
-                errors.append((f'spec.containers[{i}].image', 'Required value'))
-        if old is not None:
-            def frozen(spec: dict[str, Any]) -> dict[str, Any]:
-                spec = {k: v for k, v in spec.items() if k not in _MUTABLE_POD_SPEC}
-                for key in ('containers', 'initContainers'):
-                    spec[key] = [{k: v for k, v in c.items() if k != 'image'} for c in spec.get(key) or []]
-                return spec
-            if frozen(obj['spec']) != frozen(old['spec']):
-                errors.append(('spec', 'Forbidden: pod updates may not change fields other than '
-                                       '`spec.containers[*].image`, `spec.initContainers[*].image`, '
-                                       '`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to '
-                                       'existing tolerations), `spec.terminationGracePeriodSeconds`'))
-    if rt.kind == 'ConfigMap' and old is not None and old.get('immutable') and (
-            obj.get('data') != old.get('data') or obj.get('binaryData') != old.get('binaryData')):
-        errors.append(('data', 'Forbidden: field is immutable when `immutable` is set'))
-    return errors
-
-
-def _crd_errors(crd: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
-    spec = crd.get('spec') or {}
-    names = spec.get('names') or {}
-    errors = []
-    for field in ('group', 'scope'):
-        if not spec.get(field):
-            errors.append((f'spec.{field}', 'Required value'))
-    for field in ('plural', 'kind'):
-        if not names.get(field):
-            errors.append((f'spec.names.{field}', 'Required value'))
-    if not spec.get('versions'):
-        errors.append(('spec.versions', 'Required value'))
-    elif sum(1 for v in spec['versions'] if v.get('storage')) != 1:
-        errors.append(('spec.versions', 'Invalid value: must have exactly one version marked as storage version'))
-    if names.get('plural') and spec.get('group') and crd['metadata']['name'] != f'{names["plural"]}.{spec["group"]}':
-        errors.append(('metadata.name', f'Invalid value: "{crd["metadata"]["name"]}": must be spec.names.plural+"."+spec.group'))
-    if old is not None:
-        for field in ('group', 'scope'):
-            if spec.get(field) != old['spec'].get(field):
-                errors.append((f'spec.{field}', 'Invalid value: field is immutable'))
-    return errors
-
-
-# --------------------------------------------------------------------------------------------
-# Running it: in a background thread (tests), or in the foreground (hack/kube-emulator.py)
-# --------------------------------------------------------------------------------------------
-
-def kubeconfig_text(url: str) -> str:
-    """A kubeconfig for the fake: plain HTTP on localhost, no credentials."""
-    return yaml.safe_dump({
-        'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'fake-kube-api',
-        'clusters': [{'name': 'fake-kube-api', 'cluster': {'server': url}}],
-        'users': [{'name': 'fake-kube-api', 'user': {}}],
-        'contexts': [{'name': 'fake-kube-api',
-                      'context': {'cluster': 'fake-kube-api', 'user': 'fake-kube-api', 'namespace': 'default'}}],
-    })
-
-
-async def serve(port: int = 0, started: Any = None, stop: asyncio.Event | None = None) -> None:
-    """Run the fake on 127.0.0.1:port until `stop` is set; `started(url)` is called once listening."""
-    stop = stop or asyncio.Event()
-    async with FakeKubeAPI() as api, kmock.Server(api, port=port or None) as server:
-        if started is not None:
-            started(f'http://{server.host}:{server.port}')
-        try:
-            await stop.wait()
-        finally:
-            await api.close()
-
-
-class EmulatorThread:
-    """The fake served from a daemon thread with its own event loop, so that blocking test code
-    (kubectl subprocesses, sync HTTP) never starves it. `stop()` leaves no thread or port behind."""
-
-    def __init__(self, port: int = 0) -> None:
-        self.url = ''
-        self._port = port
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, name='fake-kube-api', daemon=True)
-
-    def start(self) -> 'EmulatorThread':
-        self._thread.start()
-        if not self._ready.wait(timeout=30) or self._error is not None:
-            raise RuntimeError(f'the fake Kubernetes API did not start: {self._error!r}')
-        return self
-
-    def _run(self) -> None:
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-
-            def started(url: str) -> None:
-                self.url = url
-                self._ready.set()
-            await serve(self._port, started, self._stop)
-        try:
-            asyncio.run(main())
-        except BaseException as e:  # reported by start() if it happens before listening
-            self._error = e
-            self._ready.set()
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=30)
-        if self._thread.is_alive():
-            raise RuntimeError('the fake Kubernetes API thread did not stop')
-
-    def __enter__(self) -> 'EmulatorThread':
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return tables.table(rt, items, metadata or {'resourceVersion': str(self._resource_version)})
