@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run the FAKE Kubernetes API server (tests/support/kube_emulator.py) until SIGTERM or Ctrl-C.
+"""Run the FAKE Kubernetes API server (tests/support/kube_emulator/) until SIGTERM or Ctrl-C.
 
     .venv/bin/python hack/kube-emulator.py [--port PORT] [--kubeconfig PATH] [--kubelet-namespace NS]
 

@@ -9,7 +9,7 @@ fake kubelet and the emulator.
 Parts that are fakes, and why: there is no kubelet or container runtime here, so the fake
 kubelet (tests/support/kubelet.py) plays the kubelet's part (pods become Running/Ready, or
 fail, on command), and without a cluster the API server is the emulator
-(tests/support/kube_emulator.py). Ironic and the operator are the real programs.
+(tests/support/kube_emulator/). Ironic and the operator are the real programs.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ our operator, kopf and kubectl depend on it.
 
 Every test is written against the Kubernetes API contract, never against the fake: run with
 KUBECONFIG pointing at a real cluster (kind, or any API server) and the same tests must pass.
-Without KUBECONFIG they run against the fake of tests/support/kube_emulator.py.
+Without KUBECONFIG they run against the fake of tests/support/kube_emulator/.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Register it in the root conftest: `pytest_plugins = ["tests.support.kube_api"]`.
 
 - If KUBECONFIG is set when the session starts, the tests use that cluster (kind or any real
   API server) and start nothing.
-- Otherwise the session starts the FAKE API server of tests/support/kube_emulator.py in a
+- Otherwise the session starts the FAKE API server of tests/support/kube_emulator/ in a
   background thread, writes a kubeconfig for it into a temp dir, and stops it at the end
   (no thread, port or process left).
 

@@ -1,5 +1,5 @@
 """A FAKE kubelet (and scheduler) for clusters where no kubelet runs pods: the fake API server
-of tests/support/kube_emulator.py, or a real API server without nodes. Where real kubelets run
+of tests/support/kube_emulator/, or a real API server without nodes. Where real kubelets run
 pods it is not used (the `kubelet` fixture of tests/support/kube_api.py skips there).
 
 It writes only what a real API server accepts from a kubelet and a scheduler:

@@ -1,0 +1,21 @@
+"""A FAKE Kubernetes API server, for tests and the local demo where no real cluster exists.
+
+What it emulates, and what it does not, is listed in server.py. The modules, each with one job
+(at run time each imports only modules listed above it, so there are no import cycles):
+
+- errors.py         ApiError (a failure as a Kubernetes Status) and its constructors
+- crd_schema.py     CRD structural schemas: pruning, defaulting, validation, CEL rules
+- resources.py      ResourceType, the built-in kinds served, the types a CRD adds
+- paths.py          resource URLs, label and field selectors, simple JSON paths
+- builtin_schema.py the real OpenAPI schema of built-in kinds: pruning, merge keys, validation
+- patches.py        merge patch, JSON patch, strategic merge patch
+- protobuf.py       the protobuf bodies kubectl's `create namespace|secret|configmap` send
+- admission.py      defaults and validation before an object is stored
+- tables.py         server-side Table output for `kubectl get`
+- discovery.py      /version, /apis, APIResourceLists, /openapi/v2 and /openapi/v3
+- server.py         FakeKubeAPI: the store, requests, watches, writes, deletion and controllers
+- runner.py         serving it (EmulatorThread) and a kubeconfig for it (kubeconfig_text)
+"""
+from tests.support.kube_emulator.runner import EmulatorThread, kubeconfig_text
+
+__all__ = ['EmulatorThread', 'kubeconfig_text']

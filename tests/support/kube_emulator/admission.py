@@ -1,0 +1,129 @@
+"""Admission: what the real registry does to an object before storing it -- prune unknown fields,
+fill in the API defaults, validate against the schema, then the hand-written rules of the
+built-in kinds and of CRD objects themselves. `admit` is the one entry point; it either
+returns the object to store or raises the ApiError (400 under fieldValidation=Strict, 422
+Invalid with its causes) that a real server answers with.
+"""
+from typing import Any
+
+from tests.support.kube_emulator.builtin_schema import builtin_errors, definition_of, prune_unknown_fields
+from tests.support.kube_emulator.crd_schema import cel_errors, prune_and_default
+from tests.support.kube_emulator.errors import bad_request, invalid, validation_causes
+from tests.support.kube_emulator.resources import ResourceType
+
+
+def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, params: dict[str, str]) -> dict[str, Any]:
+    """Defaulting and validation, as the real registry does them before storing."""
+    unknown: list[str] = []
+    if rt.is_custom:
+        obj = prune_and_default(obj, rt.schema or {}, unknown)
+    else:
+        obj = prune_unknown_fields(obj, definition_of(rt), unknown)
+    if unknown and params.get('fieldValidation') == 'Strict':
+        raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict '
+                          f'decoding error: ' + ', '.join(f'unknown field "{field}"' for field in unknown))
+    if rt.is_custom:
+        body = {key: value for key, value in obj.items() if key not in ('apiVersion', 'kind', 'metadata')}
+        errors = validation_causes(rt.validator, body) or cel_errors(obj, old, rt.schema or {})
+    else:
+        obj = _builtin_defaults(rt, obj, old)
+        errors = builtin_errors(obj) + _builtin_rules(rt, obj, old)
+    if rt.kind == 'CustomResourceDefinition' and rt.group == 'apiextensions.k8s.io':
+        errors += _crd_errors(obj, old)
+    if errors:
+        raise invalid(rt, obj['metadata']['name'], errors)
+    for field in ('labels', 'annotations', 'finalizers', 'ownerReferences'):  # Go's omitempty
+        if not obj['metadata'].get(field, True):
+            del obj['metadata'][field]
+    return obj
+
+
+def _builtin_defaults(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    """The API defaults a real server fills in for the built-in kinds we serve."""
+    if rt.kind == 'Namespace' and rt.group == '':
+        obj['metadata'].setdefault('labels', {})['kubernetes.io/metadata.name'] = obj['metadata']['name']
+        if old is None:
+            obj['spec'] = {'finalizers': ['kubernetes']}
+            obj['status'] = {'phase': 'Active'}
+    if rt.kind == 'Pod' and rt.group == '' and old is None:
+        spec = obj.setdefault('spec', {})
+        for key, value in (('restartPolicy', 'Always'), ('terminationGracePeriodSeconds', 30),
+                           ('dnsPolicy', 'ClusterFirst'), ('schedulerName', 'default-scheduler'),
+                           ('serviceAccountName', 'default'), ('serviceAccount', 'default'),
+                           ('securityContext', {}), ('enableServiceLinks', True), ('priority', 0),
+                           ('preemptionPolicy', 'PreemptLowerPriority')):
+            spec.setdefault(key, value)
+        tolerations = spec.setdefault('tolerations', [])
+        for taint in ('node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable'):
+            if not any(t.get('key') == taint for t in tolerations):
+                tolerations.append({'key': taint, 'operator': 'Exists', 'effect': 'NoExecute', 'tolerationSeconds': 300})
+        for container in spec.get('containers') or []:
+            image = container.get('image') or ''
+            latest = ':' not in image.rsplit('/', 1)[-1] or image.endswith(':latest')
+            container.setdefault('imagePullPolicy', 'Always' if latest else 'IfNotPresent')
+            container.setdefault('terminationMessagePath', '/dev/termination-log')
+            container.setdefault('terminationMessagePolicy', 'File')
+            container.setdefault('resources', {})
+        requests = [c.get('resources') or {} for c in spec.get('containers') or []]
+        qos = ('BestEffort' if not any(r.get('requests') or r.get('limits') for r in requests) else
+               'Guaranteed' if all(r.get('limits') and all(r['limits'].get(k) and (r.get('requests') or r['limits']).get(k) == r['limits'][k]
+                                                          for k in ('cpu', 'memory')) for r in requests) else 'Burstable')
+        obj['status'] = {'phase': 'Pending', 'qosClass': qos}
+    if rt.kind == 'Service' and old is None:
+        obj['status'] = {'loadBalancer': {}}
+    return obj
+
+
+_MUTABLE_POD_SPEC = ('activeDeadlineSeconds', 'tolerations', 'schedulingGates')
+
+
+def _builtin_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The few semantic rules of built-in kinds that our tests could trip over."""
+    errors: list[tuple[str, str]] = []
+    if rt.kind == 'Pod' and rt.group == '':
+        containers = obj['spec'].get('containers') or []
+        if not containers:
+            errors.append(('spec.containers', 'Required value'))
+        for i, container in enumerate(containers):
+            if not container.get('image'):
+                errors.append((f'spec.containers[{i}].image', 'Required value'))
+        if old is not None:
+            def frozen(spec: dict[str, Any]) -> dict[str, Any]:
+                spec = {k: v for k, v in spec.items() if k not in _MUTABLE_POD_SPEC}
+                for key in ('containers', 'initContainers'):
+                    spec[key] = [{k: v for k, v in c.items() if k != 'image'} for c in spec.get(key) or []]
+                return spec
+            if frozen(obj['spec']) != frozen(old['spec']):
+                errors.append(('spec', 'Forbidden: pod updates may not change fields other than '
+                                       '`spec.containers[*].image`, `spec.initContainers[*].image`, '
+                                       '`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to '
+                                       'existing tolerations), `spec.terminationGracePeriodSeconds`'))
+    if rt.kind == 'ConfigMap' and old is not None and old.get('immutable') and (
+            obj.get('data') != old.get('data') or obj.get('binaryData') != old.get('binaryData')):
+        errors.append(('data', 'Forbidden: field is immutable when `immutable` is set'))
+    return errors
+
+
+def _crd_errors(crd: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """What the apiextensions registry refuses in a CRD object itself: missing names or versions,
+    not exactly one storage version, a name other than PLURAL.GROUP, a changed group or scope."""
+    spec = crd.get('spec') or {}
+    names = spec.get('names') or {}
+    errors = []
+    for field in ('group', 'scope'):
+        if not spec.get(field):
+            errors.append((f'spec.{field}', 'Required value'))
+    for field in ('plural', 'kind'):
+        if not names.get(field):
+            errors.append((f'spec.names.{field}', 'Required value'))
+    if not spec.get('versions'):
+        errors.append(('spec.versions', 'Required value'))
+    elif sum(1 for v in spec['versions'] if v.get('storage')) != 1:
+        errors.append(('spec.versions', 'Invalid value: must have exactly one version marked as storage version'))
+    if names.get('plural') and spec.get('group') and crd['metadata']['name'] != f'{names["plural"]}.{spec["group"]}':
+        errors.append(('metadata.name', f'Invalid value: "{crd["metadata"]["name"]}": must be spec.names.plural+"."+spec.group'))
+    if old is not None:
+        for field in ('group', 'scope'):
+            if spec.get(field) != old['spec'].get(field):
+                errors.append((f'spec.{field}', 'Invalid value: field is immutable'))
+    return errors
