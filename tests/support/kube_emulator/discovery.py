@@ -67,7 +67,7 @@ def openapi_v2(accept: str) -> bytes | dict[str, Any]:
     # "no schemas known" and kubectl leaves validation to the server (see v3 below).
     if 'protobuf' in accept:
         return b''
-    return {'swagger': '2.0', 'info': {'title': 'fake-kube-api', 'version': 'v1.32.0'},
+    return {'swagger': '2.0', 'info': {'title': 'fake-kube-api', 'version': f'v{KUBERNETES_VERSION}.0'},
             'paths': {}, 'definitions': {}}
 
 
@@ -102,7 +102,7 @@ def openapi_v3(types: Iterable[ResourceType], path: str) -> dict[str, Any]:
             schema = copy.deepcopy(rt.schema or {})
             schema.setdefault('properties', {}).setdefault('metadata', {'type': 'object'})
             schemas[schema_name] = dict(schema, **{'x-kubernetes-group-version-kind': [gvk]})
-    return {'openapi': '3.0.0', 'info': {'title': 'fake-kube-api', 'version': 'v1.32.0'},
+    return {'openapi': '3.0.0', 'info': {'title': 'fake-kube-api', 'version': f'v{KUBERNETES_VERSION}.0'},
             'paths': paths, 'components': {'schemas': schemas}}
 
 
