@@ -189,17 +189,19 @@ def forced_down_changes(members: Iterable[Member], services: Mapping[str, Servic
 
 
 def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
+          retiring: Iterable[str] = (),
           hypervisors: Iterable[HypervisorRecord], services: Mapping[str, ServiceRecord],
           since: Mapping[str, float], now: float, interval: float, repair: bool = False,
           refused: Mapping[str, Refusal] | None = None) -> AuditReport:
     """Compare Nova's hypervisor list with the pool's Ironic nodes; see the module doc.
 
-    `identities` are the pool's current members (a pod or a ConfigMap exists); `nodes`
+    `identities` are the pool's current members (a pod or a ConfigMap exists), `retiring`
+    those of them being removed (never a repair's target); `nodes`
     the pool's managed Ironic nodes; `services` every nova-compute service by host;
     `since` the memory returned by the previous audit; `interval` the members' update
     interval in seconds; `refused` the hosts whose service deletion Nova refused.
     """
-    members = set(identities)
+    members, leaving = set(identities), set(retiring)
     refused = refused or {}
     patience = UPDATE_INTERVALS_BEFORE_FINDING * interval
     listed: defaultdict[str, list[str]] = defaultdict(list)
@@ -233,10 +235,10 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
             findings.append(Finding(MISPLACED, node.uuid,
                                     f"node {node.uuid} has an instance on {host} but its shard is "
                                     f"{node.shard or '(none)'}: no compute serves it"))
-            if repair and host in members:
+            if repair and host in members and host not in leaving:
                 repairs.append(Move(node.uuid, node.shard, host))
         elif node.shard in members and hosts != [node.shard]:
-            if persisting(f"{UNLISTED}:{node.uuid}"):
+            if persisting(f"{UNLISTED}:{node.uuid}:{node.shard}"):  # a new owner: a new clock
                 where = f"under {hosts[0]}" if hosts else "under no compute"
                 findings.append(Finding(UNLISTED, node.uuid,
                                         f"node {node.uuid} (shard {node.shard}) is listed {where} "

@@ -339,7 +339,7 @@ class IronicAdapter:
         Raises IronicUnavailable when Ironic stops answering beyond the retries; what was
         written stays written, and the next cycle re-reads and continues from there.
         """
-        return self._apply(moves, observed, stop, instances=None)
+        return self._apply(moves, observed, stop, same_instance=None)
 
     def hand_over(self, moves: Sequence[Move], observed: Sequence[Node],
                   stop: threading.Event | None = None) -> ApplyResult:
@@ -352,13 +352,14 @@ class IronicAdapter:
         used only for `spec.nova.repairMisplaced`; same batching, re-reads, rate limit and
         errors as apply_moves().
         """
-        instances = {node.uuid: node.instance_uuid for node in observed if node.instance_uuid}
-        return self._apply(moves, observed, stop, instances=instances)
+        carried = {node.uuid: node.instance_uuid for node in observed if node.instance_uuid}
+        return self._apply(moves, observed, stop, same_instance=carried)
 
     def _apply(self, moves: Sequence[Move], observed: Sequence[Node], stop: threading.Event | None,
-               *, instances: Mapping[str, str] | None) -> ApplyResult:
-        """apply_moves() (`instances` None: free nodes only) or hand_over() (`instances`:
-        the instance each node must still carry)."""
+               *, same_instance: Mapping[str, str] | None) -> ApplyResult:
+        """apply_moves() or hand_over(). `same_instance` None: only nodes still free are
+        written. Otherwise only nodes still carrying the instance it maps them to (a node
+        missing from it is written never)."""
         self.check()
         result = ApplyResult(planned=len(moves))
         known = sorted(node.uuid for node in observed)
@@ -371,7 +372,7 @@ class IronicAdapter:
                     result.not_attempted += len(ordered) - start
                     break
                 self._apply_batch(ordered[start:start + self.batch_size], known, pool,
-                                  stop, result, instances)
+                                  stop, result, same_instance)
         finally:
             # On an error no queued write may start after we return.
             pool.shutdown(wait=True, cancel_futures=True)
@@ -379,7 +380,7 @@ class IronicAdapter:
 
     def _apply_batch(self, batch: list[Move], known: list[str], pool: ThreadPoolExecutor,
                      stop: threading.Event | None, result: ApplyResult,
-                     instances: Mapping[str, str] | None) -> None:
+                     same_instance: Mapping[str, str] | None) -> None:
         """Re-read, then write, one batch; retry what failed transiently, re-reading first."""
         pending = batch
         failure = _Retry("", unavailable=False)
@@ -401,12 +402,12 @@ class IronicAdapter:
                     result.skipped_changed += 1
                 elif node.shard == move.target:
                     result.already_right += 1
-                elif instances is None and node.pinned:
+                elif same_instance is None and node.pinned:
                     result.skipped_claimed += 1
                 elif node.shard != move.source:
                     result.skipped_changed += 1
-                elif instances is not None and (
-                        not node.instance_uuid or node.instance_uuid != instances.get(node.uuid)):
+                elif same_instance is not None and (
+                        not node.instance_uuid or node.instance_uuid != same_instance.get(node.uuid)):
                     result.skipped_changed += 1  # its instance left or changed: nothing to repair
                 else:
                     writes.append(move)

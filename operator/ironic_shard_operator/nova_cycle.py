@@ -25,13 +25,12 @@ the adapter's own retries) or any other Nova error: state Unavailable, the rest 
 cycle goes on, and the next attempt waits a backoff that doubles up to MAX_BACKOFF_SECONDS.
 Nothing is lost meanwhile: every decision is re-derived from what Nova and Ironic show
 (level-triggered), and the audit's memory is kept.
-
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -87,19 +86,22 @@ class NovaOutcome:
 
 
 def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
-                   members: Sequence[Member], identities: Iterable[str], nova_conf: str | None,
+                   members: Sequence[Member], identities: AbstractSet[str], retiring: AbstractSet[str],
+                   nova_conf: str | None,
                    nodes: Sequence[Node] | None, previous: Mapping[str, Any] | None, now: float,
                    metrics: Any = None) -> NovaOutcome:
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
 
     `members`: the readiness of the pool's identities; `identities`: every current member
-    (pod or ConfigMap) and the ones being created; `nodes`: the pool's Ironic nodes as this
+    (pod or ConfigMap) and the ones being created; `retiring`: those of them this cycle
+    retires (no misplaced node is handed to them); `nodes`: the pool's Ironic nodes as this
     cycle read them, None when Ironic could not be read (then only forced_down is looked
     after, and only once Nova has answered before); `previous`: the last status.nova.
     Never raises for Nova's sake: failures become the section's state.
     """
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
-        state.adapter, state.retry_at, state.failures = None, 0.0, 0  # a new clouds.yaml: ask at once
+        # A new clouds.yaml: ask Nova at once, and audit at once rather than show the old cloud's.
+        state.adapter, state.retry_at, state.failures, state.audited_at = None, 0.0, 0, None
     if now < state.retry_at or (nodes is None and not state.answered):
         # Backing off; or Ironic is not readable and Nova never answered: with a cloud
         # whose only endpoint is Ironic, "Nova" would be Ironic's dead URL, not news.
@@ -119,7 +121,8 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         repairs: tuple[Move, ...] = ()
         if nodes is not None and (state.audited_at is None or now - state.audited_at >= interval):
             state.report = audit.audit(
-                pool=pool.name, identities=identities, nodes=nodes, hypervisors=nova.hypervisors(),
+                pool=pool.name, identities=identities, retiring=retiring, nodes=nodes,
+                hypervisors=nova.hypervisors(),
                 services=services, since=state.since, now=now, interval=interval,
                 repair=pool.repair_misplaced, refused=state.refused)
             state.since, state.audited_at = dict(state.report.since), now
@@ -128,12 +131,11 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                 metrics.record_nova_audit(key, state.report.counts())
         forced = {host for host, s in services.items() if s.forced_down}
         if not pool.paused:
-            if repairs:  # Ironic writes: first, so a Nova failure below does not hold them up
-                _hand_over(ironic, key, repairs, nodes or (), metrics, events)
-            deleted = _write(nova, key, changes, deletions, state, now, forced, metrics, events)
-            if deleted and state.report is not None:  # no longer waiting for those
-                state.report = replace(state.report, waiting={
-                    h: why for h, why in state.report.waiting.items() if h not in deleted})
+            try:  # forced_down first: it is the write failover waits for
+                _write(nova, key, changes, deletions, state, now, forced, metrics, events)
+            finally:  # Ironic writes: a Nova failure above does not hold them up
+                if repairs:
+                    _hand_over(ironic, key, repairs, nodes or (), metrics, events)
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         state.retry_at, state.failures = now + RECHECK_SECONDS, 0
         section = audit.status_section(audit.DISABLED, str(error))
@@ -149,18 +151,19 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         message = audit.summary(state.report.findings) if state.report is not None else \
             "Nova answers; its hypervisor list is audited once Ironic has been read"
         section = audit.status_section(audit.ENABLED, message, state.report,
-                                       sorted(forced & set(identities)))
+                                       sorted(forced & identities))
     return NovaOutcome(section, tuple(events) + tuple(audit.section_events(previous, section)))
 
 
 def _write(nova: NovaAdapter, key: str, changes: Sequence[audit.ForcedDownChange],
            deletions: Sequence[audit.ServiceDeletion], state: NovaRuntime, now: float,
-           forced: set[str], metrics: Any, events: list[Event]) -> set[str]:
+           forced: set[str], metrics: Any, events: list[Event]) -> None:
     """Carry out the decisions, one Event per write done (appended to `events` at once, so
     a later failure loses none); `forced` (hosts forced down) follows what was written.
-    Returns the hosts whose service was deleted. Nova errors other than the expected
-    answers propagate (the caller backs off)."""
-    deleted: set[str] = set()
+    `state.report.waiting` follows the deletions: a deleted service waits no more, a refused
+    one is waiting from this cycle on (also after an operator restart, which forgets the
+    earlier refusals). Nova errors other than the expected answers propagate (the caller
+    backs off)."""
     record: Callable[[str], None] = (lambda action: metrics.record_nova_action(key, action)) \
         if metrics is not None else (lambda action: None)
     for change in changes:
@@ -178,16 +181,26 @@ def _write(nova: NovaAdapter, key: str, changes: Sequence[audit.ForcedDownChange
             nova.delete_service(deletion.service)
         except ServiceInUse as refusal:
             state.refused[host] = audit.Refusal(now, refusal.reason)
+            _set_waiting(state, host, f"{audit.REFUSED}: {refusal.reason}")
             record("service_delete_refused")
             events.append(Event("NovaServiceInUse", f"{refusal}; asked again in "
                                 f"{audit.REFUSAL_RETRY_SECONDS:.0f}s", "Warning"))
             continue
         state.refused.pop(host, None)
-        deleted.add(host)
+        _set_waiting(state, host, None)
         forced.discard(host)
         record("service_deleted")
         events.append(Event("DeletedNovaService", deletion.message))
-    return deleted
+
+
+def _set_waiting(state: NovaRuntime, host: str, why: str | None) -> None:
+    """Record (or with None, drop) why `host`'s service is not deleted yet in the last report."""
+    if state.report is None:
+        return
+    waiting = {h: w for h, w in state.report.waiting.items() if h != host}
+    if why is not None:
+        waiting[host] = why
+    state.report = replace(state.report, waiting=waiting)
 
 
 def _hand_over(ironic: IronicAdapter, key: str, repairs: Sequence[Move], nodes: Sequence[Node],
@@ -206,5 +219,5 @@ def _hand_over(ironic: IronicAdapter, key: str, repairs: Sequence[Move], nodes: 
     if metrics is not None:
         metrics.record_nova_action(key, "misplaced_handed_over", result.applied)
     events.append(Event("HandedOverNodes", f"Set the Ironic shard of {result.applied} of "
-                        f"{len(repairs)} misplaced nodes to their instance's host "
-                        f"({spread(repairs)}): spec.nova.repairMisplaced is true"))
+                        f"{len(repairs)} misplaced nodes to their instance's host (planned: "
+                        f"{spread(repairs)}): spec.nova.repairMisplaced is true"))

@@ -88,7 +88,7 @@ def test_a_node_not_under_its_owner_is_reported_only_after_two_update_intervals(
     # n1 still under its old owner
     first = run(nodes, hypervisors)
     assert first.findings == ()
-    assert first.since == {f"{UNLISTED}:n0": NOW, f"{UNLISTED}:n1": NOW}
+    assert first.since == {f"{UNLISTED}:n0:rack-0": NOW, f"{UNLISTED}:n1:rack-1": NOW}
 
     still = run(nodes, hypervisors, since=first.since, now=NOW + 2 * INTERVAL)
     assert still.findings == () and still.since == first.since  # exactly two: not yet
@@ -100,13 +100,19 @@ def test_a_node_not_under_its_owner_is_reported_only_after_two_update_intervals(
     assert "under rack-2" in messages["n1"]
 
 
+def test_a_node_that_moves_on_starts_a_new_clock_with_its_new_owner():
+    pending = run(nodes_of({"n0": "rack-0"}), [], now=NOW)
+    moved = run(nodes_of({"n0": "rack-1"}), [], since=pending.since, now=NOW + 3 * INTERVAL)
+    assert moved.findings == (), "reported at once under a new owner that had no time to list it"
+
+
 def test_the_memory_of_a_resolved_node_is_dropped():
     nodes = nodes_of({"n0": "rack-0", "n1": "rack-0"})
     pending = run(nodes, listing({"n1": "rack-0"}), now=NOW)
     resolved = run(nodes, listing({"n0": "rack-0", "n1": "rack-0"}), since=pending.since, now=NOW + 5)
     assert resolved.since == {}
     again = run(nodes, listing({"n1": "rack-0"}), since=resolved.since, now=NOW + 100)  # a fresh clock, no finding yet
-    assert again.findings == () and again.since == {f"{UNLISTED}:n0": NOW + 100}
+    assert again.findings == () and again.since == {f"{UNLISTED}:n0:rack-0": NOW + 100}
 
 
 def test_nodes_not_owned_by_a_member_are_not_expected_anywhere():
@@ -134,6 +140,14 @@ def test_repair_hands_a_misplaced_node_over_to_its_instance_host_only_if_that_is
     assert kinds(report) == [(MISPLACED, "n0"), (MISPLACED, "n1"), (MISPLACED, "n2")]
 
 
+def test_a_misplaced_node_is_not_handed_to_a_member_being_retired():
+    nodes = nodes_of({"n0": "rack-1"}, instances={"n0"})
+    report = audit(pool=POOL, identities=MEMBERS, retiring=("rack-0",), nodes=nodes,
+                   hypervisors=listing({"n0": "rack-0"}), services=services(*MEMBERS), since={},
+                   now=NOW, interval=INTERVAL, repair=True)
+    assert kinds(report) == [(MISPLACED, "n0")] and report.repairs == ()
+
+
 def test_a_free_node_still_under_its_old_owner_is_not_misplaced():
     report = run(nodes_of({"n0": "rack-1"}), listing({"n0": "rack-0"}), repair=True)
     assert report.repairs == () and report.findings == ()  # a move in flight: unlisted, pending
@@ -146,7 +160,7 @@ def test_an_up_member_with_nodes_but_nothing_listed_is_unmapped_after_two_interv
     nodes = nodes_of({"n0": "rack-0", "n1": "rack-1"})
     hypervisors = listing({"n0": "rack-0"})
     first = run(nodes, hypervisors)
-    assert first.since.keys() == {f"{UNLISTED}:n1", f"{UNMAPPED}:rack-1"}
+    assert first.since.keys() == {f"{UNLISTED}:n1:rack-1", f"{UNMAPPED}:rack-1"}
     later = run(nodes, hypervisors, since=first.since, now=NOW + 3 * INTERVAL)
     assert kinds(later) == [(UNLISTED, "n1"), (UNMAPPED, "rack-1")]
     assert "discover_hosts" in next(f.message for f in later.findings if f.kind == UNMAPPED)
