@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it. pytest's exit code is passed through untouched:
-# a failure fails, and "no tests collected" (exit 5) fails too.
+# a failure fails, and "no tests collected" (exit 5) fails too. The slowest tests are listed
+# at the end, so a tier that grows shows up in the log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest tests -ra "$@"
+.venv/bin/python -m pytest tests -ra --durations=12 "$@"
