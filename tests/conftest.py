@@ -11,14 +11,13 @@ pytest_plugins = [
     "tests.support.nova_stack",       # the real Nova control plane and nova-compute processes
 ]
 
-# CI (hack/test.sh) runs the suite on several pytest-xdist workers with --dist loadgroup.
-# Each slow tier below stays on one worker, so its session services (a Nova stack, an
-# Ironic, an API server) start once, and the tiers, which mostly wait on Ironic's writes
-# and Nova's timers, run side by side. The unit tests spread over whichever worker is free.
+# CI (hack/test.sh) runs the suite on two pytest-xdist workers with --dist loadgroup. Each
+# slow tier below stays on one worker, so its session services (a Nova stack, an Ironic, an
+# API server) start once, and the two tiers, which mostly wait on Ironic's writes and Nova's
+# timers, run side by side. The unit tests go to whichever worker is free.
 TIER_GROUPS = (
     ("tests/nova/", "nova"),
-    ("tests/integration/test_ironic_", "ironic"),
-    ("tests/integration/", "operator"),
+    ("tests/integration/", "integration"),
 )
 
 

@@ -17,7 +17,6 @@ import importlib.util
 import os
 import signal
 import subprocess
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,8 @@ from typing import Callable, Iterator
 
 import openstack
 import pytest
+
+from tests.support.kube_api import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -197,11 +198,7 @@ class NovaStack:
     def wait_for(self, what: str, condition: Callable[[], bool], timeout: float,
                  interval: float = 1.0) -> None:
         """Poll `condition()` until true; fail with `what` after `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"Nova never showed: {what} (waited {timeout:.0f} s)")
-            time.sleep(interval)
+        wait_for(condition, timeout=timeout, interval=interval, what=f"Nova showing {what}")
 
 
 _MEASUREMENTS: dict = {}
