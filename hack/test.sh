@@ -4,12 +4,13 @@
 # at the end, so a tier that grows shows up in the log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Two pytest-xdist workers share the tests (--dist load): the slow tiers mostly wait on
-# Ironic's writes and Nova's timers, not the CPU: on CI's two cores the run took 14.7 min
-# this way against 23.7 min in one process. Each worker starts the session services its tests need (an Ironic, a Nova
-# stack). Sharing the machine, waits get twice their usual deadline (TEST_DEADLINE_SCALE,
-# tests/support/kube_api.py). TEST_WORKERS=0 runs everything in this one process.
-# (Not --dist loadgroup: with pytest 9.2 it silently stops grouping, pytest-xdist#1386.)
+# Two pytest-xdist workers share the tests (--dist load). The slow tiers mostly wait on
+# Ironic's writes and Nova's timers, not on the CPU: on CI's two cores a run took 14.7 min
+# this way against 23.7 min in one process. Each worker starts the session services its
+# tests need (an Ironic, a Nova stack). While they share the machine, waits get twice their
+# usual deadline (TEST_DEADLINE_SCALE, tests/support/kube_api.py). TEST_WORKERS=0 runs
+# everything in this one process.
+# Not --dist loadgroup: with pytest 9.2 it silently stops grouping (pytest-xdist#1386).
 workers=${TEST_WORKERS:-2}
 export TEST_DEADLINE_SCALE=${TEST_DEADLINE_SCALE:-$([[ $workers == 0 ]] && echo 1 || echo 2)}
 .venv/bin/python -m pytest tests -ra --durations=12 -n "$workers" --dist load "$@"
