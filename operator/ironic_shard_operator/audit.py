@@ -265,11 +265,11 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
         elif under_host.get(host):
             waiting[host] = (f"Nova still lists {len(under_host[host])} of the pool's nodes under "
                              f"{host}; its service is deleted once their new owners took them over")
-        elif host in refused and now - refused[host].at < REFUSAL_RETRY_SECONDS:
-            waiting[host] = f"{REFUSED}: {refused[host].reason}"
         else:
-            if host in refused:  # asked again now; until Nova agrees, still refused
+            if host in refused:  # still refused until Nova agrees, also while asked again
                 waiting[host] = f"{REFUSED}: {refused[host].reason}"
+                if now - refused[host].at < REFUSAL_RETRY_SECONDS:
+                    continue
             deletions.append(ServiceDeletion(
                 service, f"Deleted Nova compute service {host}: the member was removed by "
                          "scale-down and owns no node any more"))
