@@ -87,9 +87,8 @@ class NovaOutcome:
 
 def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                    members: Sequence[Member], identities: AbstractSet[str], retiring: AbstractSet[str],
-                   nova_conf: str | None,
-                   nodes: Sequence[Node] | None, previous: Mapping[str, Any] | None, now: float,
-                   metrics: Any = None) -> NovaOutcome:
+                   nova_conf: str | None, nodes: Sequence[Node] | None,
+                   previous: Mapping[str, Any] | None, now: float, metrics: Any = None) -> NovaOutcome:
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
 
     `members`: the readiness of the pool's identities; `identities`: every current member
@@ -122,9 +121,8 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         if nodes is not None and (state.audited_at is None or now - state.audited_at >= interval):
             state.report = audit.audit(
                 pool=pool.name, identities=identities, retiring=retiring, nodes=nodes,
-                hypervisors=nova.hypervisors(),
-                services=services, since=state.since, now=now, interval=interval,
-                repair=pool.repair_misplaced, refused=state.refused)
+                hypervisors=nova.hypervisors(), services=services, since=state.since, now=now,
+                interval=interval, repair=pool.repair_misplaced, refused=state.refused)
             state.since, state.audited_at = dict(state.report.since), now
             deletions, repairs = state.report.deletions, state.report.repairs
             if metrics is not None:

@@ -282,9 +282,10 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     if adapter is not None:
         nova = await asyncio.to_thread(
             run_nova_cycle, runtime.nova, adapter, pool, members=readiness,
-            identities=set(identities) | set(keep), retiring=retire, nova_conf=_secret_text(nova_secret, pool.nova_config.key),
-            nodes=report.nodes if report is not None else None, previous=previous.get("nova"), now=now,
-            metrics=op.metrics)
+            identities=set(identities) | set(keep), retiring=retire,
+            nova_conf=_secret_text(nova_secret, pool.nova_config.key),
+            nodes=report.nodes if report is not None else None, previous=previous.get("nova"),
+            now=now, metrics=op.metrics)
         nova_section = nova.section
         events.extend(nova.events)
 
