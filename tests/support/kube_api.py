@@ -171,8 +171,8 @@ class KubeClient:
 
 
 # Every wait's timeout is multiplied by this. hack/test.sh sets it to 2 because it runs the
-# tiers side by side on CI's two cores. A timeout only bounds how long a test waits for
-# something that must happen. It does not assert speed (the benchmarks in bench/ do that).
+# tests on two workers that share CI's two cores. A timeout only bounds how long a test waits
+# for something that must happen. It does not assert speed (the benchmarks in bench/ do that).
 DEADLINE_SCALE = float(os.environ.get('TEST_DEADLINE_SCALE') or 1)
 
 
