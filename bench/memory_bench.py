@@ -24,9 +24,9 @@ import uuid
 
 from openstack.baremetal.v1.node import Node as SdkNode
 
-from ironic_shard_operator.ironic import node_from_api
-from ironic_shard_operator.model import Member, Observation, PoolSpec
-from ironic_shard_operator.planner import plan
+from ironic_shard_operator.adapters.ironic import node_from_api
+from ironic_shard_operator.core.model import Member, Observation, PoolSpec
+from ironic_shard_operator.core.planner import plan
 
 
 def api_pages(count: int, members: int, page: int = 1000) -> list[str]:

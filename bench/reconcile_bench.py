@@ -43,10 +43,10 @@ from tooz import hashring
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support, run as a script
 
-from ironic_shard_operator.cycle import run_cycle  # noqa: E402
-from ironic_shard_operator.ironic import IronicAdapter  # noqa: E402
-from ironic_shard_operator.model import Member, Move, Node, Observation, PoolSpec  # noqa: E402
-from ironic_shard_operator.planner import owners_after, plan  # noqa: E402
+from ironic_shard_operator.controller.ironic_cycle import run_cycle  # noqa: E402
+from ironic_shard_operator.adapters.ironic import IronicAdapter  # noqa: E402
+from ironic_shard_operator.core.model import Member, Move, Node, Observation, PoolSpec  # noqa: E402
+from ironic_shard_operator.core.planner import owners_after, plan  # noqa: E402
 from tests.support.ironic_service import (  # noqa: E402
     IronicService,
     assign_shards_directly_in_db,

@@ -25,8 +25,8 @@ from collections import Counter
 
 from tooz import hashring
 
-from ironic_shard_operator.model import Member, Node, Observation, PoolSpec
-from ironic_shard_operator.planner import owners_after, plan
+from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec
+from ironic_shard_operator.core.planner import owners_after, plan
 
 TOOZ_PARTITIONS = 2**5  # Nova's and Ironic's hash_partition_exponent default of 5
 

@@ -12,9 +12,9 @@ from . import simulate
 # Subcommands with their own argument parsers: everything after the name is theirs.
 # Imported on use, so `simulate` does not pay for kopf and openstacksdk.
 FORWARDED = {
-    "run": ("ironic_shard_operator.runner",
+    "run": ("ironic_shard_operator.controller.runner",
             "run the operator (leader election, then the controller)"),
-    "stand-in-compute": ("ironic_shard_operator.standin",
+    "stand-in-compute": ("ironic_shard_operator.testing.standin",
                          "a FAKE nova-compute for the kind e2e: lists its shard, serves /healthz"),
 }
 

@@ -12,8 +12,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .model import Member, Node, Observation, PoolSpec, member_name
-from .planner import owners_after, plan
+from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec, member_name
+from ironic_shard_operator.core.planner import owners_after, plan
 
 SETTLED = 0.0          # synthetic clock: members have been ready since here
 LONG_AFTER = 1.0e6     # a "now" far past any rebalance grace

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from ironic_shard_operator.model import Member, Node, Observation, PoolSpec
-from ironic_shard_operator.planner import owners_after, plan
+from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec
+from ironic_shard_operator.core.planner import owners_after, plan
 from tests.support.ironic_service import (
     IronicService,
     assign_shards_directly_in_db,

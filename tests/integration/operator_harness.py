@@ -1,7 +1,7 @@
 """What the operator scenario tests share: the CRD, a pool's Secrets and CR, the operator
 process, and short readers of what a user would look at (pods, status, Ironic shards).
 
-The operator runs as a real process (`python -m ironic_shard_operator.runner`, what
+The operator runs as a real process (`python -m ironic_shard_operator.controller.runner`, what
 `ironic-shard-operator run` starts) against the `kube_api` cluster; every process started
 here is stopped again by `OperatorProcess.stop()` / the context manager.
 """

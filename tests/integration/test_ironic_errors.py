@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ironic_shard_operator.cycle import run_cycle
-from ironic_shard_operator.ironic import (
+from ironic_shard_operator.controller.ironic_cycle import run_cycle
+from ironic_shard_operator.adapters.ironic import (
     IronicAdapter,
     IronicAuthError,
     IronicConfigError,
@@ -19,9 +19,9 @@ from ironic_shard_operator.ironic import (
     IronicError,
     IronicTooOld,
     IronicUnavailable,
-    Selector,
 )
-from ironic_shard_operator.model import PoolSpec
+from ironic_shard_operator.core.model import Selector
+from ironic_shard_operator.core.model import PoolSpec
 from tests.integration.conftest import POOL, ready_members
 from tests.support.ironic_service import (
     IronicService,

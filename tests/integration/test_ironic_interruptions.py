@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import pytest
 
-from ironic_shard_operator.cycle import run_cycle
-from ironic_shard_operator.ironic import IronicUnavailable
-from ironic_shard_operator.model import Observation, PoolSpec
-from ironic_shard_operator.planner import owners_after, plan
+from ironic_shard_operator.controller.ironic_cycle import run_cycle
+from ironic_shard_operator.adapters.ironic import IronicUnavailable
+from ironic_shard_operator.core.model import Observation, PoolSpec
+from ironic_shard_operator.core.planner import owners_after, plan
 from tests.integration.conftest import POOL, members_with_down, ready_members
 from tests.support.ironic_service import IronicService, shards_of
 
@@ -29,9 +29,10 @@ WAIT_SECONDS = 120.0
 # The operator's cycle in a process of its own, so the test can kill it like a pod.
 CYCLE_PROCESS = """
 import json, sys
-from ironic_shard_operator.cycle import run_cycle
-from ironic_shard_operator.ironic import IronicAdapter, Selector
-from ironic_shard_operator.model import Member, PoolSpec
+from ironic_shard_operator.controller.ironic_cycle import run_cycle
+from ironic_shard_operator.adapters.ironic import IronicAdapter
+from ironic_shard_operator.core.model import Selector
+from ironic_shard_operator.core.model import Member, PoolSpec
 args = json.load(sys.stdin)
 adapter = IronicAdapter.from_clouds_yaml(args["clouds_yaml"], args["cloud"],
                                          selector=Selector(resource_class=args["resource_class"]))

@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
-from ironic_shard_operator.cycle import run_cycle
-from ironic_shard_operator.model import Move, Observation, PoolSpec
-from ironic_shard_operator.planner import plan
+from ironic_shard_operator.controller.ironic_cycle import run_cycle
+from ironic_shard_operator.core.model import Move, Observation, PoolSpec
+from ironic_shard_operator.core.planner import plan
 from tests.integration.conftest import POOL, members_with_down, ready_members
 from tests.support.ironic_service import (
     IronicService,

@@ -33,7 +33,7 @@ class StandIn:
     """One running stand-in process and the lines it logged."""
 
     def __init__(self, config_files: list[Path]) -> None:
-        args = [sys.executable, "-m", "ironic_shard_operator.standin", "--interval", "0.5",
+        args = [sys.executable, "-m", "ironic_shard_operator.testing.standin", "--interval", "0.5",
                 "--health-addr", "127.0.0.1", "--health-port", "0"]
         for path in config_files:
             args += ["--config-file", str(path)]
@@ -167,7 +167,7 @@ def test_a_member_that_cannot_list_is_unready_and_says_why(ironic_service, tmp_p
 def test_a_config_without_a_shard_is_refused_before_touching_ironic(ironic_service, tmp_path):
     base, _overlay = write_configs(tmp_path, ironic_service, "unused")
     base.write_text(base.read_text().replace("shard = not-this-one-either\n", ""))
-    done = subprocess.run([sys.executable, "-m", "ironic_shard_operator.standin",
+    done = subprocess.run([sys.executable, "-m", "ironic_shard_operator.testing.standin",
                            "--config-file", str(base), "--health-port", "0"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 import openstack
 import pytest
 
-from ironic_shard_operator.nova import (
+from ironic_shard_operator.adapters.nova import (
     NovaAdapter, NovaAuthError, NovaNotConfigured, NovaUnavailable, ServiceInUse)
 from tests.nova.sharded_pool import ShardedPool, start_sharded_pool
 from tests.support.ironic_service import IronicService

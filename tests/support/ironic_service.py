@@ -80,7 +80,8 @@ class IronicService:
 
     def adapter(self, resource_class: str, **options: Any) -> Any:
         """An IronicAdapter for the pool of nodes with `resource_class`."""
-        from ironic_shard_operator.ironic import IronicAdapter, Selector
+        from ironic_shard_operator.adapters.ironic import IronicAdapter
+        from ironic_shard_operator.core.model import Selector
 
         return IronicAdapter.from_clouds_yaml(
             self.clouds_yaml, self.cloud_name,

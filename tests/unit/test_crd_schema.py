@@ -44,7 +44,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ironic_shard_operator import audit, model
+from ironic_shard_operator.core import model, nova_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
@@ -587,24 +587,24 @@ def test_bad_status_is_refused(change, reason):
 
 def _nova_section() -> dict[str, Any]:
     """status.nova as the operator builds it: an audit with findings and a retired host."""
-    report = audit.AuditReport(
-        findings=(audit.Finding(audit.DUPLICATE, "n-1", "node n-1 is listed under 2 computes"),
-                  audit.Finding(audit.UNMAPPED, "rack-a-1", "member rack-a-1 ...")),
+    report = nova_policy.AuditReport(
+        findings=(nova_policy.Finding(nova_policy.DUPLICATE, "n-1", "node n-1 is listed under 2 computes"),
+                  nova_policy.Finding(nova_policy.UNMAPPED, "rack-a-1", "member rack-a-1 ...")),
         waiting={"rack-a-2": "Nova refused to delete its service: host has instances"})
-    return audit.status_section(audit.ENABLED, audit.summary(report.findings), report, ["rack-a-1"])
+    return nova_policy.status_section(nova_policy.ENABLED, nova_policy.summary(report.findings), report, ["rack-a-1"])
 
 
 @pytest.mark.parametrize("section", [
     _nova_section(),
-    audit.status_section(audit.ENABLED, "Nova answers", None, ["rack-a-1"]),
-    audit.status_section(audit.DISABLED, "cloud 'ironic' has no compute endpoint"),
-    audit.status_section(audit.UNAVAILABLE, "Nova is not answering", None, ()),
+    nova_policy.status_section(nova_policy.ENABLED, "Nova answers", None, ["rack-a-1"]),
+    nova_policy.status_section(nova_policy.DISABLED, "cloud 'ironic' has no compute endpoint"),
+    nova_policy.status_section(nova_policy.UNAVAILABLE, "Nova is not answering", None, ()),
 ], ids=["enabled with findings", "enabled before the first audit", "disabled", "unavailable"])
 def test_status_nova_as_the_operator_writes_it_is_admitted(section):
     declared = schema()["properties"]["status"]["properties"]["nova"]["properties"]
     assert set(section) == set(declared)
-    assert set(declared["findings"]["properties"]) == set(audit.FINDING_KINDS)
-    assert set(declared["state"]["enum"]) == {audit.ENABLED, audit.DISABLED, audit.UNAVAILABLE}
+    assert set(declared["findings"]["properties"]) == set(nova_policy.FINDING_KINDS)
+    assert set(declared["state"]["enum"]) == {nova_policy.ENABLED, nova_policy.DISABLED, nova_policy.UNAVAILABLE}
     assert admit({**example_pool("minimal"), "status": {**_status(), "nova": section}}) == []
 
 

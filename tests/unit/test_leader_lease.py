@@ -1,6 +1,7 @@
-"""Leader election decisions on a coordination.k8s.io/v1 Lease (runner.claim, pure)."""
+"""Leader election decisions on a coordination.k8s.io/v1 Lease (core/lease.py, pure)."""
 
-from ironic_shard_operator.runner import LEASE_DURATION, Observed, Settings, claim
+from ironic_shard_operator.controller.runner import Settings
+from ironic_shard_operator.core.lease import LEASE_DURATION, Observed, claim
 
 
 def lease(holder, renew="2026-01-01T00:00:00.000000Z", transitions=0, rv="7"):

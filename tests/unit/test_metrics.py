@@ -11,8 +11,8 @@ from openstack import exceptions as sdk_exceptions
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ironic_shard_operator.metrics import IRONIC_ERROR_KINDS, OperatorMetrics, classify_ironic_error
-from ironic_shard_operator.model import (
+from ironic_shard_operator.controller.metrics import IRONIC_ERROR_KINDS, OperatorMetrics, classify_ironic_error
+from ironic_shard_operator.core.model import (
     Member, MemberLoad, Move, NodeCounts, Observation, Plan, PoolSpec,
 )
 

@@ -10,9 +10,9 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ironic_shard_operator.audit import FINDING_KINDS
-from ironic_shard_operator.metrics import OperatorMetrics
-from ironic_shard_operator.model import Member, MemberLoad, NodeCounts, Observation, Plan, PoolSpec
+from ironic_shard_operator.core.nova_policy import FINDING_KINDS
+from ironic_shard_operator.controller.metrics import OperatorMetrics
+from ironic_shard_operator.core.model import Member, MemberLoad, NodeCounts, Observation, Plan, PoolSpec
 from tests.unit.test_crd_schema import admit, schema
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operating.md"

@@ -8,8 +8,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ironic_shard_operator.model import Autoscale, Member, Node, Observation, PoolSpec
-from ironic_shard_operator.planner import owners_after, plan
+from ironic_shard_operator.core.model import Autoscale, Member, Node, Observation, PoolSpec
+from ironic_shard_operator.core.planner import owners_after, plan
 
 NOW = 10_000.0
 GRACE = 120.0

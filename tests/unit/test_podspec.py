@@ -3,8 +3,8 @@
 import configparser
 import dataclasses
 
-from ironic_shard_operator import podspec
-from ironic_shard_operator.resource import read_pool
+from ironic_shard_operator.core import podspec
+from ironic_shard_operator.core.spec import read_pool
 
 
 def pool_with(**spec):

@@ -5,7 +5,7 @@ import sys
 import uuid
 from collections import Counter
 
-from ironic_shard_operator.ring import HashRing, ring_digest, stable_hash
+from ironic_shard_operator.core.ring import HashRing, ring_digest, stable_hash
 
 KEYS = [str(uuid.UUID(int=i * 7919 + 13)) for i in range(4000)]
 
@@ -25,7 +25,7 @@ def test_order_of_construction_does_not_matter():
 
 def test_same_answer_in_another_process():
     """No process seed: PYTHONHASHSEED differs, the ring does not."""
-    code = ("from ironic_shard_operator.ring import HashRing;"
+    code = ("from ironic_shard_operator.core.ring import HashRing;"
             "r=HashRing(['p-0','p-1','p-2']);"
             f"print(','.join(r.owner(k) for k in {KEYS[:50]!r}))")
     outputs = {

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ironic_shard_operator import standin
-from ironic_shard_operator.standin import ConfigError, Health, compute_config, parse_ini, read_config_files
+from ironic_shard_operator.testing import standin
+from ironic_shard_operator.testing.standin import ConfigError, Health, compute_config, parse_ini, read_config_files
 
 NOVA_CONF = """\
 [DEFAULT]

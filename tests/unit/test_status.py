@@ -1,8 +1,8 @@
 """Status and conditions: counts, members, ring generation, stable transitions, events."""
 
-from ironic_shard_operator import audit, model
-from ironic_shard_operator.members import MemberState
-from ironic_shard_operator.status import CycleFacts, build_status, moves_event, since_of
+from ironic_shard_operator.core import model, nova_policy
+from ironic_shard_operator.core.pods import MemberState
+from ironic_shard_operator.core.status import CycleFacts, build_status, moves_event, since_of
 
 NOW = 1_800_000_000.0
 
@@ -118,8 +118,8 @@ def test_move_batch_event_and_since_round_trip():
 
 def nova_section(state="Enabled", message="Nova lists every node under the compute of its owner",
                  waiting=(), **found):
-    return audit.status_section(state, message, audit.AuditReport(
-        findings=tuple(audit.Finding(kind, f"n{i}", f"{kind} {i}")
+    return nova_policy.status_section(state, message, nova_policy.AuditReport(
+        findings=tuple(nova_policy.Finding(kind, f"n{i}", f"{kind} {i}")
                        for kind, n in found.items() for i in range(n)),
         waiting=dict(w.split(": ", 1) for w in waiting)))
 
@@ -149,7 +149,7 @@ def test_nova_unavailable_degrades_and_disabled_does_not():
 
 
 def test_nova_refusing_to_delete_a_removed_members_service_blocks_scale_down():
-    refused = f"p-2: {audit.REFUSED}: Unable to delete compute service that is hosting instances"
+    refused = f"p-2: {nova_policy.REFUSED}: Unable to delete compute service that is hosting instances"
     status, events = build_status(facts(nova=nova_section(waiting=[refused])), None)
     blocked = conditions(status)["ScaleDownBlocked"]
     assert (blocked["status"], blocked["reason"]) == ("True", "NovaServiceInUse")

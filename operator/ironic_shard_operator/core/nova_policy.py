@@ -48,8 +48,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .members import Event
-from .model import Member, Move, Node, member_ordinal
+from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.model import Member, Move, Node, member_ordinal
 
 # Nova's default spacing of its periodic tasks when update_resources_interval is 0.
 NOVA_DEFAULT_UPDATE_INTERVAL = 60.0

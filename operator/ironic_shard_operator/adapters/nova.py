@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from .endpoints import endpoint_for, short_reason
+from ironic_shard_operator.adapters.openstack_http import endpoint_for, short_reason
 
 COMPUTE_MICROVERSION = (2, 53)
 MICROVERSION_HEADERS = {"OpenStack-API-Version": "compute 2.53",

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-LOG = logging.getLogger("ironic_shard_operator.standin")
+LOG = logging.getLogger("ironic_shard_operator.testing.standin")
 
 AUTH_TYPES = ("none", "http_basic")
 NODE_FIELDS = ("uuid", "name", "shard", "conductor_group", "provision_state", "instance_uuid")

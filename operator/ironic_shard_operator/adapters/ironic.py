@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from .endpoints import endpoint_for, short_reason
-from .model import Move, Node
+from ironic_shard_operator.adapters.openstack_http import endpoint_for, short_reason
+from ironic_shard_operator.core.model import Move, Node, Selector
 
 SHARD_MICROVERSION = (1, 82)
 MICROVERSION_HEADER = "X-OpenStack-Ironic-API-Version"
@@ -72,20 +72,14 @@ class IronicRequestError(IronicError):
     """Ironic refused a request for another reason (a bug here or an API change)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Selector:
-    """Which Ironic nodes a pool manages; None matches every value."""
-
-    conductor_group: str | None = None
-    resource_class: str | None = None
-
-    def params(self) -> dict[str, str]:
-        params = {}
-        if self.conductor_group:
-            params["conductor_group"] = self.conductor_group
-        if self.resource_class:
-            params["resource_class"] = self.resource_class
-        return params
+def selector_filters(selector: Selector) -> dict[str, str]:
+    """Ironic's node-list query parameters for a pool's selector."""
+    params = {}
+    if selector.conductor_group:
+        params["conductor_group"] = selector.conductor_group
+    if selector.resource_class:
+        params["resource_class"] = selector.resource_class
+    return params
 
 
 @dataclass(slots=True)
@@ -291,7 +285,7 @@ class IronicAdapter:
         """The pool's managed nodes, in pages of 1,000: ceil(n / 1000) requests, +1 when
         n is a multiple of 1,000 (an empty page ends the listing)."""
         self.check()
-        return tuple(self._list(self.selector.params(), marker=None, until=None).values())
+        return tuple(self._list(selector_filters(self.selector), marker=None, until=None).values())
 
     def _list(self, filters: Mapping[str, str], *, marker: str | None, until: str | None,
               limit: int = PAGE_LIMIT, retry: bool = True) -> dict[str, Node]:
@@ -440,7 +434,7 @@ class IronicAdapter:
         over the range [first move, last move] (more pages only if the range outgrew the
         observation). Nodes missing from the answer left the pool or the moves' sources."""
         sources = {move.source for move in moves}
-        filters = self.selector.params()
+        filters = selector_filters(self.selector)
         if None not in sources:  # the targets too, to tell "already right" from "changed"
             shards = sources | {move.target for move in moves}
             filters["shard"] = ",".join(sorted(shards))  # type: ignore[arg-type]

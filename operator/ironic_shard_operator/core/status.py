@@ -15,8 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ironic_shard_operator import audit, model
-from ironic_shard_operator.members import Event, MemberState, parse_time
+from ironic_shard_operator.core import model, nova_policy
+from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.pods import MemberState, parse_time
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "ScaleDownBlocked", "Conflict")
 
@@ -33,7 +34,7 @@ class CycleFacts:
     `plan` is None when the cycle could not plan (bad spec, Ironic unreachable, conflict
     before observing); `error` then says why in one sentence for a human. `members` is the
     readiness of every known identity; `states` the lifecycle phase of each. `nova` is the
-    new status.nova (audit.status_section), None when Nova was not asked this cycle: the
+    new status.nova (nova_policy.status_section), None when Nova was not asked this cycle: the
     last one is kept, and its findings keep counting towards Degraded.
     """
 
@@ -151,9 +152,9 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
             "ScaleDownBlocked", True, "PinnedNodes",
             f"{total} pinned node{'s' if total != 1 else ''} block scale-down ({parts}); "
             "the member stays until they are freed or handed over")
-    elif refused := [w for w in nova.get("waiting") or () if audit.REFUSED in w]:
+    elif refused := [w for w in nova.get("waiting") or () if nova_policy.REFUSED in w]:
         blocked = _Condition("ScaleDownBlocked", True, "NovaServiceInUse",
-                             "; ".join(refused) + f" (asked again every {audit.REFUSAL_RETRY_SECONDS:.0f}s)")
+                             "; ".join(refused) + f" (asked again every {nova_policy.REFUSAL_RETRY_SECONDS:.0f}s)")
     else:
         blocked = _Condition("ScaleDownBlocked", False, "NotBlocked", "nothing blocks scaling")
 
@@ -168,9 +169,9 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
         degraded = _Condition("Degraded", True, "MisplacedNodes",
                               f"{plan.counts.misplaced} pinned nodes are owned by no member of "
                               "this pool; no compute serves them")
-    elif nova.get("state") == audit.ENABLED and any((nova.get("findings") or {}).values()):
+    elif nova.get("state") == nova_policy.ENABLED and any((nova.get("findings") or {}).values()):
         degraded = _Condition("Degraded", True, "NovaOutOfSync", str(nova.get("message", "")))
-    elif nova.get("state") == audit.UNAVAILABLE:
+    elif nova.get("state") == nova_policy.UNAVAILABLE:
         degraded = _Condition("Degraded", True, "NovaUnavailable",
                               f"Nova is not answering: no forced_down during failover, no service "
                               f"cleanup, no audit until it does ({nova.get('message', '')})")

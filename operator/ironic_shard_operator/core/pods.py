@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
-from ironic_shard_operator import model
-from ironic_shard_operator.podspec import CONFIG_HASH, MEMBER_LABEL
-from ironic_shard_operator.resource import Failover
+from ironic_shard_operator.core import model
+from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.podspec import CONFIG_HASH, MEMBER_LABEL
+from ironic_shard_operator.core.spec import Failover
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
@@ -148,15 +149,6 @@ def member_readiness(
 
 
 # --- decisions -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """A Kubernetes Event to post on the pool: `type` is Normal or Warning."""
-
-    reason: str
-    message: str
-    type: str = "Normal"
 
 
 @dataclass(frozen=True, slots=True)

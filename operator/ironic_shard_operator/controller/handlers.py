@@ -26,9 +26,11 @@ from typing import Any
 
 import kopf
 
-from ironic_shard_operator.podspec import POOL_LABEL
-from ironic_shard_operator.reconcile import Operator
-from ironic_shard_operator.resource import GROUP, PLURAL, VERSION, PoolClaim, Selector
+from ironic_shard_operator.core.podspec import POOL_LABEL
+from ironic_shard_operator.controller.reconcile import Operator
+from ironic_shard_operator.core.claims import PoolClaim
+from ironic_shard_operator.core.model import Selector
+from ironic_shard_operator.core.spec import GROUP, PLURAL, VERSION
 
 FINALIZER = f"{GROUP}/operator"
 

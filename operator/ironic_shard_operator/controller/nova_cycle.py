@@ -5,16 +5,16 @@ actions, so a slow or absent Nova never delays a pod replacement. It shares the 
 openstacksdk connection (one clouds.yaml, one cloud) through the Ironic adapter.
 
 - Every cycle: the compute services (one request) -> forced_down set or cleared
-  (`audit.forced_down_changes`): set once a member has not been ready for
+  (`nova_policy.forced_down_changes`): set once a member has not been ready for
   `failover.rebalanceAfterSeconds`, cleared as soon as it is ready again.
 - Once per update interval of the members (`update_resources_interval` of the nova.conf
   they run): Nova's hypervisor list against the pool's Ironic nodes as this cycle read
-  them -> `audit.audit()`: findings (status.nova, condition Degraded, Events, metrics),
+  them -> `nova_policy.audit()`: findings (status.nova, condition Degraded, Events, metrics),
   the deletion of the services of members removed by scale-down, and, with
   `spec.nova.repairMisplaced`, the handover of misplaced nodes to their instance's host
   (`IronicAdapter.hand_over`: written only if a fresh re-read shows the node unchanged).
   Nova refusing a deletion (instances left, HTTP 409) is remembered and asked again only
-  after `audit.REFUSAL_RETRY_SECONDS`; status.nova.waiting says why.
+  after `nova_policy.REFUSAL_RETRY_SECONDS`; status.nova.waiting says why.
 - `paused`: reads and reports, writes nothing.
 
 Nova is optional. A cloud without a usable compute endpoint, credentials Nova refuses
@@ -34,15 +34,15 @@ from collections.abc import Callable, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ironic_shard_operator import audit
-from ironic_shard_operator.ironic import IronicAdapter, IronicError
-from ironic_shard_operator.members import Event
-from ironic_shard_operator.model import Member, Move, Node
-from ironic_shard_operator.nova import (
+from ironic_shard_operator.core import nova_policy
+from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
+from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.model import Member, Move, Node
+from ironic_shard_operator.adapters.nova import (
     NovaAdapter, NovaAuthError, NovaError, NovaNotConfigured, NovaTooOld, ServiceInUse, ServiceNotFound,
 )
-from ironic_shard_operator.resource import Pool
-from ironic_shard_operator.status import spread
+from ironic_shard_operator.core.spec import Pool
+from ironic_shard_operator.core.status import spread
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,8 @@ class NovaRuntime:
 
     adapter: NovaAdapter | None = None
     since: dict[str, float] = field(default_factory=dict)
-    refused: dict[str, audit.Refusal] = field(default_factory=dict)
-    report: audit.AuditReport | None = None
+    refused: dict[str, nova_policy.Refusal] = field(default_factory=dict)
+    report: nova_policy.AuditReport | None = None
     audited_at: float | None = None
     retry_at: float = 0.0
     failures: int = 0
@@ -114,12 +114,12 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     try:
         services = nova.compute_services()
         state.answered = True
-        changes = audit.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now)
-        deletions: tuple[audit.ServiceDeletion, ...] = ()
-        interval = audit.update_interval(nova_conf)
+        changes = nova_policy.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now)
+        deletions: tuple[nova_policy.ServiceDeletion, ...] = ()
+        interval = nova_policy.update_interval(nova_conf)
         repairs: tuple[Move, ...] = ()
         if nodes is not None and (state.audited_at is None or now - state.audited_at >= interval):
-            state.report = audit.audit(
+            state.report = nova_policy.audit(
                 pool=pool.name, identities=identities, retiring=retiring, nodes=nodes,
                 hypervisors=nova.hypervisors(), services=services, since=state.since, now=now,
                 interval=interval, repair=pool.repair_misplaced, refused=state.refused)
@@ -136,25 +136,25 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                     _hand_over(ironic, key, repairs, nodes or (), metrics, events)
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         state.retry_at, state.failures = now + RECHECK_SECONDS, 0
-        section = audit.status_section(audit.DISABLED, str(error))
+        section = nova_policy.status_section(nova_policy.DISABLED, str(error))
     except NovaError as error:
         state.failures += 1
         backoff = min(FIRST_BACKOFF_SECONDS * 2 ** (state.failures - 1), MAX_BACKOFF_SECONDS)
         state.retry_at = now + backoff
         log.warning("pool %s: Nova: %s (next attempt in %.0fs)", key, error, backoff)
-        section = audit.status_section(audit.UNAVAILABLE, str(error), state.report,
+        section = nova_policy.status_section(nova_policy.UNAVAILABLE, str(error), state.report,
                                        (previous or {}).get("forcedDown") or ())
     else:
         state.retry_at, state.failures = 0.0, 0
-        message = audit.summary(state.report.findings) if state.report is not None else \
+        message = nova_policy.summary(state.report.findings) if state.report is not None else \
             "Nova answers; its hypervisor list is audited once Ironic has been read"
-        section = audit.status_section(audit.ENABLED, message, state.report,
+        section = nova_policy.status_section(nova_policy.ENABLED, message, state.report,
                                        sorted(forced & identities))
-    return NovaOutcome(section, tuple(events) + tuple(audit.section_events(previous, section)))
+    return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)))
 
 
-def _write(nova: NovaAdapter, key: str, changes: Sequence[audit.ForcedDownChange],
-           deletions: Sequence[audit.ServiceDeletion], state: NovaRuntime, now: float,
+def _write(nova: NovaAdapter, key: str, changes: Sequence[nova_policy.ForcedDownChange],
+           deletions: Sequence[nova_policy.ServiceDeletion], state: NovaRuntime, now: float,
            forced: set[str], metrics: Any, events: list[Event]) -> None:
     """Carry out the decisions, one Event per write done (appended to `events` at once, so
     a later failure loses none); `forced` (hosts forced down) follows what was written.
@@ -178,11 +178,11 @@ def _write(nova: NovaAdapter, key: str, changes: Sequence[audit.ForcedDownChange
         try:
             nova.delete_service(deletion.service)
         except ServiceInUse as refusal:
-            state.refused[host] = audit.Refusal(now, refusal.reason)
-            _set_waiting(state, host, f"{audit.REFUSED}: {refusal.reason}")
+            state.refused[host] = nova_policy.Refusal(now, refusal.reason)
+            _set_waiting(state, host, f"{nova_policy.REFUSED}: {refusal.reason}")
             record("service_delete_refused")
             events.append(Event("NovaServiceInUse", f"{refusal}; asked again in "
-                                f"{audit.REFUSAL_RETRY_SECONDS:.0f}s", "Warning"))
+                                f"{nova_policy.REFUSAL_RETRY_SECONDS:.0f}s", "Warning"))
             continue
         state.refused.pop(host, None)
         _set_waiting(state, host, None)

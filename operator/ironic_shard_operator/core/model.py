@@ -165,3 +165,22 @@ class Plan:
     scale_down_blocked: dict[str, int]
     loads: tuple[MemberLoad, ...]
     counts: NodeCounts
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """Which Ironic nodes the pool manages; None matches every value."""
+
+    conductor_group: str | None = None
+    resource_class: str | None = None
+
+    def overlaps(self, other: "Selector") -> bool:
+        """True when some node could match both selectors."""
+        return not (
+            _differ(self.conductor_group, other.conductor_group)
+            or _differ(self.resource_class, other.resource_class)
+        )
+
+
+def _differ(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and a != b

@@ -30,134 +30,17 @@ import os
 import signal
 import socket
 import sys
-import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Mapping
 
 import kopf
 from aiohttp import web
 
-from ironic_shard_operator.kube import Kube, KubeError
+from ironic_shard_operator.adapters.kube import Kube
+from ironic_shard_operator.controller.leader import LeaderElector
+from ironic_shard_operator.core.lease import LEASE_NAME
 
-LEASE_NAME = "ironic-shard-operator"
-LEASE_DURATION = 10.0
-RENEW_DEADLINE = 6.0
-RETRY = 2.0
-
-log = logging.getLogger("ironic_shard_operator.runner")
-
-
-def micro_time(seconds: float) -> str:
-    """Kubernetes MicroTime (RFC 3339 with microseconds, UTC)."""
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-@dataclass
-class Observed:
-    """The holder record last seen and when (on this replica's monotonic clock)."""
-
-    record: tuple[Any, ...] | None = None
-    at: float = 0.0
-
-
-def claim(lease: Mapping[str, Any] | None, me: str, observed: Observed, mono: float,
-          wall: float) -> dict[str, Any] | None:
-    """The Lease to write to hold leadership now, or None when another replica holds it.
-
-    Pure. `observed` is updated with the holder record seen; a foreign holder is taken
-    over only once its record stayed unchanged for its whole lease duration as measured
-    here (`mono`), or when it released the Lease (empty holder).
-    """
-    spec = dict((lease or {}).get("spec") or {})
-    holder = spec.get("holderIdentity") or ""
-    record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
-    if record != observed.record:
-        observed.record, observed.at = record, mono
-    duration = float(spec.get("leaseDurationSeconds") or LEASE_DURATION)
-    if holder and holder != me and mono - observed.at < duration:
-        return None
-    now = micro_time(wall)
-    new_spec = dict(spec, holderIdentity=me, leaseDurationSeconds=int(LEASE_DURATION), renewTime=now)
-    if holder != me:
-        new_spec["acquireTime"] = now
-        new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if lease else 0)
-    metadata = dict((lease or {}).get("metadata") or {})
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {k: metadata[k] for k in ("name", "namespace", "resourceVersion") if k in metadata}
-            or {"name": LEASE_NAME},
-            "spec": new_spec}
-
-
-class LeaderElector:
-    """Acquires, renews and releases the operator's Lease."""
-
-    def __init__(self, kube: Kube, namespace: str, identity: str) -> None:
-        self.kube, self.namespace, self.identity = kube, namespace, identity
-        self.observed = Observed()
-        self.lease: dict[str, Any] | None = None
-
-    async def try_once(self) -> bool:
-        """One attempt to acquire or renew; True while this replica holds the Lease."""
-        loop = asyncio.get_running_loop()
-        current = await self.kube.get_lease(self.namespace, LEASE_NAME)
-        wanted = claim(current, self.identity, self.observed, loop.time(), time.time())
-        if wanted is None:
-            return False
-        wanted["metadata"]["namespace"] = self.namespace
-        if current is None:
-            written = await self.kube.create_lease(self.namespace, wanted)
-        else:
-            written = await self.kube.replace_lease(self.namespace, wanted)
-        if written is not None:
-            self.lease = written
-        return written is not None
-
-    async def acquire(self) -> None:
-        """Wait until this replica holds the Lease."""
-        announced = False
-        while True:
-            try:
-                if await self.try_once():
-                    log.info("leader: %s holds Lease %s/%s", self.identity, self.namespace, LEASE_NAME)
-                    return
-            except KubeError as error:
-                log.warning("leader election: %s", error)
-            if not announced:
-                log.info("standby: Lease %s/%s is held by %s; waiting", self.namespace, LEASE_NAME,
-                         (self.observed.record or ("?",))[0])
-                announced = True
-            await asyncio.sleep(RETRY)
-
-    async def keep(self) -> None:
-        """Renew every RETRY seconds; return when the Lease could not be renewed in time."""
-        loop = asyncio.get_running_loop()
-        last_renewed = loop.time()
-        while True:
-            await asyncio.sleep(RETRY)
-            try:
-                # A hanging request must not stretch the deadline past the Lease.
-                if await asyncio.wait_for(self.try_once(), timeout=RETRY):
-                    last_renewed = loop.time()
-                    continue
-                log.error("leader: the Lease was taken by %s", (self.observed.record or ("?",))[0])
-                return
-            except (KubeError, asyncio.TimeoutError) as error:
-                log.warning("leader: renewal failed: %s", error or "timed out")
-            if loop.time() - last_renewed > RENEW_DEADLINE:
-                log.error("leader: could not renew the Lease for %.0fs", RENEW_DEADLINE)
-                return
-
-    async def release(self) -> None:
-        """Give the Lease up so a standby takes over at once (best effort)."""
-        if self.lease is None:
-            return
-        released = dict(self.lease, spec=dict(self.lease["spec"], holderIdentity="",
-                                              leaseDurationSeconds=1))
-        try:
-            await self.kube.replace_lease(self.namespace, released)
-        except KubeError as error:
-            log.warning("leader: could not release the Lease: %s", error)
+log = logging.getLogger("ironic_shard_operator.controller.runner")
 
 
 @dataclass(frozen=True)
@@ -202,9 +85,9 @@ async def _serve_health(port: int, role: dict[str, str]) -> web.AppRunner | None
 
 async def run(settings: Settings) -> int:
     """Standby until elected, then run kopf until stopped or the Lease is lost."""
-    from ironic_shard_operator import handlers  # noqa: F401  (registers the handlers)
-    from ironic_shard_operator.metrics import OperatorMetrics
-    from ironic_shard_operator.reconcile import Operator
+    from ironic_shard_operator.controller import handlers  # noqa: F401  (registers the handlers)
+    from ironic_shard_operator.controller.metrics import OperatorMetrics
+    from ironic_shard_operator.controller.reconcile import Operator
 
     role = {"role": "standby"}
     health = await _serve_health(settings.health_port, role)

@@ -2,7 +2,9 @@
 
 import pytest
 
-from ironic_shard_operator.resource import InvalidSpec, Selector, cloud_identity, read_pool
+from ironic_shard_operator.core.claims import cloud_identity
+from ironic_shard_operator.core.model import Selector
+from ironic_shard_operator.core.spec import InvalidSpec, read_pool
 
 
 def body(**spec):
@@ -97,7 +99,7 @@ def test_cloud_identity_ignores_credentials_but_not_the_endpoint():
 
 
 def test_the_later_of_two_overlapping_pools_is_the_one_refused():
-    from ironic_shard_operator.resource import PoolClaim, earlier_overlap
+    from ironic_shard_operator.core.claims import PoolClaim, earlier_overlap
 
     a = PoolClaim("nova/a", "2026-01-01T00:00:00Z", Selector(conductor_group="g1"), cloud="c1")
     b = PoolClaim("nova/b", "2026-01-02T00:00:00Z", Selector(), cloud="c1")

@@ -2,9 +2,9 @@
 
 from hypothesis import given, strategies as st
 
-from ironic_shard_operator import members, model
-from ironic_shard_operator.members import NodeView, PodView, decide, member_readiness, read_node, read_pod
-from ironic_shard_operator.resource import Failover, Fencing
+from ironic_shard_operator.core import model
+from ironic_shard_operator.core.pods import DeletePod, NodeView, PodView, decide, member_readiness, read_node, read_pod
+from ironic_shard_operator.core.spec import Failover, Fencing
 
 NOW = 1_000_000.0
 HASH = {f"p-{i}": f"h{i}" for i in range(6)}
@@ -44,7 +44,7 @@ def test_missing_pod_is_created_with_its_configmap_first():
 
 def test_failed_or_evicted_pod_is_deleted_by_uid_and_not_recreated_in_the_same_cycle():
     decision = run([pod("p-0"), pod("p-1", phase="Failed", reason="Evicted", ready=False), pod("p-2")])
-    assert decision.deletes == (members.DeletePod("p-1", "uid-p-1", "ReplacingPod", force=False),)
+    assert decision.deletes == (DeletePod("p-1", "uid-p-1", "ReplacingPod", force=False),)
     assert not decision.creates
     assert "was evicted" in decision.deletes[0].event.message
 
@@ -75,7 +75,7 @@ def test_pod_on_an_unreachable_node_is_deleted_gracefully_first():
     lost = pod("p-1", ready=False, node_name="k2")
     decision = run([pod("p-0"), lost, pod("p-2")],
                    nodes={"k1": NodeView("k1"), "k2": NodeView("k2", reachable=False, unreachable_since=NOW - 10)})
-    assert decision.deletes == (members.DeletePod("p-1", "uid-p-1", "NodeUnreachable", force=False),)
+    assert decision.deletes == (DeletePod("p-1", "uid-p-1", "NodeUnreachable", force=False),)
 
 
 def fenced(mode, *, out_of_service=False, since=NOW - 60, force_after=None, now=NOW):
@@ -95,7 +95,7 @@ def test_fencing_wait_never_forgets_the_pod():
 def test_fencing_out_of_service_taint_forces_only_with_the_taint():
     assert fenced("OutOfServiceTaint").writes == 0
     decision = fenced("OutOfServiceTaint", out_of_service=True)
-    assert decision.deletes == (members.DeletePod("p-1", "uid-p-1", "FencedPod", force=True),)
+    assert decision.deletes == (DeletePod("p-1", "uid-p-1", "FencedPod", force=True),)
     assert not decision.creates
 
 
@@ -103,7 +103,7 @@ def test_fencing_force_after_waits_n_seconds_from_the_node_loss():
     early = fenced("ForceAfter", force_after=120, since=NOW - 60)
     assert early.writes == 0 and early.wake_after == 60
     late = fenced("ForceAfter", force_after=120, since=NOW - 121)
-    assert late.deletes == (members.DeletePod("p-1", "uid-p-1", "FencedPod", force=True),)
+    assert late.deletes == (DeletePod("p-1", "uid-p-1", "FencedPod", force=True),)
 
 
 def test_rolling_restarts_one_stale_member_at_a_time():

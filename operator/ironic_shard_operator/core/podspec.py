@@ -20,7 +20,7 @@ import hashlib
 import json
 from typing import Any
 
-from ironic_shard_operator.resource import GROUP, KIND, VERSION, Pool
+from ironic_shard_operator.core.spec import GROUP, KIND, VERSION, Pool
 
 POOL_LABEL = f"{GROUP}/pool"
 MEMBER_LABEL = f"{GROUP}/member"

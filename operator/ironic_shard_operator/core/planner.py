@@ -19,7 +19,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
-from .model import (
+from ironic_shard_operator.core.model import (
     MemberLoad,
     Member,
     Move,
@@ -31,7 +31,7 @@ from .model import (
     member_name,
     member_ordinal,
 )
-from .ring import HashRing
+from ironic_shard_operator.core.ring import HashRing
 
 
 def plan(observation: Observation) -> Plan:

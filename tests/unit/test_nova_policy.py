@@ -3,12 +3,12 @@ decides (forced_down set/clear, service deletion, explicit handover of misplaced
 
 from hypothesis import given, strategies as st
 
-from ironic_shard_operator.audit import (
+from ironic_shard_operator.core.nova_policy import (
     DUPLICATE, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, UNLISTED, UNMAPPED,
     Refusal, audit, forced_down_changes, summary, update_interval,
 )
-from ironic_shard_operator.model import Member, Move, Node
-from ironic_shard_operator.nova import ComputeService, Hypervisor
+from ironic_shard_operator.core.model import Member, Move, Node
+from ironic_shard_operator.adapters.nova import ComputeService, Hypervisor
 
 NOW = 1_800_000_000.0
 INTERVAL = 10.0
@@ -274,7 +274,7 @@ def test_summary_counts_every_kind_and_spells_out_a_few():
 def test_findings_and_nova_writes_are_exported_as_bounded_metrics():
     from prometheus_client import generate_latest
 
-    from ironic_shard_operator.metrics import OperatorMetrics
+    from ironic_shard_operator.controller.metrics import OperatorMetrics
 
     metrics = OperatorMetrics()
     report = run(nodes_of({"n0": "rack-0"}), listing({"n0": ["rack-0", "rack-1"]}))
@@ -292,7 +292,7 @@ def test_findings_and_nova_writes_are_exported_as_bounded_metrics():
 
 
 def test_the_status_section_has_one_shape_whatever_the_state():
-    from ironic_shard_operator.audit import DISABLED, ENABLED, status_section
+    from ironic_shard_operator.core.nova_policy import DISABLED, ENABLED, status_section
 
     report = run(nodes_of({"n0": "rack-0"}), listing({"n0": ["rack-0", "rack-1"]}),
                  identities=("rack-0",), nova_services=services("rack-0", "rack-5"))
@@ -309,7 +309,7 @@ def test_the_status_section_has_one_shape_whatever_the_state():
 
 
 def test_events_only_for_changes_of_the_nova_section():
-    from ironic_shard_operator.audit import DISABLED, ENABLED, UNAVAILABLE, section_events, status_section
+    from ironic_shard_operator.core.nova_policy import DISABLED, ENABLED, UNAVAILABLE, section_events, status_section
 
     clean = status_section(ENABLED, summary(()))
     report = run(nodes_of({"n0": "rack-0"}), listing({"n0": ["rack-0", "rack-1"]}))

@@ -10,11 +10,11 @@ when the CRD in the cluster is older than the operator.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
-from ironic_shard_operator import model
+from ironic_shard_operator.core import model
+from ironic_shard_operator.core.model import Selector
 
 GROUP = "ironicshards.io"
 VERSION = "v1alpha1"
@@ -61,52 +61,6 @@ class IronicSettings:
     poll_interval_seconds: float = 30.0
     max_concurrent_writes: int = 4
     writes_per_second: float = 20.0
-
-
-@dataclass(frozen=True, slots=True)
-class Selector:
-    """Which Ironic nodes the pool manages; None matches every value."""
-
-    conductor_group: str | None = None
-    resource_class: str | None = None
-
-    def overlaps(self, other: "Selector") -> bool:
-        """True when some node could match both selectors."""
-        return not (
-            _differ(self.conductor_group, other.conductor_group)
-            or _differ(self.resource_class, other.resource_class)
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class PoolClaim:
-    """What a pool claims of Ironic: its selector on one Ironic (`cloud`: cloud_identity(),
-    None while its clouds.yaml has not been read). `created` orders pools: first come wins."""
-
-    key: str
-    created: str
-    selector: Selector
-    cloud: str | None = None
-
-
-def earlier_overlap(me: PoolClaim, others: "Iterable[PoolClaim]") -> PoolClaim | None:
-    """The first-created other pool that may select some of `me`'s nodes, if it came first.
-
-    An unknown cloud counts as the same Ironic (refusing for one cycle is safe; writing
-    the same node from two pools is not). Ties on creation time go by namespace/name.
-    """
-    rank = (me.created, me.key)
-    rivals = sorted(
-        (o for o in others
-         if o.key != me.key and (o.created, o.key) < rank and o.selector.overlaps(me.selector)
-         and (o.cloud is None or me.cloud is None or o.cloud == me.cloud)),
-        key=lambda o: (o.created, o.key),
-    )
-    return rivals[0] if rivals else None
-
-
-def _differ(a: str | None, b: str | None) -> bool:
-    return a is not None and b is not None and a != b
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,29 +150,6 @@ def read_pool(body: Mapping[str, Any]) -> Pool:
         paused=_bool(spec.get("paused", False), "spec.paused"),
         labels=dict(meta.get("labels") or {}),
     )
-
-
-def cloud_identity(clouds_yaml: str, cloud_name: str) -> str:
-    """A short digest of the Ironic a clouds.yaml entry points at (auth URL or endpoint).
-
-    Two pools are compared for Conflict only when they talk to the same Ironic; credentials
-    and other settings do not change which Ironic that is, so they are left out.
-    """
-    import yaml  # local: only this function parses YAML
-
-    try:
-        document = yaml.safe_load(clouds_yaml) or {}
-        cloud = (document.get("clouds") or {})[cloud_name]
-    except (yaml.YAMLError, AttributeError, KeyError, TypeError):
-        raise InvalidSpec(f"spec.cloud: the clouds.yaml has no cloud named {cloud_name!r}")
-    auth = cloud.get("auth") or {}
-    where = (
-        cloud.get("baremetal_endpoint_override")
-        or auth.get("endpoint")
-        or auth.get("auth_url")
-        or ""
-    )
-    return hashlib.sha256(str(where).rstrip("/").encode()).hexdigest()[:16]
 
 
 # --- field readers --------------------------------------------------------------------

@@ -22,8 +22,8 @@ from urllib.parse import quote
 import aiohttp
 import kopf
 
-from ironic_shard_operator.members import Event
-from ironic_shard_operator.resource import GROUP, KIND, PLURAL, VERSION
+from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.spec import GROUP, KIND, PLURAL, VERSION
 
 COMPONENT = "ironic-shard-operator"
 

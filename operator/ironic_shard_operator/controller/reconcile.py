@@ -34,19 +34,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from ironic_shard_operator import members as lifecycle
-from ironic_shard_operator import model, podspec
-from ironic_shard_operator.cycle import run_cycle
-from ironic_shard_operator.ironic import (
+from ironic_shard_operator.core import pods as lifecycle
+from ironic_shard_operator.core import model, podspec
+from ironic_shard_operator.controller.ironic_cycle import run_cycle
+from ironic_shard_operator.adapters.ironic import (
     IronicAdapter, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError, IronicTooOld,
-    Selector as IronicSelector,
 )
-from ironic_shard_operator.kube import Kube, KubeError
-from ironic_shard_operator.nova_cycle import NovaRuntime, run_nova_cycle
-from ironic_shard_operator.resource import (
-    InvalidSpec, Pool, PoolClaim, cloud_identity, earlier_overlap, read_pool,
-)
-from ironic_shard_operator.status import CycleFacts, build_status, format_time, moves_event, since_of
+from ironic_shard_operator.adapters.kube import Kube, KubeError
+from ironic_shard_operator.controller.nova_cycle import NovaRuntime, run_nova_cycle
+from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, earlier_overlap
+from ironic_shard_operator.core.spec import InvalidSpec, Pool, read_pool
+from ironic_shard_operator.core.status import CycleFacts, build_status, format_time, moves_event, since_of
 
 log = logging.getLogger(__name__)
 
@@ -341,8 +339,7 @@ def _adapter(runtime: PoolRuntime, pool: Pool, clouds_yaml: str) -> IronicAdapte
     if runtime.adapter is None or runtime.adapter_key != wanted:
         runtime.adapter = IronicAdapter.from_clouds_yaml(
             clouds_yaml, pool.cloud_name,
-            selector=IronicSelector(conductor_group=pool.selector.conductor_group,
-                                    resource_class=pool.selector.resource_class),
+            selector=pool.selector,
             max_concurrent_writes=pool.ironic.max_concurrent_writes,
             writes_per_second=pool.ironic.writes_per_second)
         runtime.adapter_key = wanted

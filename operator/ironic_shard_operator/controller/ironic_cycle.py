@@ -15,9 +15,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .ironic import ApplyResult, IronicAdapter
-from .model import Member, Node, NodeCounts, Observation, Plan, PoolSpec
-from .planner import plan
+from ironic_shard_operator.adapters.ironic import ApplyResult, IronicAdapter
+from ironic_shard_operator.core.model import Member, Node, NodeCounts, Observation, Plan, PoolSpec
+from ironic_shard_operator.core.planner import plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .audit import FINDING_KINDS
-from .model import Observation, Plan
-from .resource import FENCING_MODES
+from ironic_shard_operator.core.nova_policy import FINDING_KINDS
+from ironic_shard_operator.core.model import Observation, Plan
+from ironic_shard_operator.core.spec import FENCING_MODES
 
 PREFIX = "ironic_shard"
 
