@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Run the FAKE Kubernetes API server (tests/support/kube_emulator/) until SIGTERM or Ctrl-C.
+"""Run the FAKE Kubernetes API server (testbed/kube_emulator/) until SIGTERM or Ctrl-C.
 
     .venv/bin/python hack/kube-emulator.py [--port PORT] [--kubeconfig PATH] [--kubelet-namespace NS]
 
 The first line on stdout is the path of a kubeconfig for it (written to a new temp dir unless
 --kubeconfig says where); use it as KUBECONFIG for kubectl, `kopf run` or the operator. With
---kubelet-namespace, the fake kubelet (tests/support/kubelet.py) also runs the pods of that
+--kubelet-namespace, the fake kubelet (testbed/kubelet.py) also runs the pods of that
 namespace (binds them to fake nodes and makes them Running and Ready).
 
 On SIGTERM/SIGINT it stops the fake kubelet and the server and removes the kubeconfig it wrote;
@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.kube_api import KubeClient  # noqa: E402
-from tests.support.kube_emulator import EmulatorThread, kubeconfig_text  # noqa: E402
-from tests.support.kubelet import FakeKubelet  # noqa: E402
+from testbed.kube_client import KubeClient  # noqa: E402
+from testbed.kube_emulator import EmulatorThread, kubeconfig_text  # noqa: E402
+from testbed.kubelet import FakeKubelet  # noqa: E402
 
 
 def main() -> int:

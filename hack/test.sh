@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # Ironic's writes and Nova's timers, not on the CPU: on CI's two cores a run took 14.7 min
 # this way against 23.7 min in one process. Each worker starts the session services its
 # tests need (an Ironic, a Nova stack). While they share the machine, waits get twice their
-# usual deadline (TEST_DEADLINE_SCALE, tests/support/kube_api.py). TEST_WORKERS=0 runs
+# usual deadline (TEST_DEADLINE_SCALE, testbed/waiting.py). TEST_WORKERS=0 runs
 # everything in this one process.
 # Not --dist loadgroup: with pytest 9.2 it silently stops grouping (pytest-xdist#1386).
 workers=${TEST_WORKERS:-2}

@@ -7,9 +7,9 @@ stopped again, also on Ctrl-C or an error: the Ironic service, the operator proc
 fake kubelet and the emulator.
 
 Parts that are fakes, and why: there is no kubelet or container runtime here, so the fake
-kubelet (tests/support/kubelet.py) plays the kubelet's part (pods become Running/Ready, or
+kubelet (testbed/kubelet.py) plays the kubelet's part (pods become Running/Ready, or
 fail, on command), and without a cluster the API server is the emulator
-(tests/support/kube_emulator/). Ironic and the operator are the real programs.
+(testbed/kube_emulator/). Ironic and the operator are the real programs.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ sys.path.insert(0, str(REPO))
 import yaml  # noqa: E402
 
 from tests.support.ironic_service import running_ironic, shards_of  # noqa: E402
-from tests.support.kube_api import FAKE_NODE_LABEL, KubeAPIError, KubeClient  # noqa: E402
+from testbed.kube_client import KubeAPIError, KubeClient  # noqa: E402
+from testbed.kube_emulator import EmulatorThread, kubeconfig_text  # noqa: E402
+from testbed.kubelet import FAKE_NODE_LABEL, FakeKubelet  # noqa: E402
 
 POOL = "rack-a"
 NAMESPACE = "ironic-demo"
@@ -184,7 +186,6 @@ def run(nodes: int, with_instances: int, workdir: Path) -> None:
             kubeconfig = Path(os.environ["KUBECONFIG"])
             say(f"Using the Kubernetes cluster of KUBECONFIG={kubeconfig}")
         else:
-            from tests.support.kube_emulator import EmulatorThread, kubeconfig_text
             emulator = stack.enter_context(EmulatorThread())
             kubeconfig = workdir / "kubeconfig"
             kubeconfig.write_text(kubeconfig_text(emulator.url))
@@ -200,7 +201,6 @@ def run(nodes: int, with_instances: int, workdir: Path) -> None:
         apply_objects(client, ironic.clouds_yaml)
         stack.callback(_delete_namespace, client)
 
-        from tests.support.kubelet import FakeKubelet
         kubelet = stack.enter_context(FakeKubelet(client, NAMESPACE))
         say(f"Fake kubelet runs pods of namespace {NAMESPACE} on {len(kubelet.nodes)} fake nodes")
 

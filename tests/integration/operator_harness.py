@@ -22,7 +22,9 @@ from typing import Any
 
 import yaml
 
-from tests.support.kube_api import KubeAPI, KubeAPIError, KubeClient, wait_for
+from testbed.kube_client import KubeAPIError, KubeClient
+from testbed.waiting import wait_for
+from tests.support.kube_api import KubeAPI
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "ironicshards.io_ironiccomputeshards.yaml"

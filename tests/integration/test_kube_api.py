@@ -3,7 +3,7 @@ our operator, kopf and kubectl depend on it.
 
 Every test is written against the Kubernetes API contract, never against the fake: run with
 KUBECONFIG pointing at a real cluster (kind, or any API server) and the same tests must pass.
-Without KUBECONFIG they run against the fake of tests/support/kube_emulator/.
+Without KUBECONFIG they run against the fake of testbed/kube_emulator/.
 """
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.kube_api import KubeAPI, KubeAPIError, KubeClient, resource_path, wait_for
-from tests.support.kubelet import FakeKubelet, PodState, state_of
+from testbed.kube_client import KubeAPIError, KubeClient, resource_path
+from testbed.kubelet import FakeKubelet, PodState, state_of
+from testbed.waiting import wait_for
+from tests.support.kube_api import KubeAPI
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT_CRD = REPO / 'crds' / 'ironicshards.io_ironiccomputeshards.yaml'

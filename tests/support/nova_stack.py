@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import openstack
 import pytest
 
-from tests.support.kube_api import wait_for
+from testbed.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """A FAKE kubelet whose member pods run as REAL nova-compute processes (the real-Nova test tier).
 
-Built by composition on tests/support/kubelet.py's FakeKubelet, which still plays the scheduler,
+Built by composition on testbed/kubelet.py's FakeKubelet, which still plays the scheduler,
 owns the fake Node objects and writes pod statuses; this class decides which status a pod of
 the test compute image (`PROCESS_IMAGE`, "nova-compute:process") has, by running it:
 
@@ -46,8 +46,8 @@ from typing import Any
 
 from keystoneauth1.exceptions import ClientException
 
-from tests.support.kube_api import KubeAPIError, KubeClient
-from tests.support.kubelet import FakeKubelet, PodState, pod_status, state_of
+from testbed.kube_client import KubeAPIError, KubeClient
+from testbed.kubelet import FakeKubelet, PodState, pod_status, state_of
 from tests.support.nova_stack import ComputeProcess, NovaStack, StackError, novastack
 
 PROCESS_IMAGE = "nova-compute:process"

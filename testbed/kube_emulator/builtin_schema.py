@@ -12,8 +12,8 @@ from typing import Any
 import jsonschema
 import referencing
 
-from tests.support.kube_emulator.errors import validation_causes
-from tests.support.kube_emulator.resources import KUBERNETES_VERSION, ResourceType
+from testbed.kube_emulator.errors import validation_causes
+from testbed.kube_emulator.resources import KUBERNETES_VERSION, ResourceType
 
 
 @functools.cache

@@ -1,5 +1,5 @@
 """A FAKE kubelet (and scheduler) for clusters where no kubelet runs pods: the fake API server
-of tests/support/kube_emulator/, or a real API server without nodes. Where real kubelets run
+of testbed/kube_emulator/, or a real API server without nodes. Where real kubelets run
 pods it is not used (the `kubelet` fixture of tests/support/kube_api.py skips there).
 
 It writes only what a real API server accepts from a kubelet and a scheduler:
@@ -26,8 +26,9 @@ import hashlib
 import threading
 from typing import Any
 
-from tests.support.kube_api import FAKE_NODE_LABEL, KubeAPIError, KubeClient
+from testbed.kube_client import KubeAPIError, KubeClient
 
+FAKE_NODE_LABEL = 'kube-api.tests.ironicshards.io/fake-kubelet'  # on every Node this fake kubelet makes
 LEASE_SECONDS = 40
 HEARTBEAT_SECONDS = 10
 UNREACHABLE_TAINT = 'node.kubernetes.io/unreachable'

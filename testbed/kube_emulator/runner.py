@@ -9,7 +9,7 @@ from typing import Any
 import kmock
 import yaml
 
-from tests.support.kube_emulator.server import FakeKubeAPI
+from testbed.kube_emulator.server import FakeKubeAPI
 
 
 def kubeconfig_text(url: str) -> str:

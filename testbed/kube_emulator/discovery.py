@@ -10,8 +10,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from tests.support.kube_emulator.errors import unknown_resource
-from tests.support.kube_emulator.resources import KUBERNETES_VERSION, VERBS, ResourceType
+from testbed.kube_emulator.errors import unknown_resource
+from testbed.kube_emulator.resources import KUBERNETES_VERSION, VERBS, ResourceType
 
 
 def version_info() -> dict[str, Any]:

@@ -7,7 +7,7 @@ initial namespaces, the CRD cleanup finalizer, the verbs discovery lists).
 import dataclasses
 from typing import Any
 
-from tests.support.kube_emulator.crd_schema import crd_validator
+from testbed.kube_emulator.crd_schema import crd_validator
 
 KUBERNETES_VERSION = '1.32'  # the release the fake answers as, and whose built-in schemas it uses
 

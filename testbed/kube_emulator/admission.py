@@ -6,10 +6,10 @@ Invalid with its causes) that a real server answers with.
 """
 from typing import Any
 
-from tests.support.kube_emulator.builtin_schema import builtin_errors, definition_of, prune_unknown_fields
-from tests.support.kube_emulator.crd_schema import cel_errors, prune_and_default
-from tests.support.kube_emulator.errors import bad_request, invalid, validation_causes
-from tests.support.kube_emulator.resources import ResourceType
+from testbed.kube_emulator.builtin_schema import builtin_errors, definition_of, prune_unknown_fields
+from testbed.kube_emulator.crd_schema import cel_errors, prune_and_default
+from testbed.kube_emulator.errors import bad_request, invalid, validation_causes
+from testbed.kube_emulator.resources import ResourceType
 
 
 def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, params: dict[str, str]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import kmock
 
 if TYPE_CHECKING:
-    from tests.support.kube_emulator.resources import ResourceType
+    from testbed.kube_emulator.resources import ResourceType
 
 
 class ApiError(kmock.KubernetesError):

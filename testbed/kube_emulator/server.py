@@ -37,7 +37,7 @@ What it does not do (answered with a clear error where a client could ask for it
   real server); only the kinds listed in BUILTIN_TYPES (resources.py) are served (no apps/v1,
   no RBAC kinds);
 - no controllers but the garbage collector and the namespace and CRD cleanup: no scheduler, no
-  kubelet (tests/support/kubelet.py plays both), no node lifecycle or taint eviction, no
+  kubelet (testbed/kubelet.py plays both), no node lifecycle or taint eviction, no
   Deployments/ReplicaSets, no service accounts tokens (a `default` ServiceAccount per namespace).
 """
 import asyncio
@@ -49,6 +49,7 @@ import datetime
 import json
 import random
 import re
+import traceback
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -57,17 +58,16 @@ import aiohttp.web
 import attrs
 import kmock
 import yaml
-from kmock._internal.rendering import StreamingError  # not re-exported by kmock 0.8
 
-from tests.support.kube_emulator import discovery, tables
-from tests.support.kube_emulator.admission import admit
-from tests.support.kube_emulator.builtin_schema import definition_of
-from tests.support.kube_emulator.errors import (
+from testbed.kube_emulator import discovery, tables
+from testbed.kube_emulator.admission import admit
+from testbed.kube_emulator.builtin_schema import definition_of
+from testbed.kube_emulator.errors import (
     ApiError, already_exists, bad_request, conflict, invalid, not_found, status_details, unknown_resource)
-from tests.support.kube_emulator.patches import json_patch, merge_patch, strategic_merge_patch
-from tests.support.kube_emulator.paths import ApiPath, LabelSelector, dig, field_selector, matches, set_at
-from tests.support.kube_emulator.protobuf import decode_protobuf
-from tests.support.kube_emulator.resources import (
+from testbed.kube_emulator.patches import json_patch, merge_patch, strategic_merge_patch
+from testbed.kube_emulator.paths import ApiPath, LabelSelector, dig, field_selector, matches, set_at
+from testbed.kube_emulator.protobuf import decode_protobuf
+from testbed.kube_emulator.resources import (
     BUILTIN_TYPES, CRD_CLEANUP_FINALIZER, INITIAL_NAMESPACES, ResourceType, custom_resource_types)
 
 JSON = {'Content-Type': 'application/json'}
@@ -141,26 +141,19 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         """Serve one HTTP request, as kmock's RawHandler does, but with our own URL parser.
 
         kmock 0.8 cannot parse the namespace collection URL (/api/v1/namespaces), and its routing
-        slows down with every request it keeps (see REQUESTS_KEPT).
+        slows down with every request it keeps (see REQUESTS_KEPT). Every error that reaches here
+        comes before a response started: a watch tells its own errors once it streams
+        (_watch_lines), so each is answered as a whole response.
         """
-        raw_response = None
         try:
             request = await self._parse_request(raw_request)
             self._requests.append(request)
             del self._requests[:-REQUESTS_KEPT]
             for reaction in self._payloads:
                 del reaction._requests[:-REQUESTS_KEPT]
-            try:
-                return await self._handle(request)
-            except StreamingError as e:
-                raw_response = e.args[0]
-                raise e.__cause__ or e
+            return await self._handle(request)
         except Exception as e:
-            if raw_response is None or not raw_response.prepared:
-                return await self._render_error(e)
-            await self._stream_error(e, raw_response)
-            await raw_response.write_eof()
-            return raw_response
+            return await self._render_error(e)
 
     async def _parse_request(self, raw: aiohttp.web.BaseRequest) -> kmock.Request:
         body = await raw.read()
@@ -195,12 +188,6 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         if isinstance(exc, kmock.KubernetesError):  # kmock's own 404 for unknown URLs
             return aiohttp.web.json_response(unknown_resource().status_body(), status=404)
         return await super()._render_error(exc)
-
-    async def _stream_error(self, exc: Exception, raw_response: aiohttp.web.StreamResponse) -> None:
-        if isinstance(exc, ApiError):
-            await raw_response.write(json.dumps({'type': 'ERROR', 'object': exc.status_body()}).encode() + b'\n')
-        else:
-            await super()._stream_error(exc, raw_response)
 
     async def close(self) -> None:
         """End all watch streams and background work, so that the server can stop at once."""
@@ -316,7 +303,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         return {'kind': f'{rt.kind}List', 'apiVersion': rt.api_version, 'metadata': metadata, 'items': served}
 
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[bytes | dict[str, Any]]:
-        """A watch stream: JSON lines of ADDED/MODIFIED/DELETED (+ BOOKMARK, ERROR) events."""
+        """A watch: refused with an error response while nothing is sent (unknown resource, bad
+        selector), else a stream of JSON lines of ADDED/MODIFIED/DELETED (+ BOOKMARK, ERROR) events."""
         path = ApiPath.parse(request.url.path)
         if path is None:
             raise unknown_resource()
@@ -328,11 +316,30 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         labels = LabelSelector.parse(params.get('labelSelector', ''))
         fields = field_selector(rt, params.get('fieldSelector', ''))
         timeout = float(params['timeoutSeconds']) if params.get('timeoutSeconds') else None
+        return self._watch_lines(self._watch_events(request, rt, namespace, params, labels, fields, timeout))
+
+    @staticmethod
+    async def _watch_lines(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes | dict[str, Any]]:
+        """What a started watch sends: its headers at once (the stream is open even while nothing
+        happens), then `events`. Once the headers are out, a failure can only be told in the stream,
+        as a real API server does: a last ERROR event carrying the Status (a bug of this fake: its
+        traceback, as kmock writes one)."""
+        yield b''
+        try:
+            async for event in events:
+                yield event
+        except ApiError as e:
+            yield {'type': 'ERROR', 'object': e.status_body()}
+        except Exception as e:
+            yield ''.join(traceback.format_exception(e)).encode()
+
+    async def _watch_events(self, request: kmock.Request, rt: ResourceType, namespace: str | None,
+                            params: dict[str, str], labels: LabelSelector, fields: list[tuple[str, bool, str]],
+                            timeout: float | None) -> AsyncIterator[dict[str, Any]]:
+        """The events of one watch, from its resourceVersion on, until its timeout or the client leaves."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout if timeout else None
         since = params.get('resourceVersion') or ''
-        yield b''  # send the headers now: the stream is open even while nothing happens
-
         if params.get('sendInitialEvents') == 'true' or since in ('', '0'):
             for obj in list(self._selected(rt, namespace, params)):
                 yield {'type': 'ADDED', 'object': self._view(rt, obj)}

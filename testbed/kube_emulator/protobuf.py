@@ -6,7 +6,7 @@ import base64
 from collections.abc import Iterator
 from typing import Any
 
-from tests.support.kube_emulator.errors import ApiError, bad_request
+from testbed.kube_emulator.errors import ApiError, bad_request
 
 _OBJECT_META = {1: ('name', 'string'), 2: ('generateName', 'string'), 3: ('namespace', 'string'),
                 11: ('labels', 'map'), 12: ('annotations', 'map'), 14: ('finalizers', 'strings')}

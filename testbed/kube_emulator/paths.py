@@ -6,8 +6,8 @@ import dataclasses
 import re
 from typing import Any
 
-from tests.support.kube_emulator.errors import bad_request
-from tests.support.kube_emulator.resources import ResourceType
+from testbed.kube_emulator.errors import bad_request
+from testbed.kube_emulator.resources import ResourceType
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,6 @@ What it emulates, and what it does not, is listed in server.py. The modules, eac
 - server.py         FakeKubeAPI: the store, requests, watches, writes, deletion and controllers
 - runner.py         serving it (EmulatorThread) and a kubeconfig for it (kubeconfig_text)
 """
-from tests.support.kube_emulator.runner import EmulatorThread, kubeconfig_text
+from testbed.kube_emulator.runner import EmulatorThread, kubeconfig_text
 
 __all__ = ['EmulatorThread', 'kubeconfig_text']

@@ -6,8 +6,8 @@ RESTARTS, AGE, and NODE under -o wide), or AGE for every other kind.
 import datetime
 from typing import Any
 
-from tests.support.kube_emulator.paths import dig
-from tests.support.kube_emulator.resources import ResourceType
+from testbed.kube_emulator.paths import dig
+from testbed.kube_emulator.resources import ResourceType
 
 
 def table(rt: ResourceType, items: list[dict[str, Any]], metadata: dict[str, Any]) -> dict[str, Any]:

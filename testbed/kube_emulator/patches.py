@@ -6,8 +6,8 @@ raises the ApiError the server answers with.
 import copy
 from typing import Any
 
-from tests.support.kube_emulator.builtin_schema import resolve
-from tests.support.kube_emulator.errors import bad_request, unprocessable
+from testbed.kube_emulator.builtin_schema import resolve
+from testbed.kube_emulator.errors import bad_request, unprocessable
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
