@@ -10,11 +10,20 @@
 # 4. tests/e2e/kind_scenario.py: helm install, kubectl apply of examples/, and the
 #    assertions (pods Ready, every node owned by a ready member, a deleted member comes back
 #    with the same name and unchanged nodes, leader failover, kubectl scale, helm uninstall);
-# 5. teardown, always (trap): diagnostics into .run/kind-e2e/ on failure, then the cluster,
-#    Ironic and the temporary files are removed.
+# 5. teardown, always (trap on EXIT, also after SIGINT/SIGTERM): diagnostics into
+#    .run/kind-e2e/ on failure, then the cluster, Ironic and the temporary files are removed.
 #
-# Exit codes: 0 passed; 1 failed; 77 cannot run here (no Docker engine, no kind binary),
-# with the one-line reason as the last line on stderr. Never a pass without the run.
+# The outcome is the exit status, and one line that says the same:
+#   0   passed:  `kind-e2e: RESULT PASSED`
+#   >0  failed:  `kind-e2e: RESULT FAILED (exit N)`   (130/143: interrupted)
+#   77  cannot run here (no Docker engine, no kind binary): no RESULT line, the one-line
+#       reason (`kind-e2e: cannot run: ...`) is the last line on stderr; nothing was created.
+# The RESULT line is printed as teardown begins, so teardown's own lines follow it: read the
+# line wherever it is, never "the last line". Teardown cannot change the outcome: its
+# failures are reported as warnings, and the exit status is the run's.
+# Commands: $KIND (default kind); docker, helm and kubectl from PATH (helm and kubectl from
+# hack/tools.sh's .tools/bin first). tests/e2e/test_kind_script.py runs this script with
+# fake commands to check this plumbing without Docker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,11 +40,7 @@ if ! docker_error=$(timeout 20 docker info --format '{{.ServerVersion}}' 2>&1 >/
 fi
 command -v "$kind" >/dev/null 2>&1 || skip "no kind binary ('$kind' not on PATH; set KIND=/path/to/kind)"
 
-bash hack/setup.sh
-bash hack/tools.sh
-export PATH="$PWD/.tools/bin:$PATH"   # the helm 4 and kubectl of hack/tools.sh
-
-# ---- everything below is torn down by cleanup() -------------------------------------------
+# ---- everything below ends in cleanup(), which prints the RESULT line -------------------
 run_id=$$
 cluster=iso-e2e-$run_id
 image=ironic-shard-operator:e2e-$run_id
@@ -44,10 +49,20 @@ export KUBECONFIG=$work/kubeconfig
 ironic_state=$work/ironic
 diagnostics=.run/kind-e2e
 cluster_created=false
+image_built=false
+ironic_started=false
 
+# Runs once, on every exit from here on (the INT/TERM traps below exit into it). Whatever
+# happens in it, the script exits with the status it was entered with.
 cleanup() {
     local status=$?
-    set +e
+    set +eu
+    trap 'echo "kind-e2e: signal during teardown: teardown goes on" >&2' INT TERM
+    if [[ $status -eq 0 ]]; then
+        step "RESULT PASSED"
+    else
+        step "RESULT FAILED (exit $status)"
+    fi
     if [[ $status -ne 0 && $cluster_created == true ]]; then
         mkdir -p "$diagnostics"
         step "collecting diagnostics into $diagnostics/"
@@ -60,10 +75,16 @@ cleanup() {
     fi
     if [[ $cluster_created == true ]]; then
         step "deleting kind cluster $cluster"
-        "$kind" delete cluster --name "$cluster" >/dev/null 2>&1 || echo "kind-e2e: could not delete cluster $cluster" >&2
+        "$kind" delete cluster --name "$cluster" >/dev/null 2>&1 ||
+            echo "kind-e2e: warning: could not delete kind cluster $cluster: $kind delete cluster --name $cluster" >&2
     fi
-    [[ -d $ironic_state ]] && python3 hack/ironic/service.py stop "$ironic_state"
-    docker image rm "$image" >/dev/null 2>&1
+    if [[ $ironic_started == true ]]; then
+        python3 hack/ironic/service.py stop "$ironic_state" ||
+            echo "kind-e2e: warning: could not stop Ironic ($ironic_state)" >&2
+    fi
+    if [[ $image_built == true ]]; then
+        docker image rm "$image" >/dev/null 2>&1 || echo "kind-e2e: warning: could not remove image $image" >&2
+    fi
     rm -rf "$work"
     exit "$status"
 }
@@ -71,11 +92,16 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+bash hack/setup.sh
+bash hack/tools.sh
+export PATH="$PWD/.tools/bin:$PATH"   # the helm 4 and kubectl of hack/tools.sh
+
 step "creating kind cluster $cluster"
-cluster_created=true
+cluster_created=true   # before the create: a half-created cluster is deleted too
 "$kind" create cluster --name "$cluster" --kubeconfig "$KUBECONFIG" --wait 180s
 
 step "building $image"
+image_built=true
 docker build --quiet -t "$image" . >/dev/null
 "$kind" load docker-image "$image" --name "$cluster"
 
@@ -84,9 +110,12 @@ gateway=$(docker network inspect kind \
     --format '{{range .IPAM.Config}}{{.Gateway}}{{"\n"}}{{end}}' | grep -m1 -E '^[0-9]+(\.[0-9]+){3}$') ||
     fail "docker network 'kind' has no IPv4 gateway"
 step "starting Ironic on $gateway (reachable from the cluster)"
-eval "$(python3 hack/ironic/service.py start "$ironic_state" --auth http_basic --host-ip "$gateway")"
+# An assignment, not `eval "$(...)"`: a failed start must stop the script (set -e), and
+# eval of a failed command substitution would succeed.
+ironic_started=true   # before the start: a half-started Ironic is stopped too
+ironic_env=$(python3 hack/ironic/service.py start "$ironic_state" --auth http_basic --host-ip "$gateway")
+eval "$ironic_env"
 export IRONIC_URL OS_CLIENT_CONFIG_FILE OS_CLOUD
 
 step "running the scenario"
 .venv/bin/python -m tests.e2e.kind_scenario --image "$image"
-step "PASSED"
