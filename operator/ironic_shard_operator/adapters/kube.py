@@ -10,13 +10,24 @@ writes" (SPEC invariant 6) can be checked.
 Errors: `KubeError` carries the HTTP status and the API's own message. Outcomes the
 callers expect (a pod that already exists, an object already gone, a deletion whose uid
 precondition no longer matches) are answered by return values, not exceptions.
+
+Answers worth another try are retried inside `request()`, within bounds:
+- 401: the credentials are read again (a projected service-account token is rewritten by
+  the kubelet before it expires; a kubeconfig may have been renewed) and the request is
+  sent once more if they changed, as kopf does for its own requests (it invalidates the
+  rejected credentials and logs in again).
+- 429 (after its Retry-After) and 5xx (after a doubling backoff): at most `retries` more
+  tries and `retry_budget` seconds of waiting per call, so a struggling API server delays
+  a caller by a known amount; a Retry-After longer than what is left is not waited for.
+A request that gets no answer (timeout, refused) is not retried here: its caller's next
+cycle is the retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import quote
 
 import aiohttp
@@ -37,7 +48,9 @@ class KubeError(Exception):
 
 
 def connection_info() -> kopf.ConnectionInfo:
-    """In a pod the service account, else $KUBECONFIG / ~/.kube/config (as kopf logs in)."""
+    """In a pod the service account, else $KUBECONFIG / ~/.kube/config (as kopf logs in).
+
+    Reads the files each time: call it again to pick up a rotated token."""
     settings = kopf.OperatorSettings()
     info = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
     if info is None:
@@ -45,14 +58,43 @@ def connection_info() -> kopf.ConnectionInfo:
     return info
 
 
-class Kube:
-    """One HTTP session to one API server. Use `async with Kube() as kube:`."""
+RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 
-    def __init__(self, info: kopf.ConnectionInfo | None = None, *, timeout: float = 30.0) -> None:
-        self._info = info or connection_info()
+
+def _transport(info: kopf.ConnectionInfo) -> tuple[Any, ...]:
+    """What the HTTP session is built from (TLS material), as opposed to per-request auth."""
+    return (info.ca_path, info.ca_data, info.insecure, info.certificate_path, info.certificate_data,
+            info.private_key_path, info.private_key_data)
+
+
+def _retry_after(reply: aiohttp.ClientResponse) -> float | None:
+    """The Retry-After header in seconds (the API server sends whole seconds), or None."""
+    try:
+        return max(0.0, float(reply.headers.get("Retry-After", "")))
+    except ValueError:
+        return None
+
+
+class Kube:
+    """One HTTP session to one API server. Use `async with Kube() as kube:`.
+
+    `login` gives the credentials (read again after a 401); `retries` and `retry_budget`
+    bound the retries of 429 and 5xx per call (see the module doc). `writes` counts the
+    mutating requests sent.
+    """
+
+    def __init__(self, login: Callable[[], kopf.ConnectionInfo] = connection_info, *,
+                 timeout: float = 30.0, retries: int = 3, retry_budget: float = 10.0,
+                 backoff: float = 0.25) -> None:
+        self._login = login
+        self._info = login()
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
-        self.writes = 0  # mutating requests sent (create, replace, patch, delete)
+        self._session_transport: tuple[Any, ...] | None = None
+        self._retired: list[aiohttp.ClientSession] = []  # replaced while requests may be in flight
+        self.retries, self.retry_budget, self.backoff = retries, retry_budget, backoff
+        self.writes = 0  # mutating requests sent (create, replace, patch, delete), each try
+        self.logins = 1  # times the credentials were read
 
     async def __aenter__(self) -> "Kube":
         return self
@@ -61,40 +103,74 @@ class Kube:
         await self.close()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in [*self._retired, self._session]:
+            if session is not None:
+                await session.close()
+        self._session, self._retired = None, []
 
     def _open(self) -> aiohttp.ClientSession:
+        info = self._info
+        if self._session is not None and self._session_transport != _transport(info):
+            self._retired.append(self._session)  # new TLS material; in-flight requests finish
+            self._session = None
         if self._session is None:
-            info = self._info
             ssl: Any = False if info.insecure else info.as_ssl_context()
             self._session = aiohttp.ClientSession(
-                base_url=None,
-                headers=info.as_http_headers(),
-                timeout=self._timeout,
-                connector=aiohttp.TCPConnector(ssl=ssl, limit=8),
-            )
+                timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=ssl, limit=8))
+            self._session_transport = _transport(info)
         return self._session
+
+    def _relogin(self, rejected: Mapping[str, str]) -> bool:
+        """Read the credentials again; True when they differ from the `rejected` ones."""
+        self._info = self._login()
+        self.logins += 1
+        return self._info.as_http_headers() != dict(rejected)
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
                       body: Any = None, content_type: str = "application/json") -> Any:
-        """One API call; returns the decoded JSON answer, raises KubeError on >= 400."""
-        if method != "GET":
-            self.writes += 1
-        url = self._info.server.rstrip("/") + path
+        """One API call; returns the decoded JSON answer, raises KubeError on >= 400.
+
+        Retries as the module doc says: once after a 401 with new credentials, and 429/5xx
+        within `retries` and `retry_budget`."""
         data = None if body is None else json.dumps(body)
-        headers = {"Content-Type": content_type} if data is not None else {}
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + self.retry_budget
+        relogged = False
+        retries = 0
+        while True:
+            if method != "GET":
+                self.writes += 1
+            auth = self._info.as_http_headers()
+            status, message, answer, wait = await self._send(method, path, params, data, content_type, auth)
+            if status < 400:
+                return answer
+            if status == 401 and not relogged:
+                relogged = True
+                if self._relogin(auth):
+                    continue
+            elif status in RETRIED_STATUS and retries < self.retries:
+                delay = wait if wait is not None else self.backoff * 2 ** retries
+                if loop.time() + delay <= give_up_at:
+                    retries += 1
+                    await asyncio.sleep(delay)
+                    continue
+            raise KubeError(status, f"{method} {path}: {message}")
+
+    async def _send(self, method: str, path: str, params: Mapping[str, str] | None, data: str | None,
+                    content_type: str, auth: Mapping[str, str]) -> tuple[int, str, Any, float | None]:
+        """One HTTP request: (status, the API's message, the decoded answer, Retry-After)."""
+        url = self._info.server.rstrip("/") + path
+        headers = dict(auth, **({"Content-Type": content_type} if data is not None else {}))
         try:
             async with self._open().request(method, url, params=params, data=data, headers=headers) as reply:
                 text = await reply.text()
-                if reply.status >= 400:
-                    try:
-                        message = json.loads(text).get("message") or text
-                    except (ValueError, AttributeError):
-                        message = text
-                    raise KubeError(reply.status, f"{method} {path}: {message}")
-                return json.loads(text) if text else None
+                if reply.status < 400:
+                    return reply.status, "", json.loads(text) if text else None, None
+                try:
+                    message = json.loads(text).get("message") or text
+                except (ValueError, AttributeError):
+                    message = text
+                return reply.status, message, None, _retry_after(reply)
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
             raise KubeError(0, f"{method} {path}: {type(error).__name__}: {error}") from error
 

@@ -38,7 +38,7 @@ from aiohttp import web
 
 from ironic_shard_operator.adapters.kube import Kube
 from ironic_shard_operator.controller.leader import LeaderElector
-from ironic_shard_operator.core.lease import LEASE_NAME
+from ironic_shard_operator.core.lease import LEASE_NAME, RETRY
 
 log = logging.getLogger("ironic_shard_operator.controller.runner")
 
@@ -97,7 +97,8 @@ async def run(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    election_kube = Kube()
+    # Renewals are bounded by RETRY (keep()); a 429/5xx is retried within that time only.
+    election_kube = Kube(timeout=RETRY, retry_budget=RETRY / 2)
     elector = LeaderElector(election_kube, settings.pod_namespace, settings.identity)
     code = 0
     try:
