@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ironic_shard_operator.core.podspec import render_configmap, render_pod
+from ironic_shard_operator.core.spec import read_pool
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ironic-shard-operator"
 CRD = "crds/ironicshards.io_ironiccomputeshards.yaml"
@@ -145,6 +148,28 @@ def test_watched_namespaces_get_roles_and_the_cluster_gets_only_reads(tools, hel
     (deployment,) = by_kind(documents, "Deployment")
     env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["WATCH_NAMESPACES"]["value"] == "pools-a,pools-b"
+
+
+@pytest.mark.parametrize("settings", [[], ["--set", "watchNamespaces={pools-a}"]])
+def test_owner_references_the_operator_writes_are_allowed_where_owner_permissions_are_enforced(
+        tools, settings):
+    """OwnerReferencesPermissionEnforcement refuses a pod or ConfigMap whose owner reference
+    sets blockOwnerDeletion unless its creator may update the owner's `finalizers`
+    subresource: whatever the operator renders, the chart's pool rules must allow."""
+    pool = read_pool({"metadata": {"name": "rack-a", "namespace": "pools-a", "uid": "u"},
+                      "spec": {"image": "nova:1", "replicas": 1,
+                               "novaConfig": {"secretRef": {"name": "nova-conf"}},
+                               "cloud": {"secretRef": {"name": "cloud"}}}})
+    blocking = [(rendered["kind"], owner["kind"])
+                for rendered in (render_pod(pool, "rack-a-0", ""), render_configmap(pool, "rack-a-0"))
+                for owner in rendered["metadata"]["ownerReferences"] if owner.get("blockOwnerDeletion")]
+    documents = rendered(tools, *settings)
+    pool_rules = set().union(*(rules_as_set(role["rules"])
+                               for role in by_kind(documents, "ClusterRole") + by_kind(documents, "Role")
+                               if role["metadata"]["name"].endswith("-pools")))
+    may_block = ("ironicshards.io", "ironiccomputeshards/finalizers", "update") in pool_rules
+    assert may_block or not blocking, (
+        f"{blocking}: blockOwnerDeletion without update on ironiccomputeshards/finalizers")
 
 
 @pytest.mark.parametrize("helm", HELMS)

@@ -29,7 +29,18 @@ def test_pod_identity_labels_and_owner():
     }
     owner, = meta["ownerReferences"]
     assert owner == {"apiVersion": "ironicshards.io/v1alpha1", "kind": "IronicComputeShard",
-                     "name": "rack-a", "uid": "uid-7", "controller": True, "blockOwnerDeletion": True}
+                     "name": "rack-a", "uid": "uid-7", "controller": True}
+
+
+def test_owner_references_need_no_permission_on_the_pools_finalizers():
+    """blockOwnerDeletion: true on a pod or ConfigMap is refused by clusters that enforce
+    owner-reference permissions unless the operator may update ironiccomputeshards/finalizers,
+    which the chart does not grant: the operator never sets it."""
+    pool = pool_with()
+    for rendered in (podspec.render_pod(pool, "rack-a-0", "d1"), podspec.render_configmap(pool, "rack-a-0")):
+        for owner in rendered["metadata"]["ownerReferences"]:
+            assert owner.get("blockOwnerDeletion", False) is False, rendered["kind"]
+            assert owner["controller"] is True
 
 
 def test_pod_mounts_base_config_then_member_overlay_and_runs_both():

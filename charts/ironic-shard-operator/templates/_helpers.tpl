@@ -45,7 +45,9 @@ app.kubernetes.io/component: operator
 {{/*
 What the operator does to the resources of the pools it watches: the same rules whether
 granted cluster-wide (ClusterRole) or per watched namespace (Role). Only the verbs the code
-uses; see docs/operating.md "Permissions".
+uses; see docs/operating.md "Permissions". Not ironiccomputeshards/finalizers: the operator's
+owner references set no blockOwnerDeletion (core/podspec.py says why), so clusters enforcing
+owner-reference permissions need no such grant.
 */}}
 {{- define "iso.workloadRules" -}}
 - apiGroups: [ironicshards.io]

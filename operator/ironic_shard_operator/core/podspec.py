@@ -6,8 +6,8 @@ Ironic shard key. Its pod reads the user's nova.conf (a Secret key, mounted at
 member.conf, mounted at /etc/nova/member.conf); later config files win in oslo.config,
 so the overlay's host and shard always apply.
 
-Both objects are owned by the CR (controller reference, blockOwnerDeletion), so deleting
-the CR garbage-collects them. The pod carries `CONFIG_HASH` over everything that should
+Both objects are owned by the CR (controller reference), so deleting the CR garbage-
+collects them; the reference does not set blockOwnerDeletion (see `_metadata`). The pod carries `CONFIG_HASH` over everything that should
 restart the member: image and pod settings, the overlay, and the content of the nova.conf
 Secret key (its data, not its resourceVersion: a label change on the Secret does not roll
 the pool). A pod whose annotation differs from the rendered one is stale and is rolled,
@@ -126,7 +126,12 @@ def _metadata(pool: Pool, name: str, member: str) -> dict[str, Any]:
             "name": pool.name,
             "uid": pool.uid,
             "controller": True,
-            "blockOwnerDeletion": True,
+            # No blockOwnerDeletion. It only makes a *foreground* deletion of the pool wait for
+            # this object, which nothing here relies on, and setting it needs `update` on
+            # ironiccomputeshards/finalizers where the OwnerReferencesPermissionEnforcement
+            # admission plugin runs (OpenShift, hardened clusters): a permission kept only to
+            # satisfy that check, which every hand-written Role (rbac.create=false) would also
+            # have to carry, or every pod create is refused. docs/operating.md, Permissions.
         }],
     }
 
