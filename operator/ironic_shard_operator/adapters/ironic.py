@@ -9,8 +9,8 @@ What it keeps:
 - Reading costs one request per 1,000 managed nodes (`fields=` and pages of 1,000, the
   pool's conductor group and resource class filtered by Ironic, not here).
 - A node is written only when a fresh read, made in bulk right before its batch of writes,
-  shows it still where the plan saw it, still free (not pinned), and not yet at its target.
-  A node Nova claimed since the observation is never moved.
+  passes the write rule of core/shard_write.py (still where the plan saw it, still free,
+  not yet at its target). A node Nova claimed since the observation is never moved.
 - Writes are bounded: at most `max_concurrent_writes` in flight, at most `writes_per_second`
   started per second; 409 (node locked), 502/503/504, timeouts and refused connections are
   retried with exponential backoff, each retry re-read first.
@@ -32,6 +32,7 @@ from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.openstack_http import endpoint_for, short_reason
 from ironic_shard_operator.core.model import Move, Node, Selector
+from ironic_shard_operator.core.shard_write import Verdict, handover_verdict, move_verdict
 
 SHARD_MICROVERSION = (1, 82)
 MICROVERSION_HEADER = "X-OpenStack-Ironic-API-Version"
@@ -101,6 +102,17 @@ class ApplyResult:
     def skipped(self) -> int:
         return (self.already_right + self.skipped_claimed + self.skipped_changed
                 + self.skipped_busy + self.not_attempted)
+
+    def count_skipped(self, verdict: Verdict) -> None:
+        """Count a move the write rule did not let through (any verdict but WRITE)."""
+        if verdict is Verdict.AT_TARGET:
+            self.already_right += 1
+        elif verdict is Verdict.CLAIMED:
+            self.skipped_claimed += 1
+        elif verdict is Verdict.CHANGED:
+            self.skipped_changed += 1
+        else:
+            raise ValueError(f"{verdict} is not a skip")
 
 
 class RateLimiter:
@@ -322,9 +334,9 @@ class IronicAdapter:
 
     def apply_moves(self, moves: Sequence[Move], observed: Sequence[Node],
                     stop: threading.Event | None = None) -> ApplyResult:
-        """Write each move's target into its node's shard, if the node still qualifies:
-        still at the move's source and still free (a node pinned since the observation is
-        never moved).
+        """Write each move's target into its node's shard, if the node still qualifies
+        (`shard_write.move_verdict`: still at the move's source and still free; a node
+        pinned since the observation is never moved).
 
         `observed` are the nodes the moves were planned from; they only size the bulk
         re-reads. Moves are written in uuid order, in batches of `batch_size`: before each
@@ -333,27 +345,28 @@ class IronicAdapter:
         Raises IronicUnavailable when Ironic stops answering beyond the retries; what was
         written stays written, and the next cycle re-reads and continues from there.
         """
-        return self._apply(moves, observed, stop, same_instance=None)
+        return self._apply(moves, observed, stop, move_verdict)
 
     def hand_over(self, moves: Sequence[Move], observed: Sequence[Node],
                   stop: threading.Event | None = None) -> ApplyResult:
         """Write the shard of PINNED nodes (the Nova audit's repair of a misplaced node):
         each move is written only if the fresh re-read shows the node still at the move's
-        source AND still carrying the instance it had in `observed`. A node whose instance
-        left or changed, or whose shard someone else changed, is not touched.
+        source AND still carrying the instance it had in `observed`
+        (`shard_write.handover_verdict`). A node whose instance left or changed, or whose
+        shard someone else changed, is not touched.
 
         The one deliberate exception to "a pinned node never moves" (SPEC invariant 2),
         used only for `spec.nova.repairMisplaced`; same batching, re-reads, rate limit and
         errors as apply_moves().
         """
         carried = {node.uuid: node.instance_uuid for node in observed if node.instance_uuid}
-        return self._apply(moves, observed, stop, same_instance=carried)
+        return self._apply(moves, observed, stop,
+                           lambda move, node: handover_verdict(move, node, carried.get(move.node_uuid)))
 
     def _apply(self, moves: Sequence[Move], observed: Sequence[Node], stop: threading.Event | None,
-               *, same_instance: Mapping[str, str] | None) -> ApplyResult:
-        """apply_moves() or hand_over(). `same_instance` None: only nodes still free are
-        written. Otherwise only nodes still carrying the instance it maps them to (a node
-        missing from it is written never)."""
+               verdict: Callable[[Move, Node | None], Verdict]) -> ApplyResult:
+        """apply_moves() or hand_over(): each move is written only if `verdict` (the write
+        rule, core/shard_write.py) says WRITE of its node's fresh read."""
         self.check()
         result = ApplyResult(planned=len(moves))
         known = sorted(node.uuid for node in observed)
@@ -366,7 +379,7 @@ class IronicAdapter:
                     result.not_attempted += len(ordered) - start
                     break
                 self._apply_batch(ordered[start:start + self.batch_size], known, pool,
-                                  stop, result, same_instance)
+                                  stop, result, verdict)
         finally:
             # On an error no queued write may start after we return.
             pool.shutdown(wait=True, cancel_futures=True)
@@ -374,7 +387,7 @@ class IronicAdapter:
 
     def _apply_batch(self, batch: list[Move], known: list[str], pool: ThreadPoolExecutor,
                      stop: threading.Event | None, result: ApplyResult,
-                     same_instance: Mapping[str, str] | None) -> None:
+                     verdict: Callable[[Move, Node | None], Verdict]) -> None:
         """Re-read, then write, one batch; retry what failed transiently, re-reading first."""
         pending = batch
         failure = _Retry("", unavailable=False)
@@ -391,20 +404,11 @@ class IronicAdapter:
                 continue
             writes = []
             for move in pending:
-                node = current.get(move.node_uuid)
-                if node is None:
-                    result.skipped_changed += 1
-                elif node.shard == move.target:
-                    result.already_right += 1
-                elif same_instance is None and node.pinned:
-                    result.skipped_claimed += 1
-                elif node.shard != move.source:
-                    result.skipped_changed += 1
-                elif same_instance is not None and (
-                        not node.instance_uuid or node.instance_uuid != same_instance.get(node.uuid)):
-                    result.skipped_changed += 1  # its instance left or changed: nothing to repair
-                else:
+                said = verdict(move, current.get(move.node_uuid))
+                if said is Verdict.WRITE:
                     writes.append(move)
+                else:
+                    result.count_skipped(said)
             retry: list[Move] = []
             failure = _Retry("", unavailable=False)
             for move, outcome in zip(writes, pool.map(lambda m: self._write(m, stop), writes)):

@@ -1,0 +1,94 @@
+"""The write rule of a shard write: a planned move or a handover against the fresh read of
+its node, decided without Ironic (the adapter's integration tests show it applied)."""
+
+import pytest
+from hypothesis import given, strategies as st
+
+from ironic_shard_operator.core.model import Move, Node
+from ironic_shard_operator.core.shard_write import Verdict, handover_verdict, move_verdict
+
+UUID = "node-1"
+ADOPT = Move(UUID, None, "rack-0")      # an unassigned node given to rack-0
+REBALANCE = Move(UUID, "rack-1", "rack-0")
+HANDOVER = Move(UUID, "rack-1", "rack-0")  # a misplaced node to its instance's host
+
+
+@pytest.mark.parametrize("move", [ADOPT, REBALANCE])
+def test_a_free_node_still_at_the_source_is_written(move):
+    assert move_verdict(move, Node(UUID, shard=move.source, provision_state="available")) \
+        is Verdict.WRITE
+
+
+@pytest.mark.parametrize("move", [ADOPT, REBALANCE])
+def test_a_node_already_at_the_target_is_not_written_again(move):
+    assert move_verdict(move, Node(UUID, shard="rack-0")) is Verdict.AT_TARGET
+    # Even when it is pinned meanwhile: it is where the plan wanted it.
+    assert move_verdict(move, Node(UUID, shard="rack-0", instance_uuid="i")) is Verdict.AT_TARGET
+
+
+@pytest.mark.parametrize("claimed", [
+    Node(UUID, shard="rack-1", instance_uuid="instance-1"),      # Nova deployed on it
+    Node(UUID, shard="rack-1", provision_state="cleaning"),      # a workflow runs
+    Node(UUID, shard="rack-1", target_provision_state="active"),  # a workflow starts
+    Node(UUID, shard="rack-1", reservation="conductor-1"),       # a conductor holds the lock
+], ids=["instance", "provisioning", "target-state", "lock"])
+def test_a_node_claimed_since_the_observation_is_never_moved(claimed):
+    assert move_verdict(REBALANCE, claimed) is Verdict.CLAIMED
+
+
+def test_a_claimed_node_that_also_changed_shard_counts_as_claimed():
+    assert move_verdict(REBALANCE, Node(UUID, shard="rack-2", instance_uuid="i")) is Verdict.CLAIMED
+
+
+@pytest.mark.parametrize("move,current", [
+    (REBALANCE, None),                          # deleted or out of the pool's selector
+    (REBALANCE, Node(UUID, shard="rack-2")),    # someone gave it another shard
+    (REBALANCE, Node(UUID, shard=None)),        # someone unassigned it
+    (ADOPT, Node(UUID, shard="rack-2")),        # adopted elsewhere meanwhile
+], ids=["gone", "other-shard", "unassigned", "adopted-elsewhere"])
+def test_a_node_gone_or_moved_by_someone_else_is_not_written(move, current):
+    assert move_verdict(move, current) is Verdict.CHANGED
+
+
+def test_a_handover_writes_a_node_that_still_carries_the_instance_seen():
+    node = Node(UUID, shard="rack-1", instance_uuid="instance-1", provision_state="active")
+    assert handover_verdict(HANDOVER, node, "instance-1") is Verdict.WRITE
+
+
+def test_a_handover_of_a_node_already_at_the_target_writes_nothing():
+    node = Node(UUID, shard="rack-0", instance_uuid="instance-1")
+    assert handover_verdict(HANDOVER, node, "instance-1") is Verdict.AT_TARGET
+
+
+@pytest.mark.parametrize("current,seen", [
+    (None, "instance-1"),                                            # gone
+    (Node(UUID, shard="rack-2", instance_uuid="instance-1"), "instance-1"),  # shard changed
+    (Node(UUID, shard="rack-1"), "instance-1"),                      # its instance left
+    (Node(UUID, shard="rack-1", instance_uuid="instance-2"), "instance-1"),  # another instance
+    (Node(UUID, shard="rack-1", instance_uuid="instance-1"), None),  # the audit saw none
+], ids=["gone", "other-shard", "instance-left", "instance-changed", "none-seen"])
+def test_a_handover_of_a_node_that_changed_is_not_written(current, seen):
+    assert handover_verdict(HANDOVER, current, seen) is Verdict.CHANGED
+
+
+SHARDS = st.sampled_from([None, "rack-0", "rack-1", "rack-2"])
+NODES = st.builds(Node, st.just(UUID), shard=SHARDS,
+                  instance_uuid=st.sampled_from([None, "instance-1", "instance-2"]),
+                  provision_state=st.sampled_from([None, "available", "active", "cleaning"]),
+                  target_provision_state=st.sampled_from([None, "active"]),
+                  reservation=st.sampled_from([None, "conductor-1"]))
+MOVES = st.builds(Move, st.just(UUID), SHARDS, st.sampled_from(["rack-0", "rack-1", "rack-2"]))
+
+
+@given(MOVES, st.none() | NODES)
+def test_a_planned_move_writes_only_a_free_node_from_its_source(move, current):
+    if move_verdict(move, current) is Verdict.WRITE:
+        assert current is not None and not current.pinned
+        assert current.shard == move.source != move.target
+
+
+@given(MOVES, st.none() | NODES, st.sampled_from([None, "instance-1", "instance-2"]))
+def test_a_handover_writes_only_from_its_source_with_the_same_instance(move, current, seen):
+    if handover_verdict(move, current, seen) is Verdict.WRITE:
+        assert current is not None and current.shard == move.source != move.target
+        assert current.instance_uuid is not None and current.instance_uuid == seen
