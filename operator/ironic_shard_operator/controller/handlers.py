@@ -1,17 +1,24 @@
 """kopf wiring: which Kubernetes events run which pool's cycle. Nothing here decides.
 
-- One kopf daemon per IronicComputeShard runs that pool's loop (reconcile.py). kopf
-  starts it when the CR appears or the operator resumes, and stops it when the CR is
-  deleted: create, resume and delete are the daemon's start and stop. One loop per pool
+- One task per IronicComputeShard runs that pool's loop (`Operator.run_pool`), started at
+  the pool's first event (its creation, or the listing when the operator starts) and
+  stopped when the pool is deleted or the operator stops (`PoolLoops`). One loop per pool
   is what keeps one cycle per pool at a time.
 - Every trigger only wakes that loop: a CR event whose generation moved (an update of
   the spec; status writes do not count), and any event of a pod labelled with a pool.
   The loop also runs every `spec.ironic.pollIntervalSeconds` on its own.
-- An index of all pools (kopf fills it before any daemon starts) tells each cycle which
+- An index of all pools (kopf fills it before any handler runs) tells each cycle which
   other pools exist, so the later of two overlapping pools refuses to write (Conflict).
-- Deleting the CR: kopf stops the daemon and removes its finalizer; Kubernetes garbage-
-  collects the pods and ConfigMaps (owner references). Ironic shards are left as they
-  are: the nodes keep their owner for whoever manages them next.
+- Deleting the CR needs no operator: pools carry no finalizer, Kubernetes garbage-collects
+  the pods and ConfigMaps (owner references). Ironic shards are left as they are: the
+  nodes keep their owner for whoever manages them next. The loop is not a kopf daemon for
+  that reason: kopf puts a finalizer on every object that has a daemon (kopf 1.45:
+  `requires_finalizer=True` for daemons and timers, with no option), and a finalizer keeps a
+  pool, and the CRD, from being deleted while no operator runs.
+- Upgrade from a version that had the finalizer (`LEGACY_FINALIZER`): kopf removes its own
+  finalizer from every object it handles when no handler needs one, so naming the old
+  finalizer as kopf's makes kopf remove exactly that string from each pool it sees (a JSON
+  patch guarded by the resourceVersion), including pools already being deleted.
 
 Handlers that touch the operator's state are coroutines: kopf runs them on the event loop
 (plain functions would run in a worker thread, where waking a pool's loop is not safe).
@@ -22,7 +29,10 @@ actions and transitions), so a quiet cycle writes nothing.
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping
 
 import kopf
 
@@ -32,19 +42,99 @@ from ironic_shard_operator.core.claims import PoolClaim
 from ironic_shard_operator.core.model import Selector
 from ironic_shard_operator.core.spec import GROUP, PLURAL, VERSION
 
-FINALIZER = f"{GROUP}/operator"
+log = logging.getLogger(__name__)
+
+# The finalizer pools carried while the loop was a kopf daemon; no pool gets it any more.
+LEGACY_FINALIZER = f"{GROUP}/operator"
+# How long the operator's stop waits for the pool loops to end (as kopf waited for daemons).
+STOP_SECONDS = 30.0
+
+
+class LoopStopped:
+    """A pool loop's stop flag, read the way `Operator.run_pool` reads it: truthy once set,
+    and awaitable."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+@dataclass
+class _Loop:
+    uid: str
+    body: dict[str, Any]  # the live view of the CR that the loop reads; refreshed by each event
+    stopped: LoopStopped
+    task: asyncio.Task[None]
+
+
+class PoolLoops:
+    """At most one running loop per pool (namespace/name), for the pool's current uid."""
+
+    def __init__(self) -> None:
+        self._loops: dict[str, _Loop] = {}
+
+    def follow(self, key: str, raw: Mapping[str, Any],
+               start: Callable[[Mapping[str, Any], LoopStopped], Awaitable[None]]) -> None:
+        """Show pool `key`'s loop the CR as `raw` says it is now; start the loop if it is not
+        running, or if `raw` is a new pool of that name (then the old loop is stopped)."""
+        uid = raw["metadata"]["uid"]
+        loop = self._loops.get(key)
+        if loop is not None and loop.uid == uid and not loop.task.done():
+            loop.body.clear()
+            loop.body.update(raw)
+            return
+        if loop is not None:
+            loop.stopped.set()
+        body, stopped = dict(raw), LoopStopped()
+        task = asyncio.create_task(start(body, stopped), name=f"pool {key}")
+        task.add_done_callback(lambda done: _report_crash(key, done))
+        self._loops[key] = _Loop(uid, body, stopped, task)
+
+    def stop(self, key: str) -> None:
+        loop = self._loops.pop(key, None)
+        if loop is not None:
+            loop.stopped.set()
+
+    async def stop_all(self, timeout: float) -> None:
+        """Stop every loop; cancel those still running after `timeout` seconds."""
+        loops, self._loops = list(self._loops.values()), {}
+        for loop in loops:
+            loop.stopped.set()
+        tasks = [loop.task for loop in loops]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _report_crash(key: str, task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("pool %s: its loop ended with an error; the pool's next event restarts it", key,
+                  exc_info=task.exception())
 
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.enabled = False
-    settings.persistence.finalizer = FINALIZER
+    settings.persistence.finalizer = LEGACY_FINALIZER  # kopf removes it: see the module's doc
     if getattr(memo, "operator", None) is None:
         raise kopf.PermanentError("handlers need memo.operator (start through runner.main)")
+    memo.pool_loops = PoolLoops()
 
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
+    await memo.pool_loops.stop_all(STOP_SECONDS)
     await memo.operator.kube.close()
 
 
@@ -59,13 +149,22 @@ def pool_claims(namespace: str, name: str, meta: Any, spec: Any, **_: Any) -> di
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def pool_changed(type: str | None, namespace: str, name: str, meta: Any, memo: kopf.Memo,
-                 **_: Any) -> None:
+async def pool_changed(event: Any, type: str | None, namespace: str, name: str, meta: Any,
+                       memo: kopf.Memo, pool_claims: kopf.Index[str, PoolClaim], **_: Any) -> None:
     operator: Operator = memo.operator
     key = f"{namespace}/{name}"
-    if type == "DELETED":
-        operator.forget(key)
+    if type == "DELETED" or meta.get("deletionTimestamp"):
+        memo.pool_loops.stop(key)
+        if type == "DELETED":
+            operator.forget(key)
         return
+
+    def claims() -> list[PoolClaim]:
+        return [PoolClaim(c.key, c.created, c.selector, operator.runtime(c.key).cloud)
+                for c in pool_claims.get("pools", [])]
+
+    memo.pool_loops.follow(key, event["object"],
+                           lambda body, stopped: operator.run_pool(body, stopped, claims=claims))
     runtime = operator.runtime(key)
     if runtime.generation != meta.get("generation"):
         operator.wake(key)
@@ -74,15 +173,3 @@ async def pool_changed(type: str | None, namespace: str, name: str, meta: Any, m
 @kopf.on.event("", "v1", "pods", labels={POOL_LABEL: kopf.PRESENT})
 async def pod_changed(namespace: str, labels: Any, memo: kopf.Memo, **_: Any) -> None:
     memo.operator.wake(f"{namespace}/{labels[POOL_LABEL]}")
-
-
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=30.0)
-async def pool_loop(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
-                    pool_claims: kopf.Index[str, PoolClaim], **_: Any) -> None:
-    operator: Operator = memo.operator
-    await operator.run_pool(
-        body, stopped,
-        claims=lambda: [
-            PoolClaim(c.key, c.created, c.selector, operator.runtime(c.key).cloud)
-            for c in pool_claims.get("pools", [])
-        ])
