@@ -66,7 +66,7 @@ BUILTIN_TYPES = (
                               'status.nominatedNodeName')),
     _builtin('', 'v1', 'configmaps', 'ConfigMap', short_names=('cm',)),
     _builtin('', 'v1', 'secrets', 'Secret', field_selectors=('type',)),
-    _builtin('', 'v1', 'serviceaccounts', 'ServiceAccount', short_names=('sa',)),
+    _builtin('', 'v1', 'serviceaccounts', 'ServiceAccount', short_names=('sa',), subresources={'token'}),
     _builtin('', 'v1', 'services', 'Service', short_names=('svc',), categories=('all',),
              subresources={'status'}),
     _builtin('', 'v1', 'events', 'Event', short_names=('ev',),

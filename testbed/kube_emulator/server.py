@@ -31,14 +31,15 @@ What it does not do (answered with a clear error where a client could ask for it
   Namespace/ConfigMap/Secret that kubectl's `create` generators send, deletecollection, the
   `/finalize`, eviction, exec/log/attach/portforward subresources;
 - CRD conversion webhooks (all versions share one stored object), messageExpression of CEL rules
-  (their message is used), admission webhooks, RBAC and authentication (anyone may do anything),
+  (their message is used), admission webhooks, RBAC (anyone may do anything; authentication by
+  ServiceAccount tokens and the audit of their writes are authn.py),
   managedFields, the event TTL, watch bookmarks other than the initial-events-end one;
 - core v1 Events and events.k8s.io/v1 Events are separate stores here (one store, two views on a
   real server); only the kinds listed in BUILTIN_TYPES (resources.py) are served (no apps/v1,
   no RBAC kinds);
 - no controllers but the garbage collector and the namespace and CRD cleanup: no scheduler, no
   kubelet (testbed/kubelet.py plays both), no node lifecycle or taint eviction, no
-  Deployments/ReplicaSets, no service accounts tokens (a `default` ServiceAccount per namespace).
+  Deployments/ReplicaSets (a `default` ServiceAccount per namespace; its tokens: authn.py).
 """
 import asyncio
 import base64
@@ -61,6 +62,7 @@ import yaml
 
 from testbed.kube_emulator import discovery, tables
 from testbed.kube_emulator.admission import admit
+from testbed.kube_emulator.authn import Authenticator, IssuedToken
 from testbed.kube_emulator.builtin_schema import definition_of
 from testbed.kube_emulator.errors import (
     ApiError, already_exists, bad_request, conflict, invalid, not_found, status_details, unknown_resource)
@@ -113,6 +115,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
     _changed: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
     _closing: bool = attrs.field(default=False, init=False)
     _background: set[asyncio.Task[None]] = attrs.field(factory=set, init=False)
+    authn: Authenticator = attrs.field(factory=Authenticator, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()  # kmock's catch-all 404 for unknown URLs
@@ -145,15 +148,24 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         comes before a response started: a watch tells its own errors once it streams
         (_watch_lines), so each is answered as a whole response.
         """
+        user: IssuedToken | None = None
         try:
+            user = self.authn.authenticate(raw_request.headers.get('Authorization'), self._uid_of)
             request = await self._parse_request(raw_request)
             self._requests.append(request)
             del self._requests[:-REQUESTS_KEPT]
             for reaction in self._payloads:
                 del reaction._requests[:-REQUESTS_KEPT]
-            return await self._handle(request)
+            response = await self._handle(request)
         except Exception as e:
-            return await self._render_error(e)
+            response = await self._render_error(e)
+        self.authn.record(user, raw_request.method, raw_request.path_qs, response.status)
+        return response
+
+    def _uid_of(self, plural: str, namespace: str, name: str) -> str | None:
+        """The uid of a core/v1 object now (None: there is none), for token checks (authn.py)."""
+        obj = self._objects.get(('', plural, namespace, name))
+        return obj['metadata']['uid'] if obj is not None else None
 
     async def _parse_request(self, raw: aiohttp.web.BaseRequest) -> kmock.Request:
         body = await raw.read()
@@ -253,6 +265,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             return self._table(rt, [obj], request.headers.get('Accept', '')) or self._view(rt, obj)
         if method == 'POST' and path.subresource == 'binding':
             return self._bind(rt, namespace, path.name, data)
+        if method == 'POST' and path.subresource == 'token':
+            return self.authn.issue(namespace or '', self._get(rt, namespace, path.name), data, self._uid_of)
         if method in ('PUT', 'PATCH'):
             content_type = request.headers.get('Content-Type', 'application/json').split(';')[0]
             return self._write(rt, namespace, path.name, path.subresource, method, content_type, data,

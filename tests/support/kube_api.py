@@ -11,7 +11,8 @@ Register it in the root conftest: `pytest_plugins = ["tests.support.kube_api"]`.
 Fixtures:
 - `kube_api` (session): a `KubeAPI` -- `kubeconfig`, `is_emulator`, `client` (a
   testbed.kube_client.KubeClient), `env` (for subprocesses such as `kopf run`), `kubectl(...)`,
-  `create_namespace(...)`, `has_kubelets`, `wait_for(...)`.
+  `create_namespace(...)`, `has_kubelets`, `wait_for(...)`, `authn` (the fake's token checks
+  and audit of writes; None on a real cluster).
 - `kube_namespace` (function): a fresh namespace, deleted after the test.
 - `kubelet` (function): the fake kubelet (testbed/kubelet.py) for `kube_namespace`,
   started and stopped around the test; the test is skipped where real kubelets run pods.
@@ -30,6 +31,7 @@ import pytest
 
 from testbed.kube_client import KubeAPIError, KubeClient
 from testbed.kube_emulator import EmulatorThread, kubeconfig_text
+from testbed.kube_emulator.authn import Authenticator
 from testbed.kubelet import FAKE_NODE_LABEL, FakeKubelet
 from testbed.waiting import wait_for
 
@@ -42,6 +44,7 @@ class KubeAPI:
     client: KubeClient
     workdir: Path
     namespaces: list[str] = dataclasses.field(default_factory=list)
+    authn: Authenticator | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -107,7 +110,7 @@ def kube_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
     with EmulatorThread() as emulator:
         kubeconfig = workdir / 'kubeconfig'
         kubeconfig.write_text(kubeconfig_text(emulator.url))
-        yield KubeAPI(kubeconfig, True, KubeClient(kubeconfig), workdir)
+        yield KubeAPI(kubeconfig, True, KubeClient(kubeconfig), workdir, authn=emulator.api.authn)
 
 
 @pytest.fixture
