@@ -1,6 +1,6 @@
 """Reconcile benchmark against the real Ironic service: our planner vs a tooz ring, same run.
 
-One Ironic (hack/ironic/service.py, http_basic, sqlite) holds N fake-hardware nodes (default
+One Ironic (testbed/ironic_service.py, http_basic, sqlite) holds N fake-hardware nodes (default
 10,000) in one pool of M members (default 20, so 500 nodes each, the default
 maxNodesPerMember). Both strategies write through the same adapter (ironic.py: bulk
 re-read, <= 4 concurrent writes, <= 20 writes/s); only the decision differs:
@@ -22,7 +22,7 @@ two, so a busy machine slows both alike):
   changed.
 
 The starting ownership (a converged pool) is written with the database shortcut of
-tests/support/ironic_service.py; everything measured goes through the API.
+testbed/ironic_service.py; everything measured goes through the API.
 
 Usage: .venv/bin/python bench/reconcile_bench.py [--nodes N] [--members M]
 """
@@ -41,13 +41,13 @@ from pathlib import Path
 
 from tooz import hashring
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support, run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testbed, run as a script
 
 from ironic_shard_operator.controller.ironic_cycle import run_cycle  # noqa: E402
 from ironic_shard_operator.adapters.ironic import IronicAdapter  # noqa: E402
 from ironic_shard_operator.core.model import Member, Move, Node, Observation, PoolSpec  # noqa: E402
 from ironic_shard_operator.core.planner import owners_after, plan  # noqa: E402
-from tests.support.ironic_service import (  # noqa: E402
+from testbed.ironic_service import (  # noqa: E402
     IronicService,
     assign_shards_directly_in_db,
     running_ironic,

@@ -1,10 +1,11 @@
-"""The real Ironic service for tests: a session fixture and helpers to fill it with nodes.
+"""The real Ironic service for Python callers (the tests, the demo, the benchmark): a running
+service (`running_ironic`) and helpers to fill it with nodes.
 
-The service is started and stopped by hack/ironic/service.py, the same script the demo
-uses (it installs PyPI `ironic` into .tools/ironic-venv on first use, ~40 s). The session
-service runs with http_basic auth, what a user would turn on.
+The service is started and stopped by testbed/ironic_starter.py, run as a command: the same
+code as hack/ironic/service.py (it installs PyPI `ironic` into .tools/ironic-venv on first
+use, ~40 s).
 
-Tests share one service, so each test keeps to its own nodes: give every test its own
+Callers that share one service (the tests do) keep to their own nodes: give each its own
 resource class (`unique_resource_class`) and select the pool by it.
 
 Helpers:
@@ -36,11 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-SERVICE_SCRIPT = REPO / "hack" / "ironic" / "service.py"
+REPO = Path(__file__).resolve().parents[1]
 MICROVERSION = {"X-OpenStack-Ironic-API-Version": "1.82"}
 
 
@@ -64,10 +63,10 @@ class IronicService:
 
     def start(self) -> None:
         """Start again after `stop()`: same port, credentials and database."""
-        run_service_script("start", str(self.state_dir))
+        _run_starter("start", self.state_dir)
 
     def stop(self) -> None:
-        run_service_script("stop", str(self.state_dir))
+        _run_starter("stop", self.state_dir)
 
     def connection(self) -> Any:
         """A fresh openstacksdk connection to this service."""
@@ -99,12 +98,14 @@ class IronicService:
         return response
 
 
-def run_service_script(*args: str) -> dict[str, str]:
-    """Run hack/ironic/service.py; return the KEY=VALUE lines it printed."""
-    done = subprocess.run([sys.executable, str(SERVICE_SCRIPT), *args],
-                          capture_output=True, text=True)
+def _run_starter(command: str, state_dir: Path, *options: str) -> dict[str, str]:
+    """Run the starter's `command` for `state_dir` in a process of its own (the service it
+    starts is then no child of ours); return the KEY=VALUE lines it printed."""
+    args = [command, str(Path(state_dir).resolve()), *options]
+    done = subprocess.run([sys.executable, "-m", "testbed.ironic_starter", *args],
+                          cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"hack/ironic/service.py {' '.join(args)} failed "
+        raise RuntimeError(f"testbed.ironic_starter {' '.join(args)} failed "
                            f"(exit {done.returncode}):\n{done.stderr}")
     return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
 
@@ -113,10 +114,10 @@ def run_service_script(*args: str) -> dict[str, str]:
 def running_ironic(state_dir: Path, *, auth: str = "http_basic", conductor_group: str = "",
                    pin_release: str | None = None) -> Iterator[IronicService]:
     """Start a service in `state_dir`, yield it, and stop it whatever happens."""
-    args = ["start", str(state_dir), "--auth", auth, "--conductor-group", conductor_group]
+    options = ["--auth", auth, "--conductor-group", conductor_group]
     if pin_release:
-        args += ["--pin-release", pin_release]
-    coordinates = run_service_script(*args)
+        options += ["--pin-release", pin_release]
+    coordinates = _run_starter("start", state_dir, *options)
     service = IronicService(
         state_dir=Path(state_dir),
         url=coordinates["IRONIC_URL"],
@@ -127,13 +128,6 @@ def running_ironic(state_dir: Path, *, auth: str = "http_basic", conductor_group
         yield service
     finally:
         service.stop()
-
-
-@pytest.fixture(scope="session")
-def ironic_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IronicService]:
-    """The real Ironic service (http_basic auth, sqlite, fake-hardware) for the session."""
-    with running_ironic(tmp_path_factory.mktemp("ironic"), auth="http_basic") as service:
-        yield service
 
 
 _classes = itertools.count()

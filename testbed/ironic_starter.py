@@ -1,5 +1,7 @@
-#!/usr/bin/env python3
 """The real Ironic service (PyPI `ironic`), standalone on 127.0.0.1, for tests and the demo.
+
+The command hack/ironic/service.py runs `main`; testbed/ironic_service.py runs it as
+`python -m testbed.ironic_starter`.
 
     python3 hack/ironic/service.py install
     python3 hack/ironic/service.py start STATE_DIR [--auth noauth|http_basic] [--port N]
@@ -30,7 +32,8 @@ stopping it. Starting a service that is already running only prints its lines ag
 `stop` ends the whole process group (SIGTERM, then SIGKILL after a bound) and returns only
 once no process of it is left. `status` exits 0 when the service answers.
 
-Only the standard library is used, so any python3 >= 3.9 runs this file.
+Only the standard library is used (here and in testbed/procgroup.py), so any python3 >= 3.9
+runs it, before the project's venv exists.
 """
 
 from __future__ import annotations
@@ -50,10 +53,10 @@ import urllib.request
 import venv
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-sys.path.insert(0, str(HERE.parent))
-from procgroup import group_members  # noqa: E402 - hack/procgroup.py, by path
+from testbed.procgroup import group_members
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_TEMPLATE = REPO / "hack" / "ironic" / "ironic.conf.template"
 # Pinned for reproducible runs; 39.0.0 serves API 1.115 (shards need >= 1.82).
 IRONIC_REQUIREMENT = "ironic==39.0.0"
 CLOUD_NAME = "ironic-test"
@@ -111,7 +114,7 @@ def free_port(host_ip: str) -> int:
 def render_config(state: Path, auth: str, host_ip: str, port: int, conductor_group: str,
                   pin_release: str | None) -> None:
     """Write ironic.conf, the credentials and clouds.yaml into `state` (a fresh directory)."""
-    text = (HERE / "ironic.conf.template").read_text()
+    text = CONFIG_TEMPLATE.read_text()
     for marker, value in {"@HOST@": f"ironic-test-{port}", "@AUTH_STRATEGY@": auth,
                           "@STATE_DIR@": str(state), "@HOST_IP@": host_ip, "@PORT@": str(port),
                           "@CONDUCTOR_GROUP@": conductor_group}.items():
@@ -232,8 +235,9 @@ def stop(state: Path) -> None:
     pidfile.unlink()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command line; `prog` names the command in usage and error lines."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("install", help="install ironic into its own venv (idempotent)")
     starting = commands.add_parser("start", help="start (or restart) the service of STATE_DIR")
@@ -266,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             print("running" if up else "stopped")
             return 0 if up else 3
     except ServiceError as error:
-        print(f"hack/ironic/service.py: {error}", file=sys.stderr)
+        print(f"{parser.prog}: {error}", file=sys.stderr)
         return 1
     return 0
 

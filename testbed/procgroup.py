@@ -1,7 +1,8 @@
-"""The live processes of a process group, read from /proc: shared by the scripts under hack/
-that start services in a group of their own and must know when all of it has ended.
+"""The live processes of a process group, read from /proc: for the starters of the peer services
+(Ironic, Nova), which start each service in a group of its own and must know when all of it
+has ended.
 
-Only the standard library; imported by path (each script puts hack/ on sys.path).
+Only the standard library: the starters run under any python3 >= 3.9, before the venv exists.
 """
 
 from __future__ import annotations

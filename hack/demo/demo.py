@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from tests.support.ironic_service import running_ironic, shards_of  # noqa: E402
+from testbed.ironic_service import running_ironic, shards_of  # noqa: E402
 from testbed.kube_client import KubeAPIError, KubeClient  # noqa: E402
 from testbed.kube_emulator import EmulatorThread, kubeconfig_text  # noqa: E402
 from testbed.kubelet import FAKE_NODE_LABEL, FakeKubelet  # noqa: E402

@@ -44,8 +44,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-sys.path.insert(0, str(HERE.parent))
-from procgroup import group_members  # noqa: E402 - hack/procgroup.py, by path
+sys.path.insert(0, str(ROOT))
+from testbed.procgroup import group_members  # noqa: E402 - the repository root, by path
 VENV = ROOT / ".tools" / "nova-venv"
 REGISTRY = ROOT / ".run" / "nova"
 

@@ -12,7 +12,7 @@ import pytest
 
 from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec
 from ironic_shard_operator.core.planner import owners_after, plan
-from tests.support.ironic_service import (
+from testbed.ironic_service import (
     IronicService,
     assign_shards_directly_in_db,
     seed_nodes_directly_in_db,

@@ -22,14 +22,14 @@ from ironic_shard_operator.adapters.ironic import (
 )
 from ironic_shard_operator.core.model import Selector
 from ironic_shard_operator.core.model import PoolSpec
-from tests.integration.conftest import POOL, ready_members
-from tests.support.ironic_service import (
+from testbed.ironic_service import (
     IronicService,
     running_ironic,
     seed_nodes_directly_in_db,
     shards_of,
     unique_resource_class,
 )
+from tests.integration.conftest import POOL, ready_members
 
 pytestmark = pytest.mark.integration
 

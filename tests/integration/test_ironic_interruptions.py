@@ -18,8 +18,8 @@ from ironic_shard_operator.controller.ironic_cycle import run_cycle
 from ironic_shard_operator.adapters.ironic import IronicUnavailable
 from ironic_shard_operator.core.model import Observation, PoolSpec
 from ironic_shard_operator.core.planner import owners_after, plan
+from testbed.ironic_service import IronicService, shards_of
 from tests.integration.conftest import POOL, members_with_down, ready_members
-from tests.support.ironic_service import IronicService, shards_of
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,7 @@ import pytest
 from ironic_shard_operator.controller.ironic_cycle import run_cycle
 from ironic_shard_operator.core.model import Move, Observation, PoolSpec
 from ironic_shard_operator.core.planner import plan
-from tests.integration.conftest import POOL, members_with_down, ready_members
-from tests.support.ironic_service import (
+from testbed.ironic_service import (
     IronicService,
     claim_for_instance,
     enrol_nodes,
@@ -25,6 +24,7 @@ from tests.support.ironic_service import (
     shards_of,
     unique_resource_class,
 )
+from tests.integration.conftest import POOL, members_with_down, ready_members
 
 pytestmark = pytest.mark.integration
 

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testbed.ironic_service import (
+    IronicService, assign_shards_directly_in_db, claim_for_instance, seed_nodes_directly_in_db,
+    shards_of, unique_resource_class,
+)
 from testbed.kube_client import KubeAPIError
 from tests.integration.operator_harness import (
     POOLS, OperatorProcess, condition, create_secrets, events, free_port, get_pool, http_get,
     install_crd, is_ready,
     lease_holder, loads, member_pods, patch_spec, pool_manifest, ready_members, settle,
-)
-from tests.support.ironic_service import (
-    IronicService, assign_shards_directly_in_db, claim_for_instance, seed_nodes_directly_in_db,
-    shards_of, unique_resource_class,
 )
 from tests.support.kube_api import KubeAPI
 

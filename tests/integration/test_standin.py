@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.ironic_service import (
+from testbed.ironic_service import (
     IronicService, enrol_nodes, seed_nodes_directly_in_db, unique_resource_class,
 )
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testbed.ironic_service import (
+    IronicService, seed_nodes_directly_in_db, shards_of, unique_resource_class,
+)
 from tests.integration.operator_harness import (
     POOLS, OperatorProcess, create_secrets, events, get_pool, install_crd, pool_manifest, ready_members,
-)
-from tests.support.ironic_service import (
-    IronicService, seed_nodes_directly_in_db, shards_of, unique_resource_class,
 )
 from tests.support.kube_api import KubeAPI
 from tests.support.nova_stack import NovaStack

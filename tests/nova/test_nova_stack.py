@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.ironic_service import IronicService
 from tests.nova.sharded_pool import start_sharded_pool
-from tests.support.ironic_service import IronicService
 from tests.support.nova_stack import NovaStack
 
 pytestmark = pytest.mark.nova
