@@ -19,10 +19,9 @@ openstacksdk connection (one clouds.yaml, one cloud) through the Ironic adapter.
 
 Nova is optional. A cloud without a usable compute endpoint, credentials Nova refuses
 (admin is needed) or a Nova older than 2.53 turn the Nova features off (state Disabled,
-with the reason); they are asked again after RECHECK_SECONDS, or at once when the
-clouds.yaml changes (a new connection). Nova not answering (refused, timeouts, 5xx after
-the adapter's own retries) or any other Nova error: state Unavailable, the rest of the
-cycle goes on, and the next attempt waits a backoff that doubles up to MAX_BACKOFF_SECONDS.
+with the reason). Nova not answering (refused, timeouts, 5xx after the adapter's own
+retries) or any other Nova error: state Unavailable, and the rest of the cycle goes on.
+When Nova is asked again, and when it is audited, is `nova_schedule.NovaSchedule`'s call.
 Nothing is lost meanwhile: every decision is re-derived from what Nova and Ironic show
 (level-triggered), and the audit's memory is kept.
 """
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ironic_shard_operator.core import nova_policy
+from ironic_shard_operator.core.nova_schedule import NovaSchedule
 from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.model import Member, Move, Node
@@ -46,11 +46,6 @@ from ironic_shard_operator.core.status import spread
 
 log = logging.getLogger(__name__)
 
-# A cloud without Nova (or whose credentials Nova refuses) is asked again after this long.
-RECHECK_SECONDS = 300.0
-# Nova not answering: the first retry after FIRST_BACKOFF_SECONDS, doubling up to the max.
-FIRST_BACKOFF_SECONDS = 10.0
-MAX_BACKOFF_SECONDS = 300.0
 # Per request, and attempts per call (the adapter backs off between them): a Nova that
 # hangs holds a cycle for about a minute at most.
 REQUEST_TIMEOUT_SECONDS = 15.0
@@ -70,10 +65,7 @@ class NovaRuntime:
     since: dict[str, float] = field(default_factory=dict)
     refused: dict[str, nova_policy.Refusal] = field(default_factory=dict)
     report: nova_policy.AuditReport | None = None
-    audited_at: float | None = None
-    retry_at: float = 0.0
-    failures: int = 0
-    answered: bool = False  # Nova has answered at least once (this cloud has a Nova)
+    schedule: NovaSchedule = NovaSchedule()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +91,8 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     Never raises for Nova's sake: failures become the section's state.
     """
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
-        # A new clouds.yaml: ask Nova at once, and audit at once rather than show the old cloud's.
-        state.adapter, state.retry_at, state.failures, state.audited_at = None, 0.0, 0, None
-    if now < state.retry_at or (nodes is None and not state.answered):
-        # Backing off; or Ironic is not readable and Nova never answered: with a cloud
-        # whose only endpoint is Ironic, "Nova" would be Ironic's dead URL, not news.
+        state.adapter, state.schedule = None, state.schedule.for_new_cloud()  # a new clouds.yaml
+    if not state.schedule.asks_nova(now, ironic_read=nodes is not None):
         return NovaOutcome(None)
     if state.adapter is None:
         state.adapter = NovaAdapter(ironic.connection, cloud_name=pool.cloud_name,
@@ -113,17 +102,17 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     events: list[Event] = []
     try:
         services = nova.compute_services()
-        state.answered = True
+        state.schedule = state.schedule.answered_now()
         changes = nova_policy.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now)
         deletions: tuple[nova_policy.ServiceDeletion, ...] = ()
         interval = nova_policy.update_interval(nova_conf)
         repairs: tuple[Move, ...] = ()
-        if nodes is not None and (state.audited_at is None or now - state.audited_at >= interval):
+        if nodes is not None and state.schedule.audit_due(now, interval):
             state.report = nova_policy.audit(
                 pool=pool.name, identities=identities, retiring=retiring, nodes=nodes,
                 hypervisors=nova.hypervisors(), services=services, since=state.since, now=now,
                 interval=interval, repair=pool.repair_misplaced, refused=state.refused)
-            state.since, state.audited_at = dict(state.report.since), now
+            state.since, state.schedule = dict(state.report.since), state.schedule.audited(now)
             deletions, repairs = state.report.deletions, state.report.repairs
             if metrics is not None:
                 metrics.record_nova_audit(key, state.report.counts())
@@ -135,17 +124,16 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                 if repairs:
                     _hand_over(ironic, key, repairs, nodes or (), metrics, events)
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
-        state.retry_at, state.failures = now + RECHECK_SECONDS, 0
+        state.schedule = state.schedule.after(nova_policy.DISABLED, now)
         section = nova_policy.status_section(nova_policy.DISABLED, str(error))
     except NovaError as error:
-        state.failures += 1
-        backoff = min(FIRST_BACKOFF_SECONDS * 2 ** (state.failures - 1), MAX_BACKOFF_SECONDS)
-        state.retry_at = now + backoff
-        log.warning("pool %s: Nova: %s (next attempt in %.0fs)", key, error, backoff)
+        state.schedule = state.schedule.after(nova_policy.UNAVAILABLE, now)
+        log.warning("pool %s: Nova: %s (next attempt in %.0fs)", key, error,
+                    state.schedule.retry_at - now)
         section = nova_policy.status_section(nova_policy.UNAVAILABLE, str(error), state.report,
                                        (previous or {}).get("forcedDown") or ())
     else:
-        state.retry_at, state.failures = 0.0, 0
+        state.schedule = state.schedule.after(nova_policy.ENABLED, now)
         message = nova_policy.summary(state.report.findings) if state.report is not None else \
             "Nova answers; its hypervisor list is audited once Ironic has been read"
         section = nova_policy.status_section(nova_policy.ENABLED, message, state.report,

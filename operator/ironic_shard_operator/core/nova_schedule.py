@@ -1,0 +1,73 @@
+"""When a pool's Nova is asked, and when its hypervisor list is audited.
+
+Nova is optional and may be away; the cycle asks this schedule, not the clock, whether to
+talk to it:
+- Disabled (no compute endpoint, credentials refused, Nova too old): asked again after
+  RECHECK_SECONDS.
+- Unavailable (no answer, 5xx, any other Nova error): asked again after a backoff of
+  FIRST_BACKOFF_SECONDS that doubles with every failure in a row, up to MAX_BACKOFF_SECONDS.
+- Enabled: asked every cycle; the audit runs once per update interval of the members.
+- A new clouds.yaml (another cloud): asked, and audited, at once.
+- Before Nova has ever answered, it is not asked while Ironic cannot be read: with a cloud
+  whose only endpoint is Ironic, "Nova" would be Ironic's dead URL, not news.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ironic_shard_operator.core.nova_policy import DISABLED, ENABLED, UNAVAILABLE
+
+RECHECK_SECONDS = 300.0
+FIRST_BACKOFF_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class NovaSchedule:
+    """One pool's Nova timing between cycles. `retry_at`: Nova is not asked before then;
+    `failures`: Unavailable cycles in a row; `answered`: Nova has answered at least once
+    (this cloud has a Nova); `audited_at`: the last audit, None for none yet."""
+
+    retry_at: float = 0.0
+    failures: int = 0
+    answered: bool = False
+    audited_at: float | None = None
+
+    def asks_nova(self, now: float, *, ironic_read: bool) -> bool:
+        """Whether this cycle talks to Nova at all."""
+        return now >= self.retry_at and (ironic_read or self.answered)
+
+    def audit_due(self, now: float, interval: float) -> bool:
+        """Whether this cycle audits: once per `interval` (the members' update interval)."""
+        return self.audited_at is None or now - self.audited_at >= interval
+
+    def for_new_cloud(self) -> NovaSchedule:
+        """Another clouds.yaml: ask at once and audit at once, rather than show the old
+        cloud's findings or wait out its backoff."""
+        return replace(self, retry_at=0.0, failures=0, audited_at=None)
+
+    def answered_now(self) -> NovaSchedule:
+        """Nova answered (its compute services were read)."""
+        return replace(self, answered=True)
+
+    def audited(self, now: float) -> NovaSchedule:
+        """The audit ran at `now`."""
+        return replace(self, audited_at=now)
+
+    def after(self, state: str, now: float) -> NovaSchedule:
+        """The schedule after a cycle that ended in `state` (nova_policy's ENABLED,
+        DISABLED or UNAVAILABLE) at `now`."""
+        if state == ENABLED:
+            return replace(self, retry_at=0.0, failures=0)
+        if state == DISABLED:
+            return replace(self, retry_at=now + RECHECK_SECONDS, failures=0)
+        if state == UNAVAILABLE:
+            failures = self.failures + 1
+            return replace(self, retry_at=now + backoff(failures), failures=failures)
+        raise ValueError(f"unknown Nova state {state!r}")
+
+
+def backoff(failures: int) -> float:
+    """The wait after `failures` (>= 1) Unavailable cycles in a row."""
+    return min(FIRST_BACKOFF_SECONDS * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
