@@ -27,10 +27,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
-from ironic_shard_operator.adapters.openstack_http import endpoint_for, short_reason
+from ironic_shard_operator.adapters.openstack_http import (
+    Transient, backoff_delay, cloud_label, describe, endpoint_for, format_version, parse_version, send_once,
+    session_of, with_retries,
+)
 from ironic_shard_operator.core.model import Move, Node, Selector
 from ironic_shard_operator.core.shard_write import Verdict, handover_verdict, move_verdict
 
@@ -135,15 +139,6 @@ class RateLimiter:
             time.sleep(slot - now)
 
 
-class _Retry(Exception):
-    """A transient failure (409, 5xx, timeout, refused): worth another try."""
-
-    def __init__(self, reason: str, *, unavailable: bool) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.unavailable = unavailable  # True: Ironic did not answer; False: node busy
-
-
 class IronicAdapter:
     """One pool's view of Ironic: `check()`, `list_nodes()`, `apply_moves()`.
 
@@ -170,8 +165,7 @@ class IronicAdapter:
             raise ValueError(f"maxConcurrentWrites must be >= 1, got {max_concurrent_writes}")
         self.connection = connection
         self.selector = selector
-        self.cloud = cloud_name or getattr(getattr(connection, "config", None), "name", None) \
-            or "(unnamed)"
+        self.cloud = cloud_label(connection, cloud_name)
         self.max_concurrent_writes = max_concurrent_writes
         self.writes_per_second = writes_per_second
         self.rate = RateLimiter(writes_per_second)
@@ -181,15 +175,11 @@ class IronicAdapter:
         self.request_timeout = request_timeout
         self.retry_attempts = retry_attempts
         self.backoff_seconds = backoff_seconds
-        self._base_url: str | None = None
         self._max_version: tuple[int, int] | None = None
         self._requests = 0
         self._writes = 0
         self._count_lock = threading.Lock()
-        self._session = getattr(connection, "session", None)
-        if self._session is None:
-            raise IronicConfigError("the connection has no keystoneauth session; pass an "
-                                    "openstack.connection.Connection")
+        self._session = session_of(connection, missing=IronicConfigError)
 
     # ---- construction -------------------------------------------------------------
 
@@ -242,14 +232,9 @@ class IronicAdapter:
 
     # ---- checking -----------------------------------------------------------------
 
-    @property
+    @cached_property
     def endpoint(self) -> str:
         """The Ironic API base URL (without /v1), from the clouds.yaml or the catalog."""
-        if self._base_url is None:
-            self._base_url = self._find_endpoint()
-        return self._base_url
-
-    def _find_endpoint(self) -> str:
         url = endpoint_for(self.connection, self._session, "baremetal", self.cloud,
                            missing=IronicEndpointError, refused=IronicAuthError,
                            unreachable=IronicUnavailable)
@@ -304,7 +289,7 @@ class IronicAdapter:
         """Nodes matching `filters` after `marker` (pages of `limit`), stopping past `until`.
 
         With `until`, pages are sorted by uuid so the walk can stop once it is passed.
-        Without `retry`, a page that gets no answer raises _Retry (the caller retries).
+        Without `retry`, a page that gets no answer raises Transient (the caller retries).
         """
         params: dict[str, Any] = {**filters, "fields": ",".join(NODE_FIELDS), "limit": limit}
         if until is not None:
@@ -315,7 +300,7 @@ class IronicAdapter:
             url = self._url("/nodes", page_params)
             response = self._send("GET", url) if retry else self._send_once("GET", url)
             if not retry and response.status_code in RETRYABLE_STATUS:
-                raise _Retry(describe(response), unavailable=response.status_code != 409)
+                raise Transient(describe(response), unavailable=response.status_code != 409)
             if response.status_code == 404 and marker is not None:
                 # The marker node was deleted since we saw it: walk again from the top.
                 if marker == start:
@@ -390,16 +375,16 @@ class IronicAdapter:
                      verdict: Callable[[Move, Node | None], Verdict]) -> None:
         """Re-read, then write, one batch; retry what failed transiently, re-reading first."""
         pending = batch
-        failure = _Retry("", unavailable=False)
+        failure = Transient("", unavailable=False)
         for attempt in range(self.retry_attempts):
             if attempt:
-                time.sleep(self.backoff(attempt - 1))
+                time.sleep(backoff_delay(self.backoff_seconds, attempt - 1))
                 if stop is not None and stop.is_set():
                     result.not_attempted += len(pending)
                     return
             try:
                 current = self._recheck(pending, known)
-            except _Retry as error:
+            except Transient as error:
                 failure = error
                 continue
             writes = []
@@ -410,7 +395,7 @@ class IronicAdapter:
                 else:
                     result.count_skipped(said)
             retry: list[Move] = []
-            failure = _Retry("", unavailable=False)
+            failure = Transient("", unavailable=False)
             for move, outcome in zip(writes, pool.map(lambda m: self._write(m, stop), writes)):
                 if outcome == "applied":
                     result.applied += 1
@@ -453,29 +438,28 @@ class IronicAdapter:
         found = self._list(filters, marker=marker, until=last, limit=limit, retry=False)
         return {uuid: node for uuid, node in found.items() if uuid in wanted}
 
-    def _write(self, move: Move, stop: threading.Event | None) -> str | _Retry:
-        """PATCH one node's shard: "applied", "gone", "stopped", or a _Retry to try later."""
+    def _write(self, move: Move, stop: threading.Event | None) -> str | Transient:
+        """PATCH one node's shard: "applied", "gone", "stopped", or a Transient to try later."""
         if stop is not None and stop.is_set():
             return "stopped"
         self.rate.acquire()
+        if stop is not None and stop.is_set():  # asked again: the wait for a slot can be long
+            return "stopped"
         patch = [{"op": "add", "path": "/shard", "value": move.target}]
         try:
             response = self._send_once("PATCH", self._url(f"/nodes/{move.node_uuid}"), json=patch)
-        except _Retry as failure:
+        except Transient as failure:
             return failure
         if response.status_code == 200:
             return "applied"
         if response.status_code == 404:
             return "gone"
         if response.status_code in RETRYABLE_STATUS:
-            return _Retry(describe(response), unavailable=response.status_code != 409)
+            return Transient(describe(response), unavailable=response.status_code != 409)
         self._raise_for_status(response, f"set the shard of node {move.node_uuid}")
         raise IronicRequestError(f"unexpected answer: {describe(response)}")
 
     # ---- transport ----------------------------------------------------------------
-
-    def backoff(self, attempt: int) -> float:
-        return min(self.backoff_seconds * 2 ** attempt, 10.0)
 
     def _url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
         query = f"?{urlencode(params, safe=',')}" if params else ""
@@ -486,42 +470,26 @@ class IronicAdapter:
         """One HTTP exchange, retried with backoff while Ironic does not answer or answers
         502/503/504: the response, whatever its status. Raises IronicUnavailable when no
         usable answer came after `retry_attempts` (or the one attempt without `retry`)."""
-        attempts = self.retry_attempts if retry else 1
-        failure = _Retry("", unavailable=True)
-        for attempt in range(attempts):
-            if attempt:
-                time.sleep(self.backoff(attempt - 1))
-            try:
-                response = self._send_once(method, url, json=json, microversion=microversion)
-            except _Retry as error:
-                failure = error
-                continue
-            if retry and response.status_code in RETRYABLE_STATUS - {409}:
-                failure = _Retry(describe(response), unavailable=True)
-                continue
-            return response
-        raise IronicUnavailable(
-            f"Ironic at {self.endpoint} (cloud '{self.cloud}') is not answering: "
-            f"{failure.reason}; is it running, and is the baremetal endpoint right?")
+        def gave_up(reason: str) -> IronicUnavailable:
+            return IronicUnavailable(f"Ironic at {self.endpoint} (cloud '{self.cloud}') is not "
+                                     f"answering: {reason}; is it running, and is the baremetal "
+                                     f"endpoint right?")
+
+        return with_retries(lambda: self._send_once(method, url, json=json, microversion=microversion),
+                            attempts=self.retry_attempts if retry else 1,
+                            backoff_seconds=self.backoff_seconds,
+                            retry_status=RETRYABLE_STATUS - {409} if retry else frozenset(),
+                            gave_up=gave_up)
 
     def _send_once(self, method: str, url: str, *, json: Any = None,
                    microversion: bool = True) -> Any:
-        """One HTTP attempt: the response, or _Retry when nothing answered."""
-        from keystoneauth1 import exceptions as ks
-
+        """One HTTP attempt, counted: the response, or Transient when nothing answered."""
         headers = {MICROVERSION_HEADER: format_version(SHARD_MICROVERSION)} if microversion else {}
         with self._count_lock:  # every request we send passes here: the one counter
             self._requests += 1
             self._writes += method == "PATCH"
-        try:
-            return self._session.request(url, method, json=json, headers=headers,
-                                         raise_exc=False, timeout=self.request_timeout,
-                                         connect_retries=0)
-        except ks.Unauthorized as error:  # an auth plugin that could not get a token
-            raise IronicAuthError(f"the credentials of cloud '{self.cloud}' were refused: "
-                                  f"{error}") from None
-        except (ks.ConnectionError, ks.DiscoveryFailure) as error:
-            raise _Retry(short_reason(error), unavailable=True) from None
+        return send_once(self._session, method, url, json=json, headers=headers,
+                         timeout=self.request_timeout, cloud=self.cloud, refused=IronicAuthError)
 
     def _raise_for_status(self, response: Any, action: str) -> None:
         status = response.status_code
@@ -557,29 +525,3 @@ def node_from_api(item: Mapping[str, Any]) -> Node:
 
 def interned(value: str | None) -> str | None:
     return sys.intern(value) if value else None
-
-
-def parse_version(text: str) -> tuple[int, int]:
-    major, _, minor = text.strip().partition(".")
-    return int(major), int(minor or 0)
-
-
-def format_version(version: tuple[int, int]) -> str:
-    return f"{version[0]}.{version[1]}"
-
-
-def describe(response: Any) -> str:
-    """'HTTP 409: <Ironic's own error text>' for a response, short enough for a message."""
-    text = response.text or ""
-    try:
-        body = response.json()
-        if "error_message" in body:  # Ironic wraps its fault as a JSON string
-            import json
-            inner = body["error_message"]
-            text = json.loads(inner).get("faultstring", inner) if isinstance(inner, str) else inner
-        elif isinstance(body.get("error"), Mapping):
-            text = body["error"].get("message", text)
-    except (ValueError, AttributeError, TypeError):
-        pass
-    text = " ".join(str(text).split())
-    return f"HTTP {response.status_code}: {text[:300]}" if text else f"HTTP {response.status_code}"

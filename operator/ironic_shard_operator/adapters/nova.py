@@ -22,13 +22,16 @@ What it keeps:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
-from ironic_shard_operator.adapters.openstack_http import endpoint_for, short_reason
+from ironic_shard_operator.adapters.openstack_http import (
+    cloud_label, describe, endpoint_for, error_text, format_version, parse_version, send_once, session_of,
+    version_document, with_retries,
+)
 
 COMPUTE_MICROVERSION = (2, 53)
 MICROVERSION_HEADERS = {"OpenStack-API-Version": "compute 2.53",
@@ -113,30 +116,20 @@ class NovaAdapter:
                  request_timeout: float = 30.0, retry_attempts: int = 4,
                  backoff_seconds: float = 0.5) -> None:
         self.connection = connection
-        self.cloud = cloud_name or getattr(getattr(connection, "config", None), "name", None) \
-            or "(unnamed)"
+        self.cloud = cloud_label(connection, cloud_name)
         self.request_timeout = request_timeout
         self.retry_attempts = retry_attempts
         self.backoff_seconds = backoff_seconds
-        self._session = getattr(connection, "session", None)
-        if self._session is None:
-            raise NovaNotConfigured("the connection has no keystoneauth session; pass an "
-                                    "openstack.connection.Connection")
-        self._endpoint: str | None = None
+        self._session = session_of(connection, missing=NovaNotConfigured)
         self._max_version: tuple[int, int] | None = None
         self.requests_made = 0
         self.writes_made = 0
 
     # ---- endpoint and version -----------------------------------------------------
 
-    @property
+    @cached_property
     def endpoint(self) -> str:
         """The compute API base URL, ending in /v2.1 (or /v2.1/<project> from a catalog)."""
-        if self._endpoint is None:
-            self._endpoint = self._find_endpoint()
-        return self._endpoint
-
-    def _find_endpoint(self) -> str:
         url = endpoint_for(self.connection, self._session, "compute", self.cloud,
                            missing=NovaNotConfigured, refused=NovaAuthError, unreachable=NovaUnavailable)
         return url if "/v2.1" in url else url + "/v2.1"
@@ -151,16 +144,16 @@ class NovaAdapter:
         if self._max_version is not None:
             return self._max_version
         root = self._send("GET", self.endpoint + "/", microversion=False)
-        version = _version_document(root)
+        version = version_document(root, "v2.1")
         if version is None:
             raise NovaNotConfigured(
                 f"{self.endpoint} (compute endpoint of cloud '{self.cloud}') answered HTTP "
                 f"{root.status_code} but is not the Nova compute API: Nova features are off "
                 "(set compute_endpoint_override to Nova's URL to turn them on)")
-        maximum = _parse_version(version.get("version") or "2.1")
+        maximum = parse_version(version.get("version") or "2.1")
         if maximum < COMPUTE_MICROVERSION:
-            raise NovaTooOld(f"Nova at {self.endpoint} offers compute API {_format(maximum)} at "
-                             f"most; the operator needs {_format(COMPUTE_MICROVERSION)}")
+            raise NovaTooOld(f"Nova at {self.endpoint} offers compute API {format_version(maximum)} "
+                             f"at most; the operator needs {format_version(COMPUTE_MICROVERSION)}")
         probe = self._send("GET", self._url("/os-services", {"binary": "nova-compute",
                                                              "host": "-"}))
         self._raise_for_status(probe, "list compute services")
@@ -228,7 +221,7 @@ class NovaAdapter:
         if response.status_code == 404:
             return False
         if response.status_code == 409:
-            reason = _message(response)
+            reason = error_text(response) or "(no message)"
             raise ServiceInUse(f"Nova refuses to delete the compute service of {service.host}: "
                                f"{reason}", host=service.host, reason=reason)
         self._raise_for_status(response, f"delete the compute service of {service.host}")
@@ -242,31 +235,20 @@ class NovaAdapter:
     def _send(self, method: str, url: str, *, json: Any = None, microversion: bool = True) -> Any:
         """One exchange, retried with backoff while Nova does not answer or answers
         502/503/504: the response, whatever its status. Raises NovaUnavailable at the end."""
-        from keystoneauth1 import exceptions as ks
-
         headers = MICROVERSION_HEADERS if microversion else {}
-        reason = ""
-        for attempt in range(self.retry_attempts):
-            if attempt:
-                time.sleep(min(self.backoff_seconds * 2 ** (attempt - 1), 10.0))
+
+        def attempt() -> Any:
             self.requests_made += 1
             self.writes_made += method in ("PUT", "DELETE")
-            try:
-                response = self._session.request(url, method, json=json, headers=headers,
-                                                 raise_exc=False, timeout=self.request_timeout,
-                                                 connect_retries=0)
-            except ks.Unauthorized as error:
-                raise NovaAuthError(f"the credentials of cloud '{self.cloud}' were refused: "
-                                    f"{error}") from None
-            except (ks.ConnectionError, ks.DiscoveryFailure) as error:
-                reason = short_reason(error)
-                continue
-            if response.status_code in RETRYABLE_STATUS:
-                reason = f"HTTP {response.status_code}: {_message(response)}"
-                continue
-            return response
-        raise NovaUnavailable(f"Nova at {self.endpoint} (cloud '{self.cloud}') is not answering: "
-                              f"{reason} ({self.retry_attempts} attempts)")
+            return send_once(self._session, method, url, json=json, headers=headers,
+                             timeout=self.request_timeout, cloud=self.cloud, refused=NovaAuthError)
+
+        def gave_up(reason: str) -> NovaUnavailable:
+            return NovaUnavailable(f"Nova at {self.endpoint} (cloud '{self.cloud}') is not answering: "
+                                   f"{reason} ({self.retry_attempts} attempts)")
+
+        return with_retries(attempt, attempts=self.retry_attempts, backoff_seconds=self.backoff_seconds,
+                            retry_status=RETRYABLE_STATUS, gave_up=gave_up)
 
     def _raise_for_status(self, response: Any, action: str) -> None:
         status = response.status_code
@@ -276,12 +258,12 @@ class NovaAdapter:
             verb = "refused the credentials of" if status == 401 else \
                 "does not allow (policy; admin is needed) the credentials of"
             raise NovaAuthError(f"Nova at {self.endpoint} {verb} cloud '{self.cloud}' to "
-                                f"{action}: HTTP {status}: {_message(response)}")
+                                f"{action}: {describe(response)}")
         if status == 406:
             raise NovaTooOld(f"Nova at {self.endpoint} refused microversion "
-                             f"{_format(COMPUTE_MICROVERSION)}: {_message(response)}")
-        raise NovaRequestError(f"Nova at {self.endpoint} refused to {action}: "
-                               f"HTTP {status}: {_message(response)}")
+                             f"{format_version(COMPUTE_MICROVERSION)}: "
+                             f"{error_text(response) or '(no message)'}")
+        raise NovaRequestError(f"Nova at {self.endpoint} refused to {action}: {describe(response)}")
 
 
 def _service(item: Mapping[str, Any]) -> ComputeService:
@@ -294,43 +276,3 @@ def _service(item: Mapping[str, Any]) -> ComputeService:
 def _hypervisor(item: Mapping[str, Any]) -> Hypervisor:
     return Hypervisor(node_uuid=item["hypervisor_hostname"], host=item["service"]["host"],
                       up=item.get("state") == "up", enabled=item.get("status") == "enabled")
-
-
-def _version_document(response: Any) -> Mapping[str, Any] | None:
-    """The v2.1 version document of a compute root answer, or None if it is not Nova's."""
-    if response.status_code != 200:
-        return None
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    if not isinstance(body, Mapping):
-        return None
-    if isinstance(body.get("version"), Mapping) and body["version"].get("id") == "v2.1":
-        return body["version"]
-    for version in body.get("versions") or []:
-        if isinstance(version, Mapping) and version.get("id") == "v2.1":
-            return version
-    return None
-
-
-def _message(response: Any) -> str:
-    """Nova's own error text ({"conflictingRequest": {"message": ...}} and the like)."""
-    try:
-        body = response.json()
-        if isinstance(body, Mapping) and len(body) == 1:
-            fault = next(iter(body.values()))
-            if isinstance(fault, Mapping) and "message" in fault:
-                return " ".join(str(fault["message"]).split())[:300]
-    except ValueError:
-        pass
-    return " ".join((response.text or "").split())[:300] or "(no message)"
-
-
-def _parse_version(text: str) -> tuple[int, int]:
-    major, _, minor = text.strip().partition(".")
-    return int(major), int(minor or 0)
-
-
-def _format(version: tuple[int, int]) -> str:
-    return f"{version[0]}.{version[1]}"

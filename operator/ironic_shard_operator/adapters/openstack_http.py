@@ -1,15 +1,36 @@
-"""Where a service of a pool's cloud answers, and why it did not: shared by both adapters.
+"""How both adapters talk to an OpenStack API: where it answers, one request and its
+retries, microversions, and the service's own error text.
 
 The clouds.yaml's `<service>_endpoint_override` wins; otherwise Keystone's catalog is asked
 with the cloud's interface and region, as openstacksdk itself would. Each adapter passes
-its own error types, so an operator reading a condition sees "Ironic ..." or "Nova ..."
-errors in that adapter's own terms.
+its own error types and its own retry settings, so an operator reading a condition sees
+"Ironic ..." or "Nova ..." errors in that adapter's own terms.
 """
 
 from __future__ import annotations
 
+import json as jsonlib
 import re
+import time
+from collections.abc import Callable, Mapping, Set as AbstractSet
 from typing import Any
+
+# The longest wait between two attempts of one request, however many attempts are allowed.
+MAX_BACKOFF_SECONDS = 10.0
+
+
+def cloud_label(connection: Any, cloud_name: str | None) -> str:
+    """The cloud's name for messages: the one given, else the connection's, else '(unnamed)'."""
+    return cloud_name or getattr(getattr(connection, "config", None), "name", None) or "(unnamed)"
+
+
+def session_of(connection: Any, *, missing: type[Exception]) -> Any:
+    """The keystoneauth session of an openstacksdk connection; raises `missing` without one."""
+    session = getattr(connection, "session", None)
+    if session is None:
+        raise missing("the connection has no keystoneauth session; pass an "
+                      "openstack.connection.Connection")
+    return session
 
 
 def endpoint_for(connection: Any, session: Any, service_type: str, cloud: str, *,
@@ -52,3 +73,111 @@ def short_reason(error: BaseException) -> str:
     if "timed out" in text.lower() or "timeout" in type(error).__name__.lower():
         return "timed out"
     return " ".join(text.split())[:200] or type(error).__name__
+
+
+class Transient(Exception):
+    """A failure worth another try: nothing answered (`unavailable`), or the service
+    answered that the thing is busy (Ironic's 409, node locked)."""
+
+    def __init__(self, reason: str, *, unavailable: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.unavailable = unavailable
+
+
+def send_once(session: Any, method: str, url: str, *, json: Any, headers: Mapping[str, str],
+              timeout: float, cloud: str, refused: type[Exception]) -> Any:
+    """One HTTP attempt through the cloud's keystoneauth session: the response, whatever its
+    status. Raises `refused` when no token could be had for the credentials, Transient when
+    nothing answered (refused, timed out, unreachable)."""
+    from keystoneauth1 import exceptions as ks
+
+    try:
+        return session.request(url, method, json=json, headers=headers, raise_exc=False,
+                               timeout=timeout, connect_retries=0)
+    except ks.Unauthorized as error:  # an auth plugin that could not get a token
+        raise refused(f"the credentials of cloud '{cloud}' were refused: {error}") from None
+    except (ks.ConnectionError, ks.DiscoveryFailure) as error:
+        raise Transient(short_reason(error)) from None
+
+
+def with_retries(attempt: Callable[[], Any], *, attempts: int, backoff_seconds: float,
+                 retry_status: AbstractSet[int], gave_up: Callable[[str], Exception]) -> Any:
+    """The first answer of up to `attempts` calls of `attempt` whose status is not in
+    `retry_status`; the calls are spaced by `backoff_delay`. An attempt that raises Transient
+    counts as no answer. Raises `gave_up(reason of the last failure)` after the last one."""
+    reason = ""
+    for number in range(attempts):
+        if number:
+            time.sleep(backoff_delay(backoff_seconds, number - 1))
+        try:
+            response = attempt()
+        except Transient as failure:
+            reason = failure.reason
+            continue
+        if response.status_code in retry_status:
+            reason = describe(response)
+            continue
+        return response
+    raise gave_up(reason)
+
+
+def backoff_delay(backoff_seconds: float, retry: int) -> float:
+    """The wait before retry number `retry` (0 for the first): doubling, at most 10 s."""
+    return min(backoff_seconds * 2 ** retry, MAX_BACKOFF_SECONDS)
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """A microversion ("1.82", "2.53"; "2" is 2.0) as a comparable (major, minor)."""
+    major, _, minor = text.strip().partition(".")
+    return int(major), int(minor or 0)
+
+
+def format_version(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def version_document(response: Any, version_id: str) -> Mapping[str, Any] | None:
+    """The document of API version `version_id` ("v2.1") in an API root's answer (a single
+    {"version": ...} or a {"versions": [...]} list), or None if the answer has none: then
+    what answered is not that API."""
+    if response.status_code != 200:
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    if not isinstance(body, Mapping):
+        return None
+    if isinstance(body.get("version"), Mapping) and body["version"].get("id") == version_id:
+        return body["version"]
+    for version in body.get("versions") or []:
+        if isinstance(version, Mapping) and version.get("id") == version_id:
+            return version
+    return None
+
+
+def error_text(response: Any) -> str:
+    """The service's own error text, on one line and at most 300 characters ('' if none):
+    Ironic's {"error_message": "<JSON with a faultstring>"}, Nova's
+    {"conflictingRequest": {"message": ...}} and the like, else the body as it came."""
+    text = response.text or ""
+    try:
+        body = response.json()
+        if "error_message" in body:  # Ironic wraps its fault as a JSON string
+            inner = body["error_message"]
+            text = jsonlib.loads(inner).get("faultstring", inner) if isinstance(inner, str) else inner
+        else:
+            fault = body.get("error") if isinstance(body.get("error"), Mapping) else \
+                next(iter(body.values())) if len(body) == 1 else None
+            if isinstance(fault, Mapping):
+                text = fault.get("message", text)
+    except (ValueError, AttributeError, TypeError):
+        pass
+    return " ".join(str(text).split())[:300]
+
+
+def describe(response: Any) -> str:
+    """'HTTP 409: <the service's error text>' for a response, short enough for a message."""
+    text = error_text(response)
+    return f"HTTP {response.status_code}: {text}" if text else f"HTTP {response.status_code}"
