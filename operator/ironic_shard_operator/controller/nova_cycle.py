@@ -1,6 +1,6 @@
-"""Nova's side of one pool's cycle: observe Nova, audit (audit.py), write, report.
+"""Nova's side of one pool's cycle: observe Nova, audit (core/nova_policy.py), write, report.
 
-reconcile.py runs it (in a worker thread, like cycle.py's Ironic cycle) after the pod
+reconcile.py runs it (in a worker thread, like ironic_cycle.py's Ironic cycle) after the pod
 actions, so a slow or absent Nova never delays a pod replacement. It shares the pool's
 openstacksdk connection (one clouds.yaml, one cloud) through the Ironic adapter.
 
