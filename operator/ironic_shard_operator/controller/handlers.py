@@ -76,10 +76,12 @@ class _Loop:
 
 
 class PoolLoops:
-    """At most one running loop per pool (namespace/name), for the pool's current uid."""
+    """At most one running loop per pool (namespace/name), for the pool's current uid; a
+    stopped loop is awaited by `stop_all` until it has ended (it may be mid-cycle)."""
 
     def __init__(self) -> None:
         self._loops: dict[str, _Loop] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
 
     def follow(self, key: str, raw: Mapping[str, Any],
                start: Callable[[Mapping[str, Any], LoopStopped], Awaitable[None]]) -> None:
@@ -92,7 +94,7 @@ class PoolLoops:
             loop.body.update(raw)
             return
         if loop is not None:
-            loop.stopped.set()
+            self._stop(loop)
         body, stopped = dict(raw), LoopStopped()
         task = asyncio.create_task(start(body, stopped), name=f"pool {key}")
         task.add_done_callback(lambda done: _report_crash(key, done))
@@ -101,14 +103,20 @@ class PoolLoops:
     def stop(self, key: str) -> None:
         loop = self._loops.pop(key, None)
         if loop is not None:
-            loop.stopped.set()
+            self._stop(loop)
+
+    def _stop(self, loop: _Loop) -> None:
+        loop.stopped.set()
+        if not loop.task.done():
+            self._stopping.add(loop.task)
+            loop.task.add_done_callback(self._stopping.discard)
 
     async def stop_all(self, timeout: float) -> None:
         """Stop every loop; cancel those still running after `timeout` seconds."""
         loops, self._loops = list(self._loops.values()), {}
         for loop in loops:
-            loop.stopped.set()
-        tasks = [loop.task for loop in loops]
+            self._stop(loop)
+        tasks = list(self._stopping)
         if not tasks:
             return
         _, pending = await asyncio.wait(tasks, timeout=timeout)
