@@ -112,11 +112,15 @@ def _run_starter(command: str, state_dir: Path, *options: str) -> dict[str, str]
 
 @contextmanager
 def running_ironic(state_dir: Path, *, auth: str = "http_basic", conductor_group: str = "",
-                   pin_release: str | None = None) -> Iterator[IronicService]:
-    """Start a service in `state_dir`, yield it, and stop it whatever happens."""
+                   pin_release: str | None = None,
+                   max_limit: int | None = None) -> Iterator[IronicService]:
+    """Start a service in `state_dir`, yield it, and stop it whatever happens. `max_limit`:
+    Ironic's [api]max_limit (the starter's default, Ironic's own 1000, when None)."""
     options = ["--auth", auth, "--conductor-group", conductor_group]
     if pin_release:
         options += ["--pin-release", pin_release]
+    if max_limit is not None:
+        options += ["--max-limit", str(max_limit)]
     coordinates = _run_starter("start", state_dir, *options)
     service = IronicService(
         state_dir=Path(state_dir),
@@ -246,6 +250,6 @@ def shards_of(service: IronicService, resource_class: str) -> dict[str, str | No
         query = f"/nodes?resource_class={resource_class}&fields=uuid,shard&limit=1000"
         page = service.request("GET", query + (f"&marker={marker}" if marker else "")).json()
         owners.update((n["uuid"], n["shard"]) for n in page["nodes"])
-        if len(page["nodes"]) < 1000:
+        if not page.get("next"):  # Ironic links a next page while a page is full (max_limit)
             return owners
         marker = page["nodes"][-1]["uuid"]

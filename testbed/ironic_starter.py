@@ -6,7 +6,7 @@ The command hack/ironic/service.py runs `main`; testbed/ironic_service.py runs i
     python3 hack/ironic/service.py install
     python3 hack/ironic/service.py start STATE_DIR [--auth noauth|http_basic] [--port N]
                                                    [--host-ip IP] [--conductor-group NAME]
-                                                   [--pin-release RELEASE]
+                                                   [--pin-release RELEASE] [--max-limit N]
     python3 hack/ironic/service.py stop STATE_DIR
     python3 hack/ironic/service.py status STATE_DIR
 
@@ -44,7 +44,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -53,6 +52,7 @@ import urllib.request
 import venv
 from pathlib import Path
 
+from testbed.ports import free_port
 from testbed.procgroup import group_members
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,6 +64,8 @@ HTTP_BASIC_USER = "admin"
 START_TIMEOUT_SECONDS = 180.0  # ~5 s alone; CI runs other tiers beside it on 2 cores
 STOP_TIMEOUT_SECONDS = 20.0
 AUTH_STRATEGIES = ("noauth", "http_basic")
+# Ironic's own default [api]max_limit: the most items one page of a listing holds.
+DEFAULT_MAX_LIMIT = 1000
 
 
 class ServiceError(Exception):
@@ -105,19 +107,14 @@ def install() -> Path:
     return target / "bin"
 
 
-def free_port(host_ip: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host_ip, 0))
-        return sock.getsockname()[1]
-
-
 def render_config(state: Path, auth: str, host_ip: str, port: int, conductor_group: str,
-                  pin_release: str | None) -> None:
+                  pin_release: str | None, max_limit: int = DEFAULT_MAX_LIMIT) -> None:
     """Write ironic.conf, the credentials and clouds.yaml into `state` (a fresh directory)."""
     text = CONFIG_TEMPLATE.read_text()
     for marker, value in {"@HOST@": f"ironic-test-{port}", "@AUTH_STRATEGY@": auth,
                           "@STATE_DIR@": str(state), "@HOST_IP@": host_ip, "@PORT@": str(port),
-                          "@CONDUCTOR_GROUP@": conductor_group}.items():
+                          "@CONDUCTOR_GROUP@": conductor_group,
+                          "@MAX_LIMIT@": str(max_limit)}.items():
         text = text.replace(marker, value)
     if pin_release:
         text = text.replace("#pin_release_version =", f"pin_release_version = {pin_release}")
@@ -176,14 +173,16 @@ def log_tail(state: Path, lines: int = 25) -> str:
 
 def start(state: Path, auth: str = "noauth", host_ip: str = "127.0.0.1",
           port: int | None = None, conductor_group: str = "",
-          pin_release: str | None = None) -> dict[str, str]:
+          pin_release: str | None = None, max_limit: int = DEFAULT_MAX_LIMIT) -> dict[str, str]:
     """Start the service for `state` and wait until its API answers; return its coordinates."""
+    if max_limit < 1:
+        raise ServiceError(f"--max-limit must be at least 1, got {max_limit}")
     state = state.resolve()
     state.mkdir(parents=True, exist_ok=True)
     bin_dir = install()
     if not (state / "ironic.conf").exists():
         render_config(state, auth, host_ip, port or free_port(host_ip), conductor_group,
-                      pin_release)
+                      pin_release, max_limit)
         subprocess.run([str(bin_dir / "ironic-dbsync"), "--config-file", str(state / "ironic.conf"),
                         "create_schema"], check=True, capture_output=True)
     url = configured_url(state)
@@ -250,6 +249,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                           help="the conductor's group, also given to new nodes (default: none)")
     starting.add_argument("--pin-release", metavar="RELEASE",
                           help="act as an older Ironic release, e.g. zed (API max 1.80)")
+    starting.add_argument("--max-limit", type=int, default=DEFAULT_MAX_LIMIT, metavar="N",
+                          help="[api]max_limit, the most nodes one page of a listing holds "
+                               f"(default {DEFAULT_MAX_LIMIT}, Ironic's own; first start only)")
     for name in ("stop", "status"):
         commands.add_parser(name).add_argument("state_dir", type=Path)
     args = parser.parse_args(argv)
@@ -258,7 +260,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             print(install())
         elif args.command == "start":
             coordinates = start(args.state_dir, args.auth, args.host_ip, args.port,
-                                args.conductor_group, args.pin_release)
+                                args.conductor_group, args.pin_release, args.max_limit)
             for key, value in coordinates.items():
                 print(f"{key}={value}")
         elif args.command == "stop":

@@ -4,7 +4,7 @@
     python3 hack/ironic/service.py install
     python3 hack/ironic/service.py start STATE_DIR [--auth noauth|http_basic] [--port N]
                                                    [--host-ip IP] [--conductor-group NAME]
-                                                   [--pin-release RELEASE]
+                                                   [--pin-release RELEASE] [--max-limit N]
     python3 hack/ironic/service.py stop STATE_DIR
     python3 hack/ironic/service.py status STATE_DIR
 

@@ -7,7 +7,9 @@ that every request is one we chose (the number of requests is what scales).
 
 What it keeps:
 - Reading costs one request per 1,000 managed nodes (`fields=` and pages of 1,000, the
-  pool's conductor group and resource class filtered by Ironic, not here).
+  pool's conductor group and resource class filtered by Ironic, not here). Ironic cuts pages
+  to its `[api]max_limit`, which a deployment may set lower: a listing goes on for as long
+  as Ironic links a next page, whatever the length of the pages.
 - A node is written only when a fresh read, made in bulk right before its batch of writes,
   passes the write rule of core/shard_write.py (still where the plan saw it, still free,
   not yet at its target). A node Nova claimed since the observation is never moved.
@@ -44,7 +46,8 @@ MAX_VERSION_HEADER = "X-OpenStack-Ironic-API-Maximum-Version"
 # Only what ownership decisions need (model.Node).
 NODE_FIELDS = ("uuid", "shard", "instance_uuid", "provision_state",
                "target_provision_state", "reservation")
-# Ironic's default [api]max_limit: larger pages are cut to this anyway.
+# The page size asked for: Ironic's default [api]max_limit (Ironic cuts pages to its own
+# max_limit, so a page may hold fewer; its `next` link says whether more follow).
 PAGE_LIMIT = 1000
 RETRYABLE_STATUS = frozenset({409, 502, 503, 504})
 
@@ -279,15 +282,21 @@ class IronicAdapter:
     # ---- reading ------------------------------------------------------------------
 
     def list_nodes(self) -> tuple[Node, ...]:
-        """The pool's managed nodes, in pages of 1,000: ceil(n / 1000) requests, +1 when
-        n is a multiple of 1,000 (an empty page ends the listing)."""
+        """The pool's managed nodes, in pages of 1,000 (or Ironic's smaller max_limit, m):
+        ceil(n / m) requests, +1 when n is a multiple of m (Ironic links a next page after
+        every full one)."""
         self.check()
         return tuple(self._list(selector_filters(self.selector), marker=None, until=None).values())
 
     def _list(self, filters: Mapping[str, str], *, marker: str | None, until: str | None,
               limit: int = PAGE_LIMIT, retry: bool = True) -> dict[str, Node]:
-        """Nodes matching `filters` after `marker` (pages of `limit`), stopping past `until`.
+        """Nodes matching `filters` after `marker`, stopping past `until`: every page
+        Ironic links, each of at most `limit` nodes (fewer if Ironic's max_limit is lower).
 
+        Ironic's `next` link is the one sign that more follow: a page shorter than `limit`
+        may only be cut to max_limit. The next page is asked for here, with the last node
+        as marker (what the link carries), since the link's host is Ironic's idea of its
+        own address, which need not be the endpoint that reaches it from here.
         With `until`, pages are sorted by uuid so the walk can stop once it is passed.
         Without `retry`, a page that gets no answer raises Transient (the caller retries).
         """
@@ -309,9 +318,10 @@ class IronicAdapter:
                 nodes.clear()
                 continue
             self._raise_for_status(response, "list nodes")
-            page = response.json()["nodes"]
+            body = response.json()
+            page = body["nodes"]
             nodes.update((item["uuid"], node_from_api(item)) for item in page)
-            if len(page) < limit or (until is not None and page[-1]["uuid"] >= until):
+            if not page or not body.get("next") or (until is not None and page[-1]["uuid"] >= until):
                 return nodes
             marker = page[-1]["uuid"]
 
