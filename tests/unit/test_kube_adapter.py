@@ -13,7 +13,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from ironic_shard_operator.adapters.kube import Kube, KubeError
+from ironic_shard_operator.adapters.kube import Kube, KubeError, NotLeader
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/ops/leases"
 
@@ -138,3 +138,24 @@ async def test_5xx_retries_are_bounded_in_count_and_time(api):
             await kube.request("GET", f"{LEASES}/l")
     assert time.monotonic() - started < 1.5
     assert 2 <= len(api.seen) <= 4  # waits 0.2 + 0.4, then 0.8 would pass the budget
+
+
+async def test_a_fenced_write_is_not_sent_and_reads_go_on(api):
+    allowed = [True]
+    async with Kube(may_write=lambda: allowed[0]) as kube:
+        assert await kube.request("PUT", f"{LEASES}/l", body={})
+        allowed[0] = False
+        with pytest.raises(NotLeader):
+            await kube.request("PUT", f"{LEASES}/l", body={})
+        assert await kube.request("GET", f"{LEASES}/l")
+        assert kube.writes == 1
+    assert [m for m, _, _ in api.seen] == ["PUT", "GET"]
+
+
+async def test_the_fence_is_asked_again_before_a_retried_write(api):
+    api.script = [(503, {})]
+    answers = iter([True, False])
+    async with Kube(backoff=0.05, may_write=lambda: next(answers)) as kube:
+        with pytest.raises(NotLeader):
+            await kube.request("PUT", f"{LEASES}/l", body={})
+    assert len(api.seen) == 1

@@ -1,12 +1,14 @@
 """Leader election decisions on a coordination.k8s.io/v1 Lease (core/lease.py, pure)."""
 
 from ironic_shard_operator.controller.runner import Settings
-from ironic_shard_operator.core.lease import LEASE_DURATION, Observed, claim
+from ironic_shard_operator.core.lease import (
+    LEASE_DURATION, RENEW_DEADLINE, RETRY, WRITE_MARGIN, Observed, claim, may_write,
+)
 
 
 def lease(holder, renew="2026-01-01T00:00:00.000000Z", transitions=0, rv="7"):
     return {"metadata": {"name": "ironic-shard-operator", "namespace": "ops", "resourceVersion": rv},
-            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 10, "renewTime": renew,
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": int(LEASE_DURATION), "renewTime": renew,
                      "leaseTransitions": transitions}}
 
 
@@ -41,6 +43,31 @@ def test_standby_waits_a_full_lease_of_unchanged_record_on_its_own_clock():
 def test_a_released_lease_is_taken_at_once():
     taken = claim(lease(""), "b", Observed(), mono=0.0, wall=0.0)
     assert taken["spec"]["holderIdentity"] == "b"
+
+
+def test_the_holder_writes_only_within_its_renew_deadline():
+    assert may_write(last_renewed=100.0, now=100.0)
+    assert may_write(last_renewed=100.0, now=100.0 + RENEW_DEADLINE - 0.01)
+    # A leader frozen past its deadline (SIGSTOP, a paused VM) wakes up unable to write.
+    assert not may_write(last_renewed=100.0, now=100.0 + RENEW_DEADLINE)
+    assert not may_write(last_renewed=100.0, now=100.0 + 3600.0)
+    assert not may_write(last_renewed=None, now=100.0)  # never held
+    assert not may_write(last_renewed=100.0, now=99.0)  # a clock that went back proves nothing
+
+
+def test_no_instant_where_the_holder_may_write_and_a_standby_may_take_over():
+    """The holder's renewal begins at 50 on its clock; the standby first sees it `seen_after`
+    later; both clocks run at the same rate from the same origin here."""
+    assert RENEW_DEADLINE + WRITE_MARGIN == LEASE_DURATION
+    assert WRITE_MARGIN >= 2 * RETRY  # a write checked at the deadline has seconds to land
+    for seen_after in (0.0, 0.3, 1.9):
+        seen = Observed()
+        assert claim(lease("a", renew="r1"), "b", seen, mono=50.0 + seen_after, wall=0.0) is None
+        last_write = max(t / 10 for t in range(0, 1000) if may_write(50.0, t / 10))
+        first_takeover = min(t / 10 for t in range(0, 1000)
+                             if t / 10 >= 50.0 + seen_after
+                             and claim(lease("a", renew="r1"), "b", seen, mono=t / 10, wall=0.0))
+        assert first_takeover - last_write >= WRITE_MARGIN
 
 
 def test_settings_from_environment():

@@ -21,6 +21,9 @@ Answers worth another try are retried inside `request()`, within bounds:
   a caller by a known amount; a Retry-After longer than what is left is not waited for.
 A request that gets no answer (timeout, refused) is not retried here: its caller's next
 cycle is the retry.
+
+Writes can be fenced: with `may_write`, every mutating request (each try) is sent only
+while `may_write()` is True, else `NotLeader` is raised (the leader's Lease check).
 """
 
 from __future__ import annotations
@@ -45,6 +48,14 @@ class KubeError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"Kubernetes API {status}: {message}" if status else message)
         self.status = status
+
+
+class NotLeader(KubeError):
+    """A write was not sent: `may_write()` said this replica may not write now."""
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(0, f"{method} {path}: not sent, this replica may not write now "
+                            f"(its Lease is not renewed within the renew deadline)")
 
 
 def connection_info() -> kopf.ConnectionInfo:
@@ -79,13 +90,13 @@ class Kube:
     """One HTTP session to one API server. Use `async with Kube() as kube:`.
 
     `login` gives the credentials (read again after a 401); `retries` and `retry_budget`
-    bound the retries of 429 and 5xx per call (see the module doc). `writes` counts the
-    mutating requests sent.
+    bound the retries of 429 and 5xx per call (see the module doc); `may_write` fences
+    writes. `writes` counts the mutating requests sent.
     """
 
     def __init__(self, login: Callable[[], kopf.ConnectionInfo] = connection_info, *,
                  timeout: float = 30.0, retries: int = 3, retry_budget: float = 10.0,
-                 backoff: float = 0.25) -> None:
+                 backoff: float = 0.25, may_write: Callable[[], bool] | None = None) -> None:
         self._login = login
         self._info = login()
         self._timeout = aiohttp.ClientTimeout(total=timeout)
@@ -93,6 +104,7 @@ class Kube:
         self._session_transport: tuple[Any, ...] | None = None
         self._retired: list[aiohttp.ClientSession] = []  # replaced while requests may be in flight
         self.retries, self.retry_budget, self.backoff = retries, retry_budget, backoff
+        self.may_write = may_write
         self.writes = 0  # mutating requests sent (create, replace, patch, delete), each try
         self.logins = 1  # times the credentials were read
 
@@ -131,7 +143,7 @@ class Kube:
         """One API call; returns the decoded JSON answer, raises KubeError on >= 400.
 
         Retries as the module doc says: once after a 401 with new credentials, and 429/5xx
-        within `retries` and `retry_budget`."""
+        within `retries` and `retry_budget`. A fenced write raises NotLeader unsent."""
         data = None if body is None else json.dumps(body)
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + self.retry_budget
@@ -139,6 +151,8 @@ class Kube:
         retries = 0
         while True:
             if method != "GET":
+                if self.may_write is not None and not self.may_write():
+                    raise NotLeader(method, path)
                 self.writes += 1
             auth = self._info.as_http_headers()
             status, message, answer, wait = await self._send(method, path, params, data, content_type, auth)

@@ -9,13 +9,21 @@ Environment:
 
 Leader election uses a coordination.k8s.io/v1 Lease named `ironic-shard-operator` in
 POD_NAMESPACE, the Kubernetes standard (client-go's leaderelection, kube-controller-
-manager): a replica acts only while it holds the Lease, renews it every RETRY seconds,
-and stops acting (exits non-zero, so the Deployment restarts it as a standby) when it
-could not renew for RENEW_DEADLINE seconds, which is shorter than the lease: the old
-leader has stopped before any standby may take over. A standby takes over when the
-holder's record has not changed for LEASE_DURATION seconds as measured on the standby's
-own clock (no trust in clock sync), so within ~LEASE_DURATION + RETRY (~12 s) of a
+manager), with client-go's default timings (core/lease.py): a replica acts only while it
+holds the Lease and renews it every RETRY (2 s) seconds. A standby takes over when the
+holder's record has not changed for LEASE_DURATION (15 s) as measured on the standby's
+own clock (no trust in clock sync), so within ~LEASE_DURATION + RETRY (~17 s) of a
 leader's death, and at once when a leader exits cleanly (it releases the Lease).
+
+The leader writes nothing once RENEW_DEADLINE (10 s) has passed since its last successful
+renewal began, on its own clock: every batch of writes asks `LeaderElector.may_write()`
+first (the Kubernetes client before each write request, the Ironic shard writes before
+each node, the Nova cycle before it starts), so a leader that was frozen (SIGSTOP, a
+paused VM) and wakes up after a standby took over makes no write; it then exits
+non-zero, and the Deployment restarts it as a standby. The WRITE_MARGIN (5 s) between
+the renew deadline and the lease duration is room for a write checked just before the
+deadline to reach its server. A write already on the wire when the leader froze can
+still land when it wakes: no check on this side can recall it.
 
 kopf runs with `standalone=True`, i.e. without kopf's own peering: kopf peering pauses
 an operator only for peers of HIGHER priority, so two replicas with the same priority
@@ -128,7 +136,7 @@ async def _lead(settings: Settings, elector: LeaderElector, metrics: Any, stop: 
                 operator_class: Any) -> int:
     """Run kopf while the Lease is held; 0 after a requested stop. Losing the Lease ends
     the process at once (exit code 1)."""
-    operator = operator_class(Kube(), metrics=metrics)
+    operator = operator_class(Kube(may_write=elector.may_write), metrics=metrics)
     # No stop_flag: kopf handles SIGTERM/SIGINT itself once it runs (a stop_flag that is
     # never set would keep kopf waiting for its waiter task at exit); a stop requested
     # before that cancels kopf, which it takes as a request to stop too.

@@ -4,6 +4,15 @@ One replica acts: the holder of the Lease `ironic-shard-operator`. A foreign hol
 taken over only once its record stayed unchanged for its whole lease duration as measured
 on this replica's own monotonic clock (no trust in clock sync), or when it released the
 Lease. controller/leader.py does the reading and writing.
+
+The holder writes (Ironic shards, pods, Nova, status) only while `may_write`: less than
+RENEW_DEADLINE has passed on its own clock since it STARTED its last successful renewal.
+A standby first sees that renewal after it was started, and takes over no sooner than
+LEASE_DURATION later on its own clock. So WRITE_MARGIN (LEASE_DURATION - RENEW_DEADLINE)
+separates the holder's last write from the earliest takeover: room for a write checked
+just before the deadline to reach its server, and for the two clocks' rates to differ. A
+holder that was frozen (SIGSTOP, a paused VM) and wakes up past its deadline finds
+`may_write` False before its next write, whatever it was doing.
 """
 
 from __future__ import annotations
@@ -13,9 +22,10 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 LEASE_NAME = "ironic-shard-operator"
-LEASE_DURATION = 10.0
-RENEW_DEADLINE = 6.0
-RETRY = 2.0
+LEASE_DURATION = 15.0  # a standby waits this long for a holder's record to change
+RENEW_DEADLINE = 10.0  # the holder stops writing this long after its last renewal began
+RETRY = 2.0            # renewal (and standby) attempts are this far apart
+WRITE_MARGIN = LEASE_DURATION - RENEW_DEADLINE
 
 
 def micro_time(seconds: float) -> str:
@@ -57,3 +67,13 @@ def claim(lease: Mapping[str, Any] | None, me: str, observed: Observed, mono: fl
             "metadata": {k: metadata[k] for k in ("name", "namespace", "resourceVersion") if k in metadata}
             or {"name": LEASE_NAME},
             "spec": new_spec}
+
+
+def may_write(last_renewed: float | None, now: float) -> bool:
+    """Whether the holder may still write at `now`: it renewed (or acquired) the Lease in a
+    renewal that began at `last_renewed` (None: never), less than RENEW_DEADLINE ago.
+
+    Both times are on the holder's own monotonic clock; pure. A `now` before
+    `last_renewed` (a clock that is not monotonic) is refused too.
+    """
+    return last_renewed is not None and 0.0 <= now - last_renewed < RENEW_DEADLINE
