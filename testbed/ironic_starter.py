@@ -44,6 +44,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -52,7 +53,6 @@ import urllib.request
 import venv
 from pathlib import Path
 
-from testbed.ports import free_port
 from testbed.procgroup import group_members
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,6 +105,12 @@ def install() -> Path:
                                f"(exit {error.returncode}); see pip's output above") from None
         stamp.write_text(IRONIC_REQUIREMENT + "\n")
     return target / "bin"
+
+
+def free_port(host_ip: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host_ip, 0))
+        return sock.getsockname()[1]
 
 
 def render_config(state: Path, auth: str, host_ip: str, port: int, conductor_group: str,
