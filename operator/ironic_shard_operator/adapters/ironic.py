@@ -98,17 +98,19 @@ class ApplyResult:
     applied: int = 0
     already_right: int = 0     # the fresh read showed the target already: no write needed
     skipped_claimed: int = 0   # pinned since the observation (instance, provisioning, lock)
-    # No longer where the plan saw it: deleted, out of the selector, or given another
-    # shard (re-reads of adoptions list unassigned nodes only, so an adopted node that is
-    # already at its target is counted here, not as already_right).
+    # No longer where the plan saw it: deleted before the re-read (a listing cannot tell that
+    # from the next two), out of the selector, or given another shard (re-reads of adoptions
+    # list unassigned nodes only, so an adopted node already at its target is counted here,
+    # not as already_right).
     skipped_changed: int = 0
+    skipped_gone: int = 0      # deleted from Ironic between its re-read and its write (404)
     skipped_busy: int = 0      # still locked (409) after every retry
     not_attempted: int = 0     # the caller asked to stop first
 
     @property
     def skipped(self) -> int:
         return (self.already_right + self.skipped_claimed + self.skipped_changed
-                + self.skipped_busy + self.not_attempted)
+                + self.skipped_gone + self.skipped_busy + self.not_attempted)
 
     def count_skipped(self, verdict: Verdict) -> None:
         """Count a move the write rule did not let through (any verdict but WRITE)."""
@@ -410,7 +412,7 @@ class IronicAdapter:
                 if outcome == "applied":
                     result.applied += 1
                 elif outcome == "gone":
-                    result.skipped_changed += 1
+                    result.skipped_gone += 1
                 elif outcome == "stopped":
                     result.not_attempted += 1
                 else:
