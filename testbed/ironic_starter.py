@@ -1,14 +1,7 @@
 """The real Ironic service (PyPI `ironic`), standalone on 127.0.0.1, for tests and the demo.
 
-The command hack/ironic/service.py runs `main`; testbed/ironic_service.py runs it as
-`python -m testbed.ironic_starter`.
-
-    python3 hack/ironic/service.py install
-    python3 hack/ironic/service.py start STATE_DIR [--auth noauth|http_basic] [--port N]
-                                                   [--host-ip IP] [--conductor-group NAME]
-                                                   [--pin-release RELEASE] [--max-limit N]
-    python3 hack/ironic/service.py stop STATE_DIR
-    python3 hack/ironic/service.py status STATE_DIR
+The command hack/ironic/service.py (its usage is there) runs `main`; testbed/ironic_service.py
+runs it as `python -m testbed.ironic_starter`. Its commands: install, start, stop, status.
 
 `install` puts `ironic` into its own virtualenv (default .tools/ironic-venv, or
 $IRONIC_VENV): Ironic is a peer we talk to, not a dependency of ours. It is idempotent and
@@ -44,7 +37,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -53,6 +45,7 @@ import urllib.request
 import venv
 from pathlib import Path
 
+from testbed.ports import free_port
 from testbed.procgroup import group_members
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,12 +98,6 @@ def install() -> Path:
                                f"(exit {error.returncode}); see pip's output above") from None
         stamp.write_text(IRONIC_REQUIREMENT + "\n")
     return target / "bin"
-
-
-def free_port(host_ip: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host_ip, 0))
-        return sock.getsockname()[1]
 
 
 def render_config(state: Path, auth: str, host_ip: str, port: int, conductor_group: str,
@@ -278,8 +265,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             print("running" if up else "stopped")
             return 0 if up else 3
     except ServiceError as error:
-        print(f"{parser.prog}: {error}", file=sys.stderr)
-        return 1
+        parser.exit(1, f"{parser.prog}: {error}\n")
     return 0
 
 

@@ -1,6 +1,6 @@
-"""The live processes of a process group, read from /proc: for the starters of the peer services
-(Ironic, Nova), which start each service in a group of its own and must know when all of it
-has ended.
+"""Live processes, read from /proc: for the starters of the peer services (Ironic, Nova), which
+start each service in a process group of its own, must know when all of it has ended, and must
+tell a process they started from a later one with the same PID.
 
 Only the standard library: the starters run under any python3 >= 3.9, before the venv exists.
 """
@@ -24,16 +24,23 @@ def group_members(pgid: int) -> list[int]:
         except ProcessLookupError:
             return []
         return [pgid]
-    members = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+    return [int(entry.name) for entry in proc.iterdir()
+            if entry.name.isdigit() and (fields := _live_stat(entry.name)) and int(fields[2]) == pgid]
+
+
+def start_time_of(pid: int) -> str | None:
+    """The kernel's start time of `pid` (tells it apart from a later process with the same PID);
+    None when it is gone or a zombie."""
+    fields = _live_stat(pid)
+    return fields[19] if fields else None
+
+
+def _live_stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after "pid (comm)" (state, ppid, pgrp, ...), or None when
+    the process is gone, a zombie or dead."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # comm may hold spaces and parentheses
+    return None if fields[0] in ("Z", "X") else fields

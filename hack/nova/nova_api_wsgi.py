@@ -2,7 +2,7 @@
 
 Nova's `nova.wsgi.osapi_compute` parses `sys.argv` with oslo.config at import time, so under
 gunicorn it would read gunicorn's own arguments and fail. This module gives it a clean argv first;
-the config files come from OS_NOVA_CONFIG_DIR / OS_NOVA_CONFIG_FILES (set by novastack.py).
+the config files come from OS_NOVA_CONFIG_DIR / OS_NOVA_CONFIG_FILES (set by testbed/nova_starter.py).
 """
 
 import sys

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tests.support.nova_stack import NovaStack
+from testbed.nova_stack import NovaStack
 
 
 @dataclass(frozen=True)

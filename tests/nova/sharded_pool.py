@@ -17,7 +17,7 @@ from pathlib import Path
 from ironic_shard_operator.core.podspec import member_conf
 from ironic_shard_operator.core.spec import Pool, read_pool
 from testbed.ironic_service import IronicService, enrol_nodes, unique_resource_class
-from tests.support.nova_stack import ComputeProcess, NovaStack
+from testbed.nova_stack import ComputeProcess, NovaStack
 
 
 def pool_named(name: str, resource_class: str) -> Pool:

@@ -24,6 +24,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.ironic_service import IronicService, running_ironic, shards_of, unique_resource_class
+from testbed.nova_stack import NovaStack
+from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
 from tests.integration.operator_harness import (
     POOLS, OperatorProcess, condition, create_secrets, events, free_port, get_pool, http_get, install_crd,
     member_pods, patch_spec, pool_manifest, ready_members,
@@ -32,8 +34,6 @@ from tests.nova.nova_watch import NovaWatch
 from tests.nova.sharded_pool import available_nodes
 from tests.nova.switchable_proxy import SwitchableProxy
 from tests.support.kube_api import KubeAPI
-from tests.support.nova_stack import NovaStack
-from tests.support.process_kubelet import PROCESS_IMAGE, ProcessKubelet
 
 pytestmark = pytest.mark.nova
 

@@ -12,8 +12,8 @@ import pytest
 from ironic_shard_operator.adapters.nova import (
     NovaAdapter, NovaAuthError, NovaNotConfigured, NovaUnavailable, ServiceInUse)
 from testbed.ironic_service import IronicService
+from testbed.nova_stack import NovaStack, started_computes
 from tests.nova.sharded_pool import ShardedPool, start_sharded_pool
-from tests.support.nova_stack import NovaStack, started_computes
 
 pytestmark = pytest.mark.nova
 

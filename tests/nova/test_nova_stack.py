@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from testbed.ironic_service import IronicService
+from testbed.nova_stack import NovaStack
 from tests.nova.sharded_pool import start_sharded_pool
-from tests.support.nova_stack import NovaStack
 
 pytestmark = pytest.mark.nova
 

@@ -2,245 +2,49 @@
 
 Register with `pytest_plugins = ["tests.support.nova_stack"]`. Fixtures:
 
-- `nova_stack` (session): a running `NovaStack` (placement + Nova API + nova-conductor on MariaDB
-  and RabbitMQ, own databases and vhost); stopped with everything it started at session end.
+- `nova_stack` (session): a running `testbed.nova_stack.NovaStack` (placement + Nova API +
+  nova-conductor on MariaDB and RabbitMQ, own databases and vhost); stopped with everything it
+  started at session end.
 - `nova_computes` (function): a `start(name, config_files)` callable; every nova-compute it started
   is stopped when the test ends.
 
-All process handling lives in hack/nova/novastack.py (the same code the demo's CLI runs); this
-module only adapts it to pytest and adds Nova API helpers built on openstacksdk.
+The session summary gets one line: how long the stack took to start, and its peak memory.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import signal
-import subprocess
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator
 
-import openstack
 import pytest
 
-from testbed.waiting import wait_for
+from testbed import nova_starter
+from testbed.nova_stack import ComputeProcess, NovaStack, started_computes
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_novastack():
-    """hack/nova/novastack.py as a module (hack/ is scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("novastack", ROOT / "hack" / "nova" / "novastack.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_session_stacks: list[NovaStack] = []  # the stacks this process started, for the summary
 
 
-novastack = _load_novastack()
-StackError = novastack.StackError
-
-# The microversion the operator's Nova adapter needs (service UUIDs, forced_down, hypervisor
-# service host): every helper here speaks it too.
-COMPUTE_MICROVERSION = "2.53"
-
-
-@dataclass
-class ComputeProcess:
-    """One running `nova-compute --config-file ... --config-file ...` of a stack."""
-
-    stack: "NovaStack"
-    name: str
-    pid: int
-    config_files: tuple[Path, ...]
-
-    @property
-    def log_path(self) -> Path:
-        return self.stack.run_dir / "logs" / f"{self.name}.log"
-
-    def alive(self) -> bool:
-        """True while this process (same PID and start time) runs."""
-        return novastack.is_running(self.stack.run_dir, self.name) and \
-            novastack.pid_of(self.stack.run_dir, self.name) == self.pid
-
-    def kill(self) -> None:
-        """Crash it: SIGKILL, no graceful shutdown (what a container failure looks like)."""
-        novastack.terminate(self.stack.run_dir, self.name, sig=signal.SIGKILL)
-
-    def stop(self) -> None:
-        """Stop it cleanly (SIGTERM, Nova's graceful shutdown); SIGKILL if it takes too long."""
-        novastack.terminate(self.stack.run_dir, self.name, sig=signal.SIGTERM)
-
-
-class NovaStack:
-    """A running stack: where it answers, how to configure computes for it, how to query it.
-
-    Invariant: every method talks to this stack only (its URLs, databases, vhost, run dir).
-    """
-
-    def __init__(self, state: dict) -> None:
-        self.state = state
-        self.id: str = state["id"]
-        self.run_dir = Path(state["run_dir"])
-        self.compute_url: str = state["compute_url"]      # http://127.0.0.1:P/v2.1
-        self.placement_url: str = state["placement_url"]
-        self.token: str = state["token"]                  # "admin:admin" (test auth filter)
-        self.nova_conf = Path(state["nova_conf"])          # the control plane's config
-        self.timings: dict[str, int] = state["timings"]
-        self.start_seconds: float = state.get("start_seconds", 0.0)
-        self._admin: openstack.connection.Connection | None = None  # for the read helpers
-
-    # -- configuration a pool's Secret carries
-    def compute_conf(self, ironic_cloud: dict) -> str:
-        """Base nova.conf for a nova-compute (Ironic driver) against this stack; no host/shard.
-
-        `ironic_cloud` is Ironic's clouds.yaml entry (e.g. `ironic_service.cloud`): its
-        endpoint, and its HTTP basic credentials when `auth_type` is http_basic.
-        """
-        auth = ironic_cloud.get("auth", {})
-        url = ironic_cloud.get("baremetal_endpoint_override") or auth["endpoint"]
-        if ironic_cloud.get("auth_type") == "http_basic":
-            return novastack.render_compute_conf(self.state, url, auth["username"], auth["password"])
-        return novastack.render_compute_conf(self.state, url)
-
-    def cloud_config(self, token: str | None = None) -> dict:
-        """A clouds.yaml `clouds:` entry for openstacksdk that reaches this Nova (as admin, or
-        as `token` = "<user>:<project>")."""
-        return {
-            "auth_type": "admin_token",
-            "auth": {"endpoint": self.compute_url, "token": token or self.token},
-            "compute_endpoint_override": self.compute_url,
-            "compute_api_version": COMPUTE_MICROVERSION,
-        }
-
-    def connection(self, token: str | None = None) -> openstack.connection.Connection:
-        """A new openstacksdk connection to this Nova (admin unless `token` says otherwise)."""
-        return openstack.connect(load_yaml_config=False, load_envvars=False,
-                                 **self.cloud_config(token))
-
-    # -- processes
-    def start_compute(self, name: str, config_files: list[str | Path]) -> ComputeProcess:
-        """Start `nova-compute --config-file F1 --config-file F2 ...` with the files in that order.
-
-        `name` labels the process (logs/<name>.log); use the member name. For a member that is
-        the base nova.conf first, the operator's member.conf second.
-        """
-        files = tuple(Path(f) for f in config_files)
-        pid = novastack.spawn_compute(self.state, name, list(files))
-        return ComputeProcess(self, name, pid, files)
-
-    def rss_bytes(self) -> dict[str, int]:
-        """Resident memory of each running process group of the stack (computes included)."""
-        return novastack.rss_bytes(self.run_dir)
-
-    def record_rss(self) -> dict[str, int]:
-        """Sample `rss_bytes()` for the session summary (which reports the largest sample)."""
-        sample = self.rss_bytes()
-        if sum(sample.values()) > sum(_MEASUREMENTS.get("rss", {}).values()):
-            _MEASUREMENTS["rss"] = sample
-        return sample
-
-    # -- Nova operations a deployment does outside the operator
-    def discover_hosts(self) -> str:
-        """`nova-manage cell_v2 discover_hosts --by-service`: map new compute services to cell1."""
-        done = subprocess.run(
-            [str(Path(self.state["venv"]) / "bin" / "nova-manage"), "--config-file",
-             str(self.nova_conf), "cell_v2", "discover_hosts", "--by-service", "--verbose"],
-            capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            raise StackError(f"discover_hosts failed: {done.stderr or done.stdout}")
-        return done.stdout
-
-    def seed_instance(self, host: str, node: str) -> str:
-        """TEST SETUP SHORTCUT (hack/nova/seed_instance.py): record an instance on `host`'s
-        compute node `node` through Nova's own objects, as a boot would have; returns its UUID.
-        Nothing here can boot a real one (no Glance/Neutron/scheduler). The compute node must
-        exist, i.e. `host`'s nova-compute has listed `node` once."""
-        done = subprocess.run(
-            [str(Path(self.state["venv"]) / "bin" / "python"),
-             str(ROOT / "hack" / "nova" / "seed_instance.py"), str(self.nova_conf), host, node],
-            capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            raise StackError(f"seed_instance failed: {done.stderr[-2000:] or done.stdout}")
-        return done.stdout.strip().splitlines()[-1]
-
-    # -- reading Nova (its raw API, as any client sees it; independent of the operator's adapter)
-    def _get_all(self, path: str, key: str) -> list[dict]:
-        """Every item of a paged Nova list (`<key>_links` next links followed)."""
-        if self._admin is None:
-            self._admin = self.connection()
-        api = self._admin.compute
-        items: list[dict] = []
-        url = path
-        while url:
-            response = api.get(url, microversion=COMPUTE_MICROVERSION)
-            if response.status_code != 200:
-                raise StackError(f"GET {url}: HTTP {response.status_code} {response.text}")
-            body = response.json()
-            items += body[key]
-            url = next((link["href"] for link in body.get(f"{key}_links", [])
-                        if link.get("rel") == "next"), None)
-        return items
-
-    def compute_services(self) -> dict[str, dict]:
-        """nova-compute services by host: {host: {"id", "state", "status", "forced_down", ...}}."""
-        return {s["host"]: s for s in self._get_all("/os-services?binary=nova-compute", "services")}
-
-    def hypervisor_hosts(self) -> dict[str, list[str]]:
-        """Nova's view of ownership: {Ironic node uuid: [compute hosts listing it]}."""
-        owners: dict[str, list[str]] = {}
-        for hypervisor in self._get_all("/os-hypervisors/detail", "hypervisors"):
-            owners.setdefault(hypervisor["hypervisor_hostname"], []).append(
-                hypervisor["service"]["host"])
-        return owners
-
-    def wait_for(self, what: str, condition: Callable[[], bool], timeout: float,
-                 interval: float = 1.0) -> None:
-        """Poll `condition()` until true; fail with `what` after `timeout` seconds."""
-        wait_for(condition, timeout=timeout, interval=interval, what=f"Nova showing {what}")
-
-
-_MEASUREMENTS: dict = {}
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    """One line per measurement of the Nova stack, when a session used it."""
-    if "start_seconds" not in _MEASUREMENTS:
-        return
-    line = f"nova stack: started in {_MEASUREMENTS['start_seconds']:.1f} s"
-    rss = _MEASUREMENTS.get("rss")
-    if rss:
-        parts = ", ".join(f"{name} {size / 2**20:.0f}" for name, size in sorted(rss.items()))
-        line += f"; peak RSS {sum(rss.values()) / 2**20:.0f} MiB ({parts})"
-    terminalreporter.write_line(line)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line per Nova stack the session used: start time and peak resident memory."""
+    for stack in _session_stacks:
+        line = f"nova stack: started in {stack.start_seconds:.1f} s"
+        rss = stack.peak_rss
+        if rss:
+            parts = ", ".join(f"{name} {size / 2**20:.0f}" for name, size in sorted(rss.items()))
+            line += f"; peak RSS {sum(rss.values()) / 2**20:.0f} MiB ({parts})"
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
 def nova_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
     """The real Nova stack for this test session (installed on first use; ~20 s to start)."""
-    state = novastack.start(tmp_path_factory.mktemp("nova-stack"), owner_pid=os.getpid())
-    _MEASUREMENTS["start_seconds"] = state["start_seconds"]
+    state = nova_starter.start(tmp_path_factory.mktemp("nova-stack"), owner_pid=os.getpid())
+    stack = NovaStack(state)
+    _session_stacks.append(stack)
     try:
-        yield NovaStack(state)
+        yield stack
     finally:
-        novastack.stop(state)
-
-
-@contextmanager
-def started_computes(stack: NovaStack) -> Iterator[Callable[[str, list], ComputeProcess]]:
-    """Yield `start(name, config_files)`; every nova-compute it started is stopped on exit."""
-    started: list[ComputeProcess] = []
-
-    def start(name: str, config_files: list[str | Path]) -> ComputeProcess:
-        process = stack.start_compute(name, config_files)
-        started.append(process)
-        return process
-
-    try:
-        yield start
-    finally:
-        novastack.terminate(stack.run_dir, [p.name for p in started])
+        nova_starter.stop(state)
 
 
 @pytest.fixture

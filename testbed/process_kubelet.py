@@ -46,9 +46,11 @@ from typing import Any
 
 from keystoneauth1.exceptions import ClientException
 
+from testbed import nova_starter
 from testbed.kube_client import KubeAPIError, KubeClient
 from testbed.kubelet import FakeKubelet, PodState, pod_status, state_of
-from tests.support.nova_stack import ComputeProcess, NovaStack, StackError, novastack
+from testbed.nova_stack import ComputeProcess, NovaStack
+from testbed.nova_starter import StackError
 
 PROCESS_IMAGE = "nova-compute:process"
 FINALIZER = "process-kubelet.tests.ironicshards.io/container"
@@ -125,7 +127,7 @@ class ProcessKubelet:
             if container.stopping is not None:
                 container.stopping.join(timeout=60)
         names = sorted({c.pod_name for c in containers if not c.stopped})
-        novastack.terminate(self.stack.run_dir, names, sig=signal.SIGTERM)
+        nova_starter.terminate(self.stack.run_dir, names, sig=signal.SIGTERM)
         try:
             for pod in self._pods():
                 self._remove_finalizer(pod)
@@ -390,7 +392,7 @@ class ProcessKubelet:
                 return
 
             def stop() -> None:
-                novastack.terminate(self.stack.run_dir, container.pod_name, sig=signal.SIGTERM,
+                nova_starter.terminate(self.stack.run_dir, container.pod_name, sig=signal.SIGTERM,
                                     timeout=30.0)
 
             container.stopping = threading.Thread(target=stop, name=f"stop-{container.pod_name}",

@@ -1,0 +1,198 @@
+"""A running real Nova stack for Python callers (the tests; the demo's command is
+hack/nova/nova_starter.py): configuration for its computes, openstacksdk connections, real
+nova-compute processes, and reads of Nova's own API.
+
+All process handling lives in testbed/nova_starter.py (the same code the command runs); this
+module adds what needs openstacksdk.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import openstack
+
+from testbed import nova_starter
+from testbed.nova_starter import StackError
+from testbed.waiting import wait_for
+
+# The microversion the operator's Nova adapter needs (service UUIDs, forced_down, hypervisor
+# service host): every helper here speaks it too.
+COMPUTE_MICROVERSION = "2.53"
+
+
+@dataclass
+class ComputeProcess:
+    """One running `nova-compute --config-file ... --config-file ...` of a stack."""
+
+    stack: "NovaStack"
+    name: str
+    pid: int
+    config_files: tuple[Path, ...]
+
+    @property
+    def log_path(self) -> Path:
+        return self.stack.run_dir / "logs" / f"{self.name}.log"
+
+    def alive(self) -> bool:
+        """True while this process (same PID and start time) runs."""
+        return nova_starter.is_running(self.stack.run_dir, self.name) and \
+            nova_starter.pid_of(self.stack.run_dir, self.name) == self.pid
+
+    def kill(self) -> None:
+        """Crash it: SIGKILL, no graceful shutdown (what a container failure looks like)."""
+        nova_starter.terminate(self.stack.run_dir, self.name, sig=signal.SIGKILL)
+
+    def stop(self) -> None:
+        """Stop it cleanly (SIGTERM, Nova's graceful shutdown); SIGKILL if it takes too long."""
+        nova_starter.terminate(self.stack.run_dir, self.name, sig=signal.SIGTERM)
+
+
+class NovaStack:
+    """A running stack: where it answers, how to configure computes for it, how to query it.
+
+    Invariant: every method talks to this stack only (its URLs, databases, vhost, run dir).
+    """
+
+    def __init__(self, state: dict) -> None:
+        self.state = state
+        self.id: str = state["id"]
+        self.run_dir = Path(state["run_dir"])
+        self.compute_url: str = state["compute_url"]      # http://127.0.0.1:P/v2.1
+        self.placement_url: str = state["placement_url"]
+        self.token: str = state["token"]                  # "admin:admin" (test auth filter)
+        self.nova_conf = Path(state["nova_conf"])          # the control plane's config
+        self.timings: dict[str, int] = state["timings"]
+        self.start_seconds: float = state.get("start_seconds", 0.0)
+        self.peak_rss: dict[str, int] = {}                # the largest sample of record_rss()
+        self._admin: openstack.connection.Connection | None = None  # for the read helpers
+
+    # -- configuration a pool's Secret carries
+    def compute_conf(self, ironic_cloud: dict) -> str:
+        """Base nova.conf for a nova-compute (Ironic driver) against this stack; no host/shard.
+
+        `ironic_cloud` is Ironic's clouds.yaml entry (e.g. `ironic_service.cloud`): its
+        endpoint, and its HTTP basic credentials when `auth_type` is http_basic.
+        """
+        auth = ironic_cloud.get("auth", {})
+        url = ironic_cloud.get("baremetal_endpoint_override") or auth["endpoint"]
+        if ironic_cloud.get("auth_type") == "http_basic":
+            return nova_starter.render_compute_conf(self.state, url, auth["username"], auth["password"])
+        return nova_starter.render_compute_conf(self.state, url)
+
+    def cloud_config(self, token: str | None = None) -> dict:
+        """A clouds.yaml `clouds:` entry for openstacksdk that reaches this Nova (as admin, or
+        as `token` = "<user>:<project>")."""
+        return {
+            "auth_type": "admin_token",
+            "auth": {"endpoint": self.compute_url, "token": token or self.token},
+            "compute_endpoint_override": self.compute_url,
+            "compute_api_version": COMPUTE_MICROVERSION,
+        }
+
+    def connection(self, token: str | None = None) -> openstack.connection.Connection:
+        """A new openstacksdk connection to this Nova (admin unless `token` says otherwise)."""
+        return openstack.connect(load_yaml_config=False, load_envvars=False,
+                                 **self.cloud_config(token))
+
+    # -- processes
+    def start_compute(self, name: str, config_files: list[str | Path]) -> ComputeProcess:
+        """Start `nova-compute --config-file F1 --config-file F2 ...` with the files in that order.
+
+        `name` labels the process (logs/<name>.log); use the member name. For a member that is
+        the base nova.conf first, the operator's member.conf second.
+        """
+        files = tuple(Path(f) for f in config_files)
+        pid = nova_starter.spawn_compute(self.state, name, list(files))
+        return ComputeProcess(self, name, pid, files)
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory of each running process group of the stack (computes included)."""
+        return nova_starter.rss_bytes(self.run_dir)
+
+    def record_rss(self) -> dict[str, int]:
+        """Sample `rss_bytes()`; `peak_rss` keeps the largest sample (the session summary's)."""
+        sample = self.rss_bytes()
+        if sum(sample.values()) > sum(self.peak_rss.values()):
+            self.peak_rss = sample
+        return sample
+
+    # -- Nova operations a deployment does outside the operator
+    def discover_hosts(self) -> str:
+        """`nova-manage cell_v2 discover_hosts --by-service`: map new compute services to cell1."""
+        done = subprocess.run(
+            [str(Path(self.state["venv"]) / "bin" / "nova-manage"), "--config-file",
+             str(self.nova_conf), "cell_v2", "discover_hosts", "--by-service", "--verbose"],
+            capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise StackError(f"discover_hosts failed: {done.stderr or done.stdout}")
+        return done.stdout
+
+    def seed_instance(self, host: str, node: str) -> str:
+        """TEST SETUP SHORTCUT (hack/nova/seed_instance.py): record an instance on `host`'s
+        compute node `node` through Nova's own objects, as a boot would have; returns its UUID.
+        Nothing here can boot a real one (no Glance/Neutron/scheduler). The compute node must
+        exist, i.e. `host`'s nova-compute has listed `node` once."""
+        done = subprocess.run(
+            [str(Path(self.state["venv"]) / "bin" / "python"),
+             str(nova_starter.PEER_FILES / "seed_instance.py"), str(self.nova_conf), host, node],
+            capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise StackError(f"seed_instance failed: {done.stderr[-2000:] or done.stdout}")
+        return done.stdout.strip().splitlines()[-1]
+
+    # -- reading Nova (its raw API, as any client sees it; independent of the operator's adapter)
+    def _get_all(self, path: str, key: str) -> list[dict]:
+        """Every item of a paged Nova list (`<key>_links` next links followed)."""
+        if self._admin is None:
+            self._admin = self.connection()
+        api = self._admin.compute
+        items: list[dict] = []
+        url = path
+        while url:
+            response = api.get(url, microversion=COMPUTE_MICROVERSION)
+            if response.status_code != 200:
+                raise StackError(f"GET {url}: HTTP {response.status_code} {response.text}")
+            body = response.json()
+            items += body[key]
+            url = next((link["href"] for link in body.get(f"{key}_links", [])
+                        if link.get("rel") == "next"), None)
+        return items
+
+    def compute_services(self) -> dict[str, dict]:
+        """nova-compute services by host: {host: {"id", "state", "status", "forced_down", ...}}."""
+        return {s["host"]: s for s in self._get_all("/os-services?binary=nova-compute", "services")}
+
+    def hypervisor_hosts(self) -> dict[str, list[str]]:
+        """Nova's view of ownership: {Ironic node uuid: [compute hosts listing it]}."""
+        owners: dict[str, list[str]] = {}
+        for hypervisor in self._get_all("/os-hypervisors/detail", "hypervisors"):
+            owners.setdefault(hypervisor["hypervisor_hostname"], []).append(
+                hypervisor["service"]["host"])
+        return owners
+
+    def wait_for(self, what: str, condition: Callable[[], bool], timeout: float,
+                 interval: float = 1.0) -> None:
+        """Poll `condition()` until true; fail with `what` after `timeout` seconds."""
+        wait_for(condition, timeout=timeout, interval=interval, what=f"Nova showing {what}")
+
+
+@contextmanager
+def started_computes(stack: NovaStack) -> Iterator[Callable[[str, list], ComputeProcess]]:
+    """Yield `start(name, config_files)`; every nova-compute it started is stopped on exit."""
+    started: list[ComputeProcess] = []
+
+    def start(name: str, config_files: list[str | Path]) -> ComputeProcess:
+        process = stack.start_compute(name, config_files)
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        nova_starter.terminate(stack.run_dir, [p.name for p in started])
