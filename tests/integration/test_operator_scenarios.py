@@ -20,12 +20,13 @@ from testbed.ironic_service import (
     shards_of, unique_resource_class,
 )
 from testbed.kube_client import KubeAPIError
-from tests.integration.operator_harness import (
-    POOLS, OperatorProcess, condition, create_secrets, events, free_port, get_pool, http_get,
+from testbed.ports import free_port
+from tests.support.kube_api import KubeAPI
+from tests.support.operator_harness import (
+    POOLS, OperatorProcess, condition, create_secrets, events, get_pool, http_get,
     install_crd, is_ready,
     lease_holder, loads, member_pods, patch_spec, pool_manifest, ready_members, settle,
 )
-from tests.support.kube_api import KubeAPI
 
 pytestmark = pytest.mark.integration
 

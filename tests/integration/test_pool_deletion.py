@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, unique_resource_class
-from tests.integration.operator_harness import (
+from tests.support.kube_api import KubeAPI
+from tests.support.operator_harness import (
     POOLS, KubeAPIError, OperatorProcess, create_secrets, get_pool, install_crd, pool_manifest,
     ready_members, settle,
 )
-from tests.support.kube_api import KubeAPI
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ import pytest
 from testbed import service_account_tokens as tokens
 from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, unique_resource_class
 from testbed.kube_client import KubeAPIError, KubeClient
-from tests.integration.operator_harness import (
+from tests.support.kube_api import KubeAPI
+from tests.support.operator_harness import (
     LEASE, POOLS, OperatorProcess, create_secrets, install_crd, lease_holder, member_pods, pool_manifest,
     ready_members, settle,
 )
-from tests.support.kube_api import KubeAPI
 
 pytestmark = pytest.mark.integration
 

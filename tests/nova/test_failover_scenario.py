@@ -1,5 +1,5 @@
 """Failover as Nova sees it: the real operator, real Ironic, the real Nova stack, and member pods
-run as REAL nova-compute processes (tests/support/process_kubelet.py) with exactly the config the
+run as REAL nova-compute processes (testbed/process_kubelet.py) with exactly the config the
 operator renders (the pool's nova.conf Secret, then the member's overlay ConfigMap).
 
 Nova's own hypervisor list is the judge: every node under exactly the compute whose member owns
@@ -25,15 +25,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.ironic_service import IronicService, running_ironic, shards_of, unique_resource_class
 from testbed.nova_stack import NovaStack
+from testbed.ports import free_port
 from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
-from tests.integration.operator_harness import (
-    POOLS, OperatorProcess, condition, create_secrets, events, free_port, get_pool, http_get, install_crd,
-    member_pods, patch_spec, pool_manifest, ready_members,
-)
 from tests.nova.nova_watch import NovaWatch
 from tests.nova.sharded_pool import available_nodes
 from tests.nova.switchable_proxy import SwitchableProxy
 from tests.support.kube_api import KubeAPI
+from tests.support.operator_harness import (
+    POOLS, OperatorProcess, condition, create_secrets, events, get_pool, http_get, install_crd,
+    member_pods, patch_spec, pool_manifest, ready_members,
+)
 
 pytestmark = pytest.mark.nova
 

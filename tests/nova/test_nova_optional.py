@@ -17,10 +17,10 @@ from testbed.ironic_service import (
     IronicService, seed_nodes_directly_in_db, shards_of, unique_resource_class,
 )
 from testbed.nova_stack import NovaStack
-from tests.integration.operator_harness import (
+from tests.support.kube_api import KubeAPI
+from tests.support.operator_harness import (
     POOLS, OperatorProcess, create_secrets, events, get_pool, install_crd, pool_manifest, ready_members,
 )
-from tests.support.kube_api import KubeAPI
 
 pytestmark = pytest.mark.nova
 

@@ -1,7 +1,8 @@
-"""What the operator scenario tests share: the CRD, a pool's Secrets and CR, the operator
-process, and short readers of what a user would look at (pods, status, Ironic shards).
+"""The harness the operator scenario tests of every tier share: the CRD, a pool's Secrets and
+CR, the operator process, and short readers of what a user would look at (pods, status, Ironic
+shards).
 
-The operator runs as a real process (`python -m ironic_shard_operator.controller.runner`, what
+The operator runs as a real process (`python -m ironic_shard_operator.cli run`, what
 `ironic-shard-operator run` starts) against the `kube_api` cluster; every process started
 here is stopped again by `OperatorProcess.stop()` / the context manager.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -125,12 +125,6 @@ class OperatorProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def http_get(port: int, path: str) -> str:
