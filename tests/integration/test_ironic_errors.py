@@ -88,7 +88,7 @@ def test_an_endpoint_that_is_not_ironic_is_named_so(ironic_service: IronicServic
 
 def test_a_cloud_missing_from_the_clouds_yaml_is_named(ironic_service: IronicService):
     with pytest.raises(IronicConfigError,
-                       match=r"cloud 'prod' is not in the clouds.yaml \(clouds there: "
+                       match=r"the clouds.yaml has no cloud named 'prod' \(clouds there: "
                              r"ironic-test\)"):
         IronicAdapter.from_clouds_yaml(ironic_service.clouds_yaml, "prod")
 

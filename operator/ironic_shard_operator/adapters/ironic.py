@@ -37,6 +37,7 @@ from ironic_shard_operator.adapters.openstack_http import (
     Transient, backoff_delay, cloud_label, describe, endpoint_for, format_version, parse_version, send_once,
     session_of, with_retries,
 )
+from ironic_shard_operator.core.clouds_yaml import CloudsYamlError, cloud_entry
 from ironic_shard_operator.core.model import Move, Node, Selector
 from ironic_shard_operator.core.shard_write import Verdict, handover_verdict, move_verdict
 
@@ -196,27 +197,16 @@ class IronicAdapter:
         Environment variables (OS_*) and files on disk are ignored: the clouds.yaml given
         is the whole configuration.
         """
-        import yaml
         from openstack import connection as os_connection
         from openstack.config import loader
 
-        if isinstance(clouds_yaml, str):
-            try:
-                parsed = yaml.safe_load(clouds_yaml)
-            except yaml.YAMLError as error:
-                raise IronicConfigError(f"the clouds.yaml is not valid YAML: {error}") from None
-        else:
-            parsed = clouds_yaml
-        clouds = parsed.get("clouds") if isinstance(parsed, Mapping) else None
-        if not isinstance(clouds, Mapping):
-            raise IronicConfigError("the clouds.yaml has no 'clouds:' mapping")
-        if cloud_name not in clouds:
-            known = ", ".join(sorted(map(str, clouds))) or "none"
-            raise IronicConfigError(
-                f"cloud '{cloud_name}' is not in the clouds.yaml (clouds there: {known})")
+        try:
+            entry = cloud_entry(clouds_yaml, cloud_name)
+        except CloudsYamlError as error:
+            raise IronicConfigError(str(error)) from None
         try:
             region = loader.OpenStackConfig(load_yaml_config=False, load_envvars=False) \
-                .get_one(**dict(clouds[cloud_name]))
+                .get_one(**dict(entry))
             conn = os_connection.Connection(config=region)
         except Exception as error:  # openstacksdk raises several types for bad configs
             raise IronicConfigError(f"cloud '{cloud_name}' of the clouds.yaml cannot be "

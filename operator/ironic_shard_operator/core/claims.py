@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ironic_shard_operator.core.clouds_yaml import CloudsYamlError, cloud_entry
 from ironic_shard_operator.core.model import Selector
 from ironic_shard_operator.core.spec import InvalidSpec
 
@@ -47,15 +48,14 @@ def cloud_identity(clouds_yaml: str, cloud_name: str) -> str:
 
     Two pools are compared for Conflict only when they talk to the same Ironic; credentials
     and other settings do not change which Ironic that is, so they are left out.
+    Raises InvalidSpec saying what keeps the clouds.yaml from naming the cloud
+    (clouds_yaml.cloud_entry: its syntax, its shape, or the missing cloud).
     """
-    import yaml  # local: only this function parses YAML
-
     try:
-        document = yaml.safe_load(clouds_yaml) or {}
-        cloud = (document.get("clouds") or {})[cloud_name]
-    except (yaml.YAMLError, AttributeError, KeyError, TypeError):
-        raise InvalidSpec(f"spec.cloud: the clouds.yaml has no cloud named {cloud_name!r}")
-    auth = cloud.get("auth") or {}
+        cloud = cloud_entry(clouds_yaml, cloud_name)
+    except CloudsYamlError as error:
+        raise InvalidSpec(f"spec.cloud: {error}") from None
+    auth = cloud.get("auth") if isinstance(cloud.get("auth"), dict) else {}
     where = (
         cloud.get("baremetal_endpoint_override")
         or auth.get("endpoint")
