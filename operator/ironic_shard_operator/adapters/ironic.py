@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 from urllib.parse import urlencode
 
@@ -195,7 +195,9 @@ class IronicAdapter:
         """An adapter for cloud `cloud_name` of a clouds.yaml (text or parsed mapping).
 
         Environment variables (OS_*) and files on disk are ignored: the clouds.yaml given
-        is the whole configuration.
+        is the whole configuration. Raises IronicConfigError when the entry cannot describe
+        a connection; an auth_type no installed keystoneauth plugin answers to is refused
+        before openstacksdk's loader is asked, which would log a WARNING on each attempt.
         """
         from openstack import connection as os_connection
         from openstack.config import loader
@@ -204,6 +206,11 @@ class IronicAdapter:
             entry = cloud_entry(clouds_yaml, cloud_name)
         except CloudsYamlError as error:
             raise IronicConfigError(str(error)) from None
+        auth_type = entry.get("auth_type", entry.get("auth_plugin"))
+        if auth_type not in (None, "", "None", "token_endpoint") and auth_type not in auth_plugins():
+            raise IronicConfigError(
+                f"cloud '{cloud_name}' of the clouds.yaml has auth_type {auth_type!r}, which is no "
+                f"authentication plugin known here (known: {', '.join(sorted(auth_plugins()))})")
         try:
             region = loader.OpenStackConfig(load_yaml_config=False, load_envvars=False) \
                 .get_one(**dict(entry))
@@ -507,6 +514,16 @@ class IronicAdapter:
                                f"{format_version(SHARD_MICROVERSION)}: {describe(response)}")
         raise IronicRequestError(f"Ironic at {self.endpoint} refused to {action}: "
                                  f"{describe(response)}")
+
+
+@cache
+def auth_plugins() -> frozenset[str]:
+    """The auth_type names of the installed keystoneauth plugins (fixed per process): their
+    entry points, read without loading them (loading logs an ERROR for each plugin whose
+    optional dependencies are missing)."""
+    from importlib.metadata import entry_points
+
+    return frozenset(point.name for point in entry_points(group="keystoneauth1.plugin"))
 
 
 def node_from_api(item: Mapping[str, Any]) -> Node:

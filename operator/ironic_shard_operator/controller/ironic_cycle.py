@@ -6,18 +6,25 @@ re-reads Ironic every time (level-triggered), so a cycle interrupted after any w
 killed) leaves every node with either its old owner or its new one, and the next cycle
 plans from what Ironic shows and finishes the job. Re-running a converged pool makes no
 write.
+
+`AdapterCache` keeps a pool's adapter from one cycle to the next: rebuilt when its
+configuration changes, and a configuration that cannot be used is neither tried nor logged
+again until it changes.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from ironic_shard_operator.adapters.ironic import ApplyResult, IronicAdapter
+from ironic_shard_operator.adapters.ironic import ApplyResult, IronicAdapter, IronicConfigError
 from ironic_shard_operator.core.model import Member, Node, NodeCounts, Observation, Plan, PoolSpec
 from ironic_shard_operator.core.planner import plan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,36 @@ class CycleReport:
     @property
     def counts(self) -> NodeCounts:
         return self.plan.counts
+
+
+class AdapterCache:
+    """One pool's Ironic adapter across cycles, built once per configuration.
+
+    `get(key, build)` returns the adapter built for `key` (the clouds.yaml and the settings
+    it depends on), calling `build` only when the key differs from the last one. A build
+    that fails with IronicConfigError is remembered with its key: every later `get` with the
+    same key raises the same message without building again, and the failure is logged
+    (WARNING, `label` naming the pool) once per key, not once per cycle.
+    """
+
+    def __init__(self) -> None:
+        self.key: Hashable = None
+        self.adapter: IronicAdapter | None = None
+        self.error: IronicConfigError | None = None
+
+    def get(self, key: Hashable, build: Callable[[], IronicAdapter], *, label: str = "") -> IronicAdapter:
+        if self.key is None or key != self.key:
+            self.key, self.adapter, self.error = key, None, None
+            try:
+                self.adapter = build()
+            except IronicConfigError as error:
+                self.error = error
+                log.warning("%s: the cloud configuration cannot be used: %s (not tried again until it "
+                            "changes)", label or "pool", error)
+        if self.error is not None:
+            raise IronicConfigError(str(self.error))
+        assert self.adapter is not None
+        return self.adapter
 
 
 def run_cycle(
