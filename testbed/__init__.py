@@ -3,17 +3,19 @@
 What belongs here: code that tests/, hack/ and bench/ use to bring up the world the operator
 lives in, and nothing that is a test:
 
-- kube_emulator/     the FAKE Kubernetes API server (the only fake of a peer; see its server.py)
-- kube_client.py     a small synchronous client for any Kubernetes API server
-- kubelet.py         a FAKE kubelet (and scheduler) for API servers where no kubelet runs pods
-- process_kubelet.py a FAKE kubelet whose pods run as REAL nova-compute processes
-- ironic_starter.py  the real Ironic service: install, start, stop (the code of hack/ironic/service.py)
-- ironic_service.py  a running Ironic for Python callers, and helpers that fill it with nodes
-- nova_starter.py    the real Nova stack: start, stop, computes (the code of hack/nova/novastack.py)
-- nova_stack.py      a running Nova stack for Python callers (openstacksdk, nova-compute processes)
-- procgroup.py       live processes and process groups, read from /proc
-- ports.py           a free TCP port
-- waiting.py         wait_for: polling with a deadline CI can stretch (TEST_DEADLINE_SCALE)
+- kube_emulator/            the FAKE Kubernetes API server (the only fake of a peer; see its server.py)
+- kube_client.py            a small synchronous client for any Kubernetes API server
+- kubelet.py                a FAKE kubelet (and scheduler) for API servers where no kubelet runs pods
+- process_kubelet.py        a FAKE kubelet whose pods run as REAL nova-compute processes
+- service_account_tokens.py ServiceAccount tokens for a process, issued, rotated and revoked
+- operator_objects.py       the CRD and a pool's Secrets, created as a user creates them
+- ironic_starter.py         the real Ironic service: install, start, stop (hack/ironic/service.py runs it)
+- ironic_service.py         a running Ironic for Python callers, and helpers that fill it with nodes
+- nova_starter.py           the real Nova stack: start, stop, computes (hack/nova/novastack.py runs it)
+- nova_stack.py             a running Nova stack for Python callers (openstacksdk, nova-compute processes)
+- procgroup.py              live processes and process groups, read from /proc
+- ports.py                  a free TCP port
+- waiting.py                wait_for: polling with a deadline CI can stretch (TEST_DEADLINE_SCALE)
 
 The starters, procgroup.py and ports.py use only the standard library (any python3 >= 3.9):
 the commands in hack/ run them before the project's venv exists.

@@ -20,6 +20,8 @@ from unittest import mock
 
 import kopf
 
+from testbed.waiting import wait_for
+
 PATCH_TYPES = {'merge': 'application/merge-patch+json', 'json': 'application/json-patch+json',
                'strategic': 'application/strategic-merge-patch+json'}
 
@@ -136,6 +138,20 @@ class KubeClient:
     def delete(self, path: str, **options: Any) -> Any:
         """DELETE with DeleteOptions (gracePeriodSeconds, propagationPolicy, preconditions)."""
         return self.request('DELETE', path, dict(options, kind='DeleteOptions', apiVersion='v1') if options else None)
+
+    def create_namespace(self, name: str) -> None:
+        """Create namespace `name`; return once it takes pods (its default service account exists:
+        a real cluster's controller-manager adds it a moment later, and pods are refused until then)."""
+        self.create('/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': name}})
+
+        def default_service_account() -> bool:
+            try:
+                return bool(self.get(f'/api/v1/namespaces/{name}/serviceaccounts/default'))
+            except KubeAPIError as e:
+                if e.status == 404:
+                    return False
+                raise
+        wait_for(default_service_account, timeout=30, what=f'the default service account of {name}')
 
     def watch(self, path: str, *, timeout_seconds: int = 60, **params: Any) -> WatchStream:
         connection = self._connect(timeout=timeout_seconds + 15)

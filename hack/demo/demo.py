@@ -15,7 +15,6 @@ fail, on command), and without a cluster the API server is the emulator
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import signal
 import subprocess
@@ -31,12 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
-
 from testbed.ironic_service import running_ironic, shards_of  # noqa: E402
 from testbed.kube_client import KubeAPIError, KubeClient  # noqa: E402
 from testbed.kube_emulator import EmulatorThread, kubeconfig_text  # noqa: E402
 from testbed.kubelet import FAKE_NODE_LABEL, FakeKubelet  # noqa: E402
+from testbed.operator_objects import create_secrets, install_crd  # noqa: E402
 
 POOL = "rack-a"
 NAMESPACE = "ironic-demo"
@@ -132,36 +130,10 @@ def seed_ironic(ironic, count: int, with_instances: int) -> None:
 
 
 def apply_objects(client: KubeClient, clouds_yaml: str) -> None:
-    crd = yaml.safe_load((REPO / "crds" / "ironicshards.io_ironiccomputeshards.yaml").read_text())
-    try:
-        client.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-    except KubeAPIError as error:
-        if error.status != 409:
-            raise
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            client.get("/apis/ironicshards.io/v1alpha1/ironiccomputeshards")
-            break
-        except KubeAPIError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    deadline = time.monotonic() + 30
-    while True:  # a real cluster adds the default service account a moment later
-        try:
-            client.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")
-            break
-        except KubeAPIError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    for name, key, text in (("nova-config", "nova.conf", "[DEFAULT]\ncompute_driver = ironic.IronicDriver\n"),
-                            ("openstack-cloud", "clouds.yaml", clouds_yaml)):
-        client.create(f"/api/v1/namespaces/{NAMESPACE}/secrets", {
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-            "data": {key: base64.b64encode(text.encode()).decode()}})
+    """The CRD, the demo's namespace and the pool's Secrets, as a user would create them."""
+    install_crd(client)
+    client.create_namespace(NAMESPACE)
+    create_secrets(client, NAMESPACE, clouds_yaml)
 
 
 def pool_manifest(cloud_name: str) -> dict:

@@ -20,12 +20,12 @@ from testbed.ironic_service import (
     shards_of, unique_resource_class,
 )
 from testbed.kube_client import KubeAPIError
+from testbed.operator_objects import create_secrets, install_crd
 from testbed.ports import free_port
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    POOLS, OperatorProcess, condition, create_secrets, events, get_pool, http_get,
-    install_crd, is_ready,
-    lease_holder, loads, member_pods, patch_spec, pool_manifest, ready_members, settle,
+    POOLS, OperatorProcess, condition, events, get_pool, http_get, is_ready, lease_holder, loads,
+    member_pods, patch_spec, pool_manifest, ready_members, settle,
 )
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ FORCE_AFTER = 15  # failover.fencing.forceAfterSeconds (used by mode ForceAfter 
 
 @pytest.fixture(scope="module")
 def crd(kube_api: KubeAPI) -> None:
-    install_crd(kube_api)
+    install_crd(kube_api.client)
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, unique_resource_class
+from testbed.operator_objects import create_secrets, install_crd
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    POOLS, KubeAPIError, OperatorProcess, create_secrets, get_pool, install_crd, pool_manifest,
-    ready_members, settle,
+    POOLS, KubeAPIError, OperatorProcess, get_pool, pool_manifest, ready_members, settle,
 )
 
 pytestmark = pytest.mark.integration
@@ -80,7 +80,7 @@ def pool_left_by_an_old_version(api: KubeAPI, namespace: str, ironic: IronicServ
 def test_a_pool_is_deleted_with_its_members_while_no_operator_runs(
         kube_api: KubeAPI, kube_namespace: str, kubelet, ironic_service: IronicService,
         tmp_path: Path) -> None:
-    install_crd(kube_api)
+    install_crd(kube_api.client)
     path = pool_left_by_an_old_version(kube_api, kube_namespace, ironic_service, tmp_path)
 
     kube_api.client.delete(path)
@@ -94,7 +94,7 @@ def test_deleting_the_crd_deletes_pools_and_members_while_no_operator_runs(
         tmp_path: Path) -> None:
     if not kube_api.is_emulator:
         pytest.skip("deletes the CRD, and with it every pool of the cluster: fake API server only")
-    install_crd(kube_api)
+    install_crd(kube_api.client)
     path = pool_left_by_an_old_version(kube_api, kube_namespace, ironic_service, tmp_path)
     crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ironiccomputeshards.ironicshards.io"
     try:
@@ -104,5 +104,5 @@ def test_deleting_the_crd_deletes_pools_and_members_while_no_operator_runs(
         kube_api.wait_for(lambda: not pool_objects(kube_api, kube_namespace), timeout=60,
                           what="the garbage collector to remove the pools' pods and ConfigMaps")
     finally:
-        install_crd(kube_api)  # for the tests that follow on this API server
+        install_crd(kube_api.client)  # for the tests that follow on this API server
     assert is_gone(kube_api, path)

@@ -14,10 +14,10 @@ import pytest
 from testbed import service_account_tokens as tokens
 from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, unique_resource_class
 from testbed.kube_client import KubeAPIError, KubeClient
+from testbed.operator_objects import create_secrets, install_crd
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    LEASE, POOLS, OperatorProcess, create_secrets, install_crd, lease_holder, member_pods, pool_manifest,
-    ready_members, settle,
+    LEASE, POOLS, OperatorProcess, lease_holder, member_pods, pool_manifest, ready_members, settle,
 )
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def test_a_token_rotated_under_the_running_operator_is_read_again(
     if kube_api.authn is None:
         pytest.skip("on a real cluster the namespace's ServiceAccount has no RBAC for the operator")
     client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
-    install_crd(kube_api)
+    install_crd(kube_api.client)
     resource_class = unique_resource_class("rotation")
     seed_nodes_directly_in_db(ironic_service, 20, resource_class=resource_class)
     create_secrets(client, ns, ironic_service.clouds_yaml)

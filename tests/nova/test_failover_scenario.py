@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.ironic_service import IronicService, running_ironic, shards_of, unique_resource_class
 from testbed.nova_stack import NovaStack
+from testbed.operator_objects import create_secrets, install_crd
 from testbed.ports import free_port
 from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
 from tests.nova.nova_watch import NovaWatch
@@ -32,8 +33,8 @@ from tests.nova.sharded_pool import available_nodes
 from tests.nova.switchable_proxy import SwitchableProxy
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    POOLS, OperatorProcess, condition, create_secrets, events, get_pool, http_get, install_crd,
-    member_pods, patch_spec, pool_manifest, ready_members,
+    POOLS, OperatorProcess, condition, events, get_pool, http_get, member_pods, patch_spec,
+    pool_manifest, ready_members,
 )
 
 pytestmark = pytest.mark.nova
@@ -70,7 +71,7 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
     pool = f"fo{uuid.uuid4().hex[:6]}"  # Nova hosts outlive the test in the session's stack
     m0, m1, m2 = (f"{pool}-{i}" for i in range(3))
 
-    install_crd(kube_api)
+    install_crd(kube_api.client)
     resource_class = unique_resource_class("failover")
     nodes = available_nodes(ironic, NODES, resource_class)
     metrics_port = free_port()

@@ -17,9 +17,10 @@ from testbed.ironic_service import (
     IronicService, seed_nodes_directly_in_db, shards_of, unique_resource_class,
 )
 from testbed.nova_stack import NovaStack
+from testbed.operator_objects import create_secrets, install_crd
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    POOLS, OperatorProcess, create_secrets, events, get_pool, install_crd, pool_manifest, ready_members,
+    POOLS, OperatorProcess, events, get_pool, pool_manifest, ready_members,
 )
 
 pytestmark = pytest.mark.nova
@@ -29,7 +30,7 @@ def test_without_a_usable_nova_the_pool_runs_with_nova_features_off(
         kube_api: KubeAPI, kube_namespace: str, kubelet, ironic_service: IronicService,
         nova_stack: NovaStack, tmp_path: Path) -> None:
     client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
-    install_crd(kube_api)
+    install_crd(kube_api.client)
     # "ironic-only": the Ironic service's own clouds.yaml (no compute endpoint at all).
     # "basic-to-nova": the same credentials with Nova's endpoint added: Nova refuses them.
     clouds = yaml.safe_load(ironic_service.clouds_yaml)["clouds"]

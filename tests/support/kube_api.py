@@ -71,18 +71,8 @@ class KubeAPI:
     def create_namespace(self, prefix: str = 'test') -> str:
         """A new namespace with a unique name, ready for pods (its default service account exists)."""
         name = f'{prefix}-{uuid.uuid4().hex[:8]}'
-        self.client.create('/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': name}})
-        self.namespaces.append(name)
-
-        def default_service_account() -> bool:
-            try:
-                return bool(self.client.get(f'/api/v1/namespaces/{name}/serviceaccounts/default'))
-            except KubeAPIError as e:
-                if e.status == 404:
-                    return False
-                raise
-        # A real cluster's controller-manager adds it a moment later; pods are refused until then.
-        wait_for(default_service_account, timeout=30, what=f'the default service account of {name}')
+        self.namespaces.append(name)  # listed first: cleaned up even if it never becomes ready
+        self.client.create_namespace(name)
         return name
 
     def delete_namespace(self, name: str) -> None:

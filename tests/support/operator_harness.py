@@ -1,6 +1,6 @@
-"""The harness the operator scenario tests of every tier share: the CRD, a pool's Secrets and
-CR, the operator process, and short readers of what a user would look at (pods, status, Ironic
-shards).
+"""The harness the operator scenario tests of every tier share: a pool's CR, the operator
+process, and short readers of what a user would look at (pods, status, Ironic shards). The CRD
+and a pool's Secrets are created by testbed/operator_objects.py.
 
 The operator runs as a real process (`python -m ironic_shard_operator.cli run`, what
 `ironic-shard-operator run` starts) against the `kube_api` cluster; every process started
@@ -9,7 +9,6 @@ here is stopped again by `OperatorProcess.stop()` / the context manager.
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import subprocess
@@ -20,47 +19,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from testbed.kube_client import KubeAPIError, KubeClient
-from testbed.waiting import wait_for
 from tests.support.kube_api import KubeAPI
 
 REPO = Path(__file__).resolve().parents[2]
-CRD = REPO / "crds" / "ironicshards.io_ironiccomputeshards.yaml"
 POOLS = "/apis/ironicshards.io/v1alpha1/namespaces/{ns}/ironiccomputeshards"
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/ironic-shard-operator"
-
-
-def install_crd(api: KubeAPI) -> None:
-    """Create (or update) the project's CRD and wait until its resource is served."""
-    crd = yaml.safe_load(CRD.read_text())
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    try:
-        api.client.create(path, crd)
-    except KubeAPIError as error:
-        if error.status != 409:
-            raise
-        current = api.client.get(f"{path}/{crd['metadata']['name']}")
-        crd["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        api.client.replace(f"{path}/{crd['metadata']['name']}", crd)
-
-    def served() -> bool:
-        try:
-            api.client.get("/apis/ironicshards.io/v1alpha1/ironiccomputeshards")
-            return True
-        except KubeAPIError:
-            return False
-    wait_for(served, timeout=30, what="the IronicComputeShard resource to be served")
-
-
-def create_secrets(client: KubeClient, namespace: str, clouds_yaml: str,
-                   nova_conf: str = "[DEFAULT]\ncompute_driver = ironic.IronicDriver\n") -> None:
-    for name, key, text in (("nova-config", "nova.conf", nova_conf),
-                            ("openstack-cloud", "clouds.yaml", clouds_yaml)):
-        client.create(f"/api/v1/namespaces/{namespace}/secrets", {
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-            "data": {key: base64.b64encode(text.encode()).decode()}})
 
 
 def pool_manifest(name: str, *, cloud_name: str, resource_class: str, **spec: Any) -> dict[str, Any]:
