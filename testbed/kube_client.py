@@ -142,7 +142,8 @@ class KubeClient:
     def create_namespace(self, name: str) -> None:
         """Create namespace `name`; return once it takes pods (its default service account exists:
         a real cluster's controller-manager adds it a moment later, and pods are refused until then)."""
-        self.create('/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': name}})
+        self.create('/api/v1/namespaces',
+                    {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': name}})
 
         def default_service_account() -> bool:
             try:

@@ -348,7 +348,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             yield ''.join(traceback.format_exception(e)).encode()
 
     async def _watch_events(self, request: kmock.Request, rt: ResourceType, namespace: str | None,
-                            params: dict[str, str], labels: LabelSelector, fields: list[tuple[str, bool, str]],
+                            params: dict[str, str], labels: LabelSelector,
+                            fields: list[tuple[str, bool, str]],
                             timeout: float | None) -> AsyncIterator[dict[str, Any]]:
         """The events of one watch, from its resourceVersion on, until its timeout or the client leaves."""
         loop = asyncio.get_running_loop()
