@@ -139,6 +139,19 @@ class KubeClient:
         """DELETE with DeleteOptions (gracePeriodSeconds, propagationPolicy, preconditions)."""
         return self.request('DELETE', path, dict(options, kind='DeleteOptions', apiVersion='v1') if options else None)
 
+    def create_or_replace(self, path: str, obj: dict[str, Any]) -> Any:
+        """Create `obj` in the collection at `path`, or replace the object of its name that exists
+        there (at that object's resourceVersion): the object is then `obj`, nothing merged."""
+        try:
+            return self.create(path, obj)
+        except KubeAPIError as e:
+            if e.status != 409:
+                raise
+        url = f"{path}/{obj['metadata']['name']}"
+        current = self.get(url)
+        metadata = dict(obj['metadata'], resourceVersion=current['metadata']['resourceVersion'])
+        return self.replace(url, dict(obj, metadata=metadata))
+
     def create_namespace(self, name: str) -> None:
         """Create namespace `name`; return once it takes pods (its default service account exists:
         a real cluster's controller-manager adds it a moment later, and pods are refused until then)."""

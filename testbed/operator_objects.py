@@ -19,15 +19,7 @@ NOVA_CONF = "[DEFAULT]\ncompute_driver = ironic.IronicDriver\n"
 
 def install_crd(client: KubeClient) -> None:
     """Create (or update) the project's CRD and wait until its resource is served."""
-    crd = yaml.safe_load(CRD_FILE.read_text())
-    try:
-        client.create(CRDS, crd)
-    except KubeAPIError as error:
-        if error.status != 409:
-            raise
-        current = client.get(f"{CRDS}/{crd['metadata']['name']}")
-        crd["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        client.replace(f"{CRDS}/{crd['metadata']['name']}", crd)
+    client.create_or_replace(CRDS, yaml.safe_load(CRD_FILE.read_text()))
 
     def served() -> bool:
         try:
