@@ -21,7 +21,7 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
 def lint_imports(cwd: Path, python_path: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(python_path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(python_path), str(REPO)]))
     return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=cwd, env=env, text=True,
                           capture_output=True, timeout=120)
 
@@ -37,7 +37,9 @@ def test_the_package_keeps_its_layers() -> None:
     ("core/status.py", "from ironic_shard_operator.adapters import ironic", "core is pure"),
     ("adapters/kube.py", "from ironic_shard_operator.controller import metrics",
      "adapters only talk"),
-], ids=["core imports kopf", "core imports an adapter", "adapter imports the controller"])
+    ("controller/reconcile.py", "import testbed.kube_client", "the product never imports"),
+], ids=["core imports kopf", "core imports an adapter", "adapter imports the controller",
+        "the product imports a test peer"])
 def test_a_deliberate_violation_fails(tmp_path: Path, module: str, line: str, contract: str) -> None:
     copy = tmp_path / "src" / "ironic_shard_operator"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
