@@ -1,13 +1,11 @@
 """The Nova audit: findings (duplicate, unlisted, misplaced, unmapped) and the Nova writes it
-decides (forced_down set/clear, service deletion, explicit handover of misplaced nodes)."""
-
-from hypothesis import given, strategies as st
+decides (service deletion, explicit handover of misplaced nodes). forced_down: test_fencing.py."""
 
 from ironic_shard_operator.core.nova_policy import (
     DUPLICATE, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, UNLISTED, UNMAPPED,
-    Refusal, audit, forced_down_changes, summary, update_interval,
+    Refusal, audit, summary, update_interval,
 )
-from ironic_shard_operator.core.model import Member, Move, Node
+from ironic_shard_operator.core.model import Move, Node
 from ironic_shard_operator.adapters.nova import ComputeService, Hypervisor
 
 NOW = 1_800_000_000.0
@@ -209,44 +207,6 @@ def test_a_refused_deletion_waits_before_it_is_asked_again():
     later = run([], [], now=NOW - 10 + REFUSAL_RETRY_SECONDS, **kwargs)
     assert [d.service.host for d in later.deletions] == ["rack-2"]
     assert "hosting instances" in later.waiting["rack-2"], "still refused until Nova agrees"
-
-
-# ---- forced_down ----------------------------------------------------------------------------
-
-
-GRACE = 30.0
-
-
-def test_forced_down_is_set_only_once_the_grace_has_run_out():
-    nova = services(*MEMBERS)
-    within = [Member("rack-1", ready=False, since=NOW - GRACE + 1)]
-    assert forced_down_changes(within, nova, GRACE, NOW) == ()
-    outlasted = [Member("rack-1", ready=False, since=NOW - GRACE)]
-    change, = forced_down_changes(outlasted, nova, GRACE, NOW)
-    assert (change.member, change.forced_down, change.service.id) == ("rack-1", True, "id-rack-1")
-    assert "not been ready for 30s" in change.message
-
-
-def test_forced_down_is_cleared_as_soon_as_the_member_is_ready_and_never_repeated():
-    forced = services(*MEMBERS, changed=[service("rack-1", forced_down=True)])
-    change, = forced_down_changes([Member("rack-1", ready=True, since=NOW)], forced, GRACE, NOW)
-    assert change.forced_down is False
-    # already forced: nothing to write; never ready (since None) or no service: nothing either
-    assert forced_down_changes([Member("rack-1", ready=False, since=NOW - 999)], forced, GRACE, NOW) == ()
-    assert forced_down_changes([Member("rack-0", ready=False, since=None)], forced, GRACE, NOW) == ()
-    assert forced_down_changes([Member("rack-7", ready=False, since=NOW - 999)], forced, GRACE, NOW) == ()
-
-
-@given(ready=st.booleans(), forced=st.booleans(), lost=st.integers(0, 1000), grace=st.integers(0, 500))
-def test_forced_down_decisions_are_a_fixed_point(ready, forced, lost, grace):
-    """Applying the decided change once leaves nothing to decide (no write on the next cycle)."""
-    member = Member("rack-0", ready=ready, since=NOW - lost)
-    nova = {"rack-0": service("rack-0", forced_down=forced)}
-    changes = forced_down_changes([member], nova, grace, NOW)
-    after = {"rack-0": service("rack-0", forced_down=changes[0].forced_down)} if changes else nova
-    assert forced_down_changes([member], after, grace, NOW) == ()
-    expected = False if ready else (True if lost >= grace else forced)  # within the grace: untouched
-    assert after["rack-0"].forced_down == expected
 
 
 # ---- the update interval --------------------------------------------------------------------

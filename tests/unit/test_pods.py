@@ -3,7 +3,10 @@
 from hypothesis import given, strategies as st
 
 from ironic_shard_operator.core import model
-from ironic_shard_operator.core.pods import DeletePod, NodeView, PodView, decide, member_readiness, read_node, read_pod
+from ironic_shard_operator.core.fencing import NodeView
+from ironic_shard_operator.core.pods import (
+    DeletePod, PodActionKind, PodView, decide, member_readiness, read_node, read_pod,
+)
 from ironic_shard_operator.core.spec import Failover, Fencing
 
 NOW = 1_000_000.0
@@ -40,11 +43,13 @@ def test_missing_pod_is_created_with_its_configmap_first():
     assert decision.configmaps == ("p-0",)
     assert [c.member for c in decision.creates] == ["p-0"]
     assert decision.creates[0].event.reason == "CreatedPod"
+    assert decision.creates[0].kind is PodActionKind.CREATE
 
 
 def test_failed_or_evicted_pod_is_deleted_by_uid_and_not_recreated_in_the_same_cycle():
     decision = run([pod("p-0"), pod("p-1", phase="Failed", reason="Evicted", ready=False), pod("p-2")])
-    assert decision.deletes == (DeletePod("p-1", "uid-p-1", "ReplacingPod", force=False),)
+    assert decision.deletes == (
+        DeletePod("p-1", "uid-p-1", "ReplacingPod", PodActionKind.REPLACE, force=False),)
     assert not decision.creates
     assert "was evicted" in decision.deletes[0].event.message
 
@@ -60,6 +65,7 @@ def test_crash_loop_is_replaced_only_after_some_restarts():
     assert not early.deletes
     late = run([pod("p-0"), pod("p-1", ready=False, crash_looping=True, restarts=5), pod("p-2")])
     assert [d.member for d in late.deletes] == ["p-1"]
+    assert [(d.reason, d.kind) for d in late.deletes] == [("ReplacingPod", PodActionKind.REPLACE)]
 
 
 def test_pending_pod_is_replaced_after_the_timeout_and_a_wakeup_is_asked_before():
@@ -68,14 +74,16 @@ def test_pending_pod_is_replaced_after_the_timeout_and_a_wakeup_is_asked_before(
     decision = run([pod("p-0"), young, pod("p-2")], failover=failover)
     assert not decision.deletes and decision.wake_after == 200
     old = pod("p-1", phase="Pending", ready=False, node_name=None, created=NOW - 301)
-    assert [d.reason for d in run([pod("p-0"), old, pod("p-2")], failover=failover).deletes] == ["ReplacingPod"]
+    assert [(d.reason, d.kind) for d in run([pod("p-0"), old, pod("p-2")], failover=failover).deletes] == [
+        ("ReplacingPod", PodActionKind.REPLACE)]
 
 
 def test_pod_on_an_unreachable_node_is_deleted_gracefully_first():
     lost = pod("p-1", ready=False, node_name="k2")
     decision = run([pod("p-0"), lost, pod("p-2")],
                    nodes={"k1": NodeView("k1"), "k2": NodeView("k2", reachable=False, unreachable_since=NOW - 10)})
-    assert decision.deletes == (DeletePod("p-1", "uid-p-1", "NodeUnreachable", force=False),)
+    assert decision.deletes == (
+        DeletePod("p-1", "uid-p-1", "NodeUnreachable", PodActionKind.REPLACE, force=False),)
 
 
 def fenced(mode, *, out_of_service=False, since=NOW - 60, force_after=None, now=NOW):
@@ -95,7 +103,7 @@ def test_fencing_wait_never_forgets_the_pod():
 def test_fencing_out_of_service_taint_forces_only_with_the_taint():
     assert fenced("OutOfServiceTaint").writes == 0
     decision = fenced("OutOfServiceTaint", out_of_service=True)
-    assert decision.deletes == (DeletePod("p-1", "uid-p-1", "FencedPod", force=True),)
+    assert decision.deletes == (DeletePod("p-1", "uid-p-1", "FencedPod", PodActionKind.FENCE, force=True),)
     assert not decision.creates
 
 
@@ -103,14 +111,14 @@ def test_fencing_force_after_waits_n_seconds_from_the_node_loss():
     early = fenced("ForceAfter", force_after=120, since=NOW - 60)
     assert early.writes == 0 and early.wake_after == 60
     late = fenced("ForceAfter", force_after=120, since=NOW - 121)
-    assert late.deletes == (DeletePod("p-1", "uid-p-1", "FencedPod", force=True),)
+    assert late.deletes == (DeletePod("p-1", "uid-p-1", "FencedPod", PodActionKind.FENCE, force=True),)
 
 
 def test_rolling_restarts_one_stale_member_at_a_time():
     stale = [pod(m, config_hash="old") for m in ("p-0", "p-1", "p-2")]
     decision = run(stale)
     assert [d.member for d in decision.deletes] == ["p-0"]
-    assert decision.deletes[0].reason == "RollingUpdate"
+    assert (decision.deletes[0].reason, decision.deletes[0].kind) == ("RollingUpdate", PodActionKind.ROLL)
     # p-0 restarted with the new hash but is not Ready yet: nobody else goes.
     waiting = run([pod("p-0", ready=False), stale[1], stale[2]])
     assert waiting.writes == 0
@@ -126,7 +134,8 @@ def test_rolling_takes_a_stale_member_that_is_not_ready_first_and_waits_for_crea
 
 def test_scale_down_deletes_retired_pods_then_their_configmaps():
     decision = run(healthy(), keep=("p-0", "p-1"), retire=("p-2",))
-    assert [(d.member, d.reason) for d in decision.deletes] == [("p-2", "ScalingDown")]
+    assert [(d.member, d.reason, d.kind) for d in decision.deletes] == [
+        ("p-2", "ScalingDown", PodActionKind.SCALE_DOWN)]
     assert decision.configmap_deletes == ()
     gone = run(healthy()[:2], keep=("p-0", "p-1"), retire=("p-2",))
     assert gone.configmap_deletes == ("p-2",)
@@ -156,6 +165,7 @@ def test_never_two_live_pods_with_one_identity(pods, mode, reachable, out_of_ser
     for delete in decision.deletes:
         victim = existing[delete.member]
         assert delete.uid == victim.uid
+        assert delete.force == (delete.kind is PodActionKind.FENCE)  # only fencing forgets a pod
         if delete.force:
             assert victim.deleting and victim.node_name == "k2" and not reachable
             assert mode != "Wait"

@@ -5,7 +5,7 @@ actions, so a slow or absent Nova never delays a pod replacement. It shares the 
 openstacksdk connection (one clouds.yaml, one cloud) through the Ironic adapter.
 
 - Every cycle: the compute services (one request) -> forced_down set or cleared
-  (`nova_policy.forced_down_changes`): set once a member has not been ready for
+  (`fencing.forced_down_changes`): set once a member has not been ready for
   `failover.rebalanceAfterSeconds`, cleared as soon as it is ready again.
 - Once per update interval of the members (`update_resources_interval` of the nova.conf
   they run): Nova's hypervisor list against the pool's Ironic nodes as this cycle read
@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ironic_shard_operator.core import nova_policy
+from ironic_shard_operator.core import fencing, nova_policy
 from ironic_shard_operator.core.nova_schedule import NovaSchedule
 from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
 from ironic_shard_operator.core.events import Event
@@ -103,7 +103,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     try:
         services = nova.compute_services()
         state.schedule = state.schedule.answered_now()
-        changes = nova_policy.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now)
+        changes = fencing.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now)
         deletions: tuple[nova_policy.ServiceDeletion, ...] = ()
         interval = nova_policy.update_interval(nova_conf)
         repairs: tuple[Move, ...] = ()
@@ -141,7 +141,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)))
 
 
-def _write(nova: NovaAdapter, key: str, changes: Sequence[nova_policy.ForcedDownChange],
+def _write(nova: NovaAdapter, key: str, changes: Sequence[fencing.ForcedDownChange],
            deletions: Sequence[nova_policy.ServiceDeletion], state: NovaRuntime, now: float,
            forced: set[str], metrics: Any, events: list[Event]) -> None:
     """Carry out the decisions, one Event per write done (appended to `events` at once, so

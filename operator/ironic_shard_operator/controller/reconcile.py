@@ -363,9 +363,9 @@ async def _apply_pod_actions(op: Operator, pool: Pool, decision: lifecycle.Decis
             continue
         done_events.extend([delete.event] if delete.event else [])
         if op.metrics is not None:
-            if delete.force:
+            if delete.kind is lifecycle.PodActionKind.FENCE:
                 op.metrics.record_fence(key, pool.failover.fencing.mode)
-            elif delete.reason in ("ReplacingPod", "NodeUnreachable"):
+            elif delete.kind is lifecycle.PodActionKind.REPLACE:
                 op.metrics.record_replacement(key)
     for member in decision.configmap_deletes:
         await kube.delete_configmap(pool.namespace, podspec.configmap_name(member))

@@ -1,7 +1,7 @@
 """Nova's side of a pool, audited against Ironic: findings and the Nova writes they call for.
 
 Pure: observations in (Nova's compute services and hypervisors, the pool's Ironic nodes,
-its members' readiness, the clock), decisions out. The shell (reconcile.py) reads Nova
+its members, the clock), decisions out. The shell (reconcile.py) reads Nova
 through nova.py and carries the decisions out.
 
 What Nova shows, and why it can be trusted as the judge (Nova 2024.1+, `[ironic]shard`):
@@ -27,11 +27,7 @@ Findings (`Finding.kind`):
   for longer than two update intervals (its host is not mapped to a cell: the deployment's
   host discovery has not run for it).
 
-Decisions:
-- `forced_down_changes()`: force a member's service down once the member has not been ready
-  for `failover.rebalanceAfterSeconds`; clear it as soon as the member is ready again (Nova
-  never clears it itself). Level-triggered: whoever set the flag, a ready member has it
-  cleared.
+Decisions (forced_down, which follows the grace rule, is decided in fencing.py):
 - `AuditReport.deletions`: the service of a host that is a member name of this pool but no
   member any more (removed by scale-down: no pod, no ConfigMap), once no managed node has it
   as shard and Nova lists no managed node under it. Nova refusing (instances left, HTTP 409)
@@ -49,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ironic_shard_operator.core.events import Event
-from ironic_shard_operator.core.model import Member, Move, Node, member_ordinal
+from ironic_shard_operator.core.model import Move, Node, member_ordinal
 
 # Nova's default spacing of its periodic tasks when update_resources_interval is 0.
 NOVA_DEFAULT_UPDATE_INTERVAL = 60.0
@@ -101,16 +97,6 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
-class ForcedDownChange:
-    """Set (`forced_down` True) or clear the flag on `service`, the service of `member`."""
-
-    member: str
-    service: ServiceRecord
-    forced_down: bool
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
 class ServiceDeletion:
     """Delete `service`: its host was a member of the pool and is gone for good."""
 
@@ -158,34 +144,6 @@ def update_interval(nova_conf: str | None) -> float:
     except (configparser.Error, ValueError):
         return NOVA_DEFAULT_UPDATE_INTERVAL
     return value if value > 0 else NOVA_DEFAULT_UPDATE_INTERVAL
-
-
-def forced_down_changes(members: Iterable[Member], services: Mapping[str, ServiceRecord],
-                        grace_seconds: float, now: float) -> tuple[ForcedDownChange, ...]:
-    """The forced_down writes one cycle needs, at most one per member.
-
-    A member not ready for `grace_seconds` or longer (`Member.since`: when it lost
-    readiness) gets its service forced down, so Nova treats it as dead at once (and an
-    administrator may move its instances' compute nodes). A ready member's forced-down
-    service is cleared. A member that was never ready, or has no service, needs nothing.
-    """
-    changes = []
-    for member in members:
-        service = services.get(member.name)
-        if service is None:
-            continue
-        if member.ready and service.forced_down:
-            changes.append(ForcedDownChange(
-                member.name, service, False,
-                f"Cleared forced_down of Nova compute service {member.name}: the member is ready again"))
-        elif (not member.ready and member.since is not None and not service.forced_down
-              and now - member.since >= grace_seconds):
-            changes.append(ForcedDownChange(
-                member.name, service, True,
-                f"Forced Nova compute service {member.name} down: the member has not been "
-                f"ready for {now - member.since:.0f}s (failover.rebalanceAfterSeconds "
-                f"{grace_seconds:g})"))
-    return tuple(changes)
 
 
 def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],

@@ -4,8 +4,8 @@ Pure: `plan(observation)` reads nothing but its argument and returns decisions.
 
 The rules it keeps (SPEC section 2):
 - a pinned node never changes owner;
-- every free node ends up owned by a ring member (a ready, non-retiring member), unless
-  there is none, in which case nothing moves;
+- every free node ends up owned by a ring member (a non-retiring member that counts as
+  ready by the grace rule, fencing.py), unless there is none, in which case nothing moves;
 - a free node keeps its owner while that owner is in the ring and within its fair share,
   so a membership change moves only what it must (sticky consistent hashing with bounded
   loads): the rest go, in ring preference order, to members with room;
@@ -19,6 +19,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
+from ironic_shard_operator.core.fencing import counts_as_ready
 from ironic_shard_operator.core.model import (
     MemberLoad,
     Member,
@@ -119,13 +120,6 @@ def sorted_members(pool: str, members: Iterable[Member]) -> list[Member]:
     ordinals = {m.name: member_ordinal(pool, m.name) for m in members}
     return sorted((m for m in members if ordinals[m.name] is not None),
                   key=lambda m: ordinals[m.name])
-
-
-def counts_as_ready(member: Member, now: float, grace_seconds: float) -> bool:
-    """Ready now, or lost readiness less than `grace_seconds` ago (a restart shuffles nothing)."""
-    if member.ready:
-        return True
-    return member.since is not None and now - member.since < grace_seconds
 
 
 def members_to_create(pool: str, members: list[Member], desired: int) -> tuple[str, ...]:

@@ -10,27 +10,29 @@ never two live pods with one identity (SPEC invariant 5). Every decision here ke
 - a pod that Failed, was evicted, is in a crash loop, or stayed Pending too long is
   deleted (gracefully); its replacement follows once the old object is gone;
 - a pod on an unreachable Kubernetes node is deleted gracefully, then forgotten only per
-  `failover.fencing.mode` (Wait: never; OutOfServiceTaint: once the node carries the
-  out-of-service taint; ForceAfter: force-delete N seconds after the node went away);
+  `failover.fencing.mode`, as the fence verdict says (fencing.py);
 - a pod whose config hash is stale is rolled, one member at a time, and only while every
   other member is Ready (so a roll never takes two members down at once).
 
-Nothing here does I/O: `decide()` returns data; kube.py carries it out.
+Nothing here does I/O: `decide()` returns data; kube.py carries it out. Every pod action
+carries its kind (`PodActionKind`), which metrics count by; its Event reason is what users see.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 from ironic_shard_operator.core import model
 from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.fencing import (
+    OUT_OF_SERVICE_TAINT, UNREACHABLE_TAINT, FenceAction, FenceVerdict, NodeView, fence_verdict,
+)
 from ironic_shard_operator.core.podspec import CONFIG_HASH, MEMBER_LABEL
 from ironic_shard_operator.core.spec import Failover
 
-OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
-UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 # Restarts of a container in CrashLoopBackOff before the pod is replaced (elsewhere,
 # with fresh volumes); below it the kubelet's own restart is cheaper.
 CRASH_LOOP_RESTARTS = 3
@@ -57,20 +59,6 @@ class PodView:
     crash_looping: bool = False
     restarts: int = 0
     config_hash: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NodeView:
-    """A Kubernetes node as fencing sees it.
-
-    `reachable` is False when the node's kubelet stopped reporting (Ready=Unknown or the
-    unreachable taint): then nobody can confirm that a pod on it has stopped.
-    """
-
-    name: str
-    reachable: bool = True
-    unreachable_since: float | None = None
-    out_of_service: bool = False
 
 
 def parse_time(value: str | None) -> float | None:
@@ -151,10 +139,28 @@ def member_readiness(
 # --- decisions -------------------------------------------------------------------------
 
 
+class PodActionKind(enum.Enum):
+    """Why a member pod is created or deleted.
+
+    CREATE: a kept member has no pod. REPLACE: its pod failed, was evicted, crash-loops,
+    stayed Pending too long, or its node is unreachable (deleted gracefully; the new pod
+    follows once it is gone). FENCE: a pod on a lost node is forgotten (force-deleted) as
+    the fencing mode allows. ROLL: a stale pod restarts with the new configuration.
+    SCALE_DOWN: a retired member's pod goes.
+    """
+
+    CREATE = "Create"
+    REPLACE = "Replace"
+    FENCE = "Fence"
+    ROLL = "Roll"
+    SCALE_DOWN = "ScaleDown"
+
+
 @dataclass(frozen=True, slots=True)
 class CreatePod:
     """Create `member`'s pod; `event` is posted once it was created."""
 
+    kind: ClassVar[PodActionKind] = PodActionKind.CREATE
     member: str
     event: Event | None = None
 
@@ -163,14 +169,15 @@ class CreatePod:
 class DeletePod:
     """Delete `member`'s pod, only if it is still the object with `uid`.
 
-    `force` (grace period 0) is used only where fencing allows it: the API then forgets
-    the pod without waiting for its kubelet to confirm that the process stopped. `event`
-    (its reason is `reason`) is posted once the deletion was accepted.
+    `force` (grace period 0) is used only to fence (`kind` FENCE), where fencing allows it:
+    the API then forgets the pod without waiting for its kubelet to confirm that the
+    process stopped. `event` (its reason is `reason`) is posted once the deletion was accepted.
     """
 
     member: str
     uid: str
     reason: str
+    kind: PodActionKind
     force: bool = False
     event: Event | None = field(default=None, compare=False)
 
@@ -221,9 +228,11 @@ class _Builder:
         seconds = max(seconds, 0.0)
         self.wake_after = seconds if self.wake_after is None else min(self.wake_after, seconds)
 
-    def delete(self, pod: PodView, reason: str, message: str, *, force: bool = False,
+    def delete(self, pod: PodView, reason: str, message: str, *, kind: PodActionKind,
                warning: bool = True) -> None:
-        self.deletes.append(DeletePod(member=pod.member, uid=pod.uid, reason=reason, force=force,
+        """Delete `pod` gracefully, or with FENCE forget it (force)."""
+        self.deletes.append(DeletePod(member=pod.member, uid=pod.uid, reason=reason, kind=kind,
+                                      force=kind is PodActionKind.FENCE,
                                       event=Event(reason, message, "Warning" if warning else "Normal")))
 
     def build(self) -> Decision:
@@ -290,12 +299,13 @@ def decide(
             out.events.append(Event("MemberRemoved", f"Member {member} removed by scale-down"))
             continue
         if pod.deleting:
-            out.states.append(_terminating(pod, nodes, failover, now, out) or
+            verdict = fence_verdict(pod, nodes, failover.fencing, now)
+            out.states.append(_fence(pod, verdict, out) if verdict is not None else
                               MemberState(member, "Retiring", "waiting for the pod to be gone"))
         else:
             out.delete(pod, "ScalingDown",
                        f"Deleting pod {member}: scale-down, it owns no Ironic node any more",
-                       warning=False)
+                       kind=PodActionKind.SCALE_DOWN, warning=False)
             out.states.append(MemberState(member, "Retiring", "pod is being deleted (scale-down)"))
     return out.build()
 
@@ -304,70 +314,49 @@ def _handle_pod(pod: PodView, nodes: Mapping[str, NodeView], failover: Failover,
                 out: _Builder) -> MemberState | None:
     """Replace or fence a kept member's pod if it needs it; None when the pod is fine."""
     member = pod.member
-    if pod.deleting:
-        return _terminating(pod, nodes, failover, now, out)
-    node = nodes.get(pod.node_name) if pod.node_name else None
-    if pod.node_name and not pod.ready and (node is None or not node.reachable):
-        out.delete(pod, "NodeUnreachable",
-                   f"Deleting pod {member}: its Kubernetes node {pod.node_name} is unreachable; "
-                   f"fencing mode {failover.fencing.mode} decides when it is forgotten")
-        return MemberState(member, "Replacing", f"node {pod.node_name} is unreachable")
+    verdict = fence_verdict(pod, nodes, failover.fencing, now)
+    if verdict is not None:
+        return _fence(pod, verdict, out)
     if pod.phase in ("Failed", "Succeeded"):
         why = pod.reason or pod.phase.lower()
         what = "was evicted" if pod.reason == "Evicted" else f"ended ({why})"
         out.delete(pod, "ReplacingPod",
                    f"Replacing pod {member}: it {what}; "
-                   "a new pod with the same name follows once it is gone")
+                   "a new pod with the same name follows once it is gone",
+                   kind=PodActionKind.REPLACE)
         return MemberState(member, "Replacing", f"pod {pod.phase} ({why})")
     if pod.crash_looping and pod.restarts >= CRASH_LOOP_RESTARTS and not pod.ready:
         out.delete(pod, "ReplacingPod",
-                   f"Replacing pod {member}: crash loop after {pod.restarts} restarts")
+                   f"Replacing pod {member}: crash loop after {pod.restarts} restarts",
+                   kind=PodActionKind.REPLACE)
         return MemberState(member, "Replacing", f"crash loop ({pod.restarts} restarts)")
     if pod.phase == "Pending" and pod.created is not None:
         due = pod.created + failover.pod_pending_timeout_seconds
         if now >= due:
             out.delete(pod, "ReplacingPod",
                        f"Replacing pod {member}: Pending for more than "
-                       f"{failover.pod_pending_timeout_seconds:g}s")
+                       f"{failover.pod_pending_timeout_seconds:g}s",
+                       kind=PodActionKind.REPLACE)
             return MemberState(member, "Replacing", "stuck Pending")
         out.wake(due - now)
     return None
 
 
-def _terminating(pod: PodView, nodes: Mapping[str, NodeView], failover: Failover, now: float,
-                 out: _Builder) -> MemberState:
-    """A pod being deleted: wait for it, or fence it when its node is gone and policy allows."""
-    member = pod.member
-    node = nodes.get(pod.node_name) if pod.node_name else None
-    if not pod.node_name or (node is not None and node.reachable):
-        return MemberState(member, "Terminating",
-                           f"waiting for pod {member} to be gone before recreating it")
-    node_name = pod.node_name
-    fencing = failover.fencing
-    if fencing.mode == "OutOfServiceTaint" and node is not None and node.out_of_service:
-        out.delete(pod, "FencedPod",
-                   f"Forgetting pod {member}: node {node_name} carries the "
-                   f"{OUT_OF_SERVICE_TAINT} taint (fencing mode OutOfServiceTaint)", force=True)
-        return MemberState(member, "Fencing", f"node {node_name} is out of service")
-    if fencing.mode == "ForceAfter" and fencing.force_after_seconds is not None:
-        gone_since = (node.unreachable_since if node is not None else None) or pod.deletion_since or now
-        due = gone_since + fencing.force_after_seconds
-        if now >= due:
-            out.delete(pod, "FencedPod",
-                       f"Force-deleting pod {member}: node {node_name} unreachable for more "
-                       f"than {fencing.force_after_seconds:g}s (fencing mode ForceAfter)",
-                       force=True)
-            return MemberState(member, "Fencing", f"force-deleted after {fencing.force_after_seconds:g}s")
-        out.wake(due - now)
-        return MemberState(member, "Fencing",
-                           f"node {node_name} unreachable; force-delete in {due - now:.0f}s")
-    wait_for = {
-        "Wait": "the node to come back or an administrator to delete the pod",
-        "OutOfServiceTaint": f"the {OUT_OF_SERVICE_TAINT} taint on the node",
-        "ForceAfter": "the node to come back",
-    }[fencing.mode]
-    return MemberState(member, "Fencing",
-                       f"node {node_name} unreachable; waiting for {wait_for} (fencing mode {fencing.mode})")
+# The pod action that follows a fence verdict, by its action: (Event reason, kind).
+_FENCE_DELETES = {
+    FenceAction.DELETE: ("NodeUnreachable", PodActionKind.REPLACE),
+    FenceAction.FORCE: ("FencedPod", PodActionKind.FENCE),
+}
+
+
+def _fence(pod: PodView, verdict: FenceVerdict, out: _Builder) -> MemberState:
+    """Carry out a fence verdict on `pod` (fencing.py decides); the member's state meanwhile."""
+    if verdict.action in _FENCE_DELETES:
+        reason, kind = _FENCE_DELETES[verdict.action]
+        out.delete(pod, reason, verdict.event, kind=kind)
+    if verdict.wake_after is not None:
+        out.wake(verdict.wake_after)
+    return MemberState(pod.member, verdict.phase, verdict.message)
 
 
 def _roll(candidates: list[PodView], unsettled: bool, out: _Builder) -> None:
@@ -383,7 +372,7 @@ def _roll(candidates: list[PodView], unsettled: bool, out: _Builder) -> None:
         return
     out.delete(pick, "RollingUpdate",
                f"Restarting pod {pick.member} with the new configuration (one member at a time)",
-               warning=False)
+               kind=PodActionKind.ROLL, warning=False)
     out.states[:] = [
         MemberState(s.name, "Rolling", "restarting with the new configuration") if s.name == pick.member else s
         for s in out.states

@@ -1,0 +1,212 @@
+"""Fencing: when a member that stopped answering may be counted out, in one place.
+
+A member can stop answering in two ways the operator sees, and `spec.failover` says how
+long it is given in each:
+
+- The grace rule (`failover.rebalanceAfterSeconds`): a member counts as ready while its pod
+  is Ready, or lost readiness less than the grace ago (`Member.since`), so a restart
+  shuffles no node. Once the grace ends, the planner takes the member out of the ring (its
+  free nodes move), its Nova service is forced down, and the next cycle is due when the
+  grace ends (`counts_as_ready`, `past_grace`, `grace_left`, `forced_down_changes`).
+- The fence verdict (`failover.fencing.mode`): a pod whose Kubernetes node is unreachable is
+  deleted gracefully, then forgotten (force-deleted, so its replacement can be created) only
+  when the mode allows it: Wait never; OutOfServiceTaint once the node carries the
+  out-of-service taint; ForceAfter N seconds after the node went away. Until then its member
+  keeps its identity and no second pod is created (`fence_verdict`).
+
+forced_down (Nova): a member past its grace gets its nova-compute service forced down, so Nova
+treats it as dead at once (and an administrator may move its instances' compute nodes); a
+ready member's forced-down service is cleared (Nova never clears it itself). Level-triggered:
+whoever set the flag, a ready member has it cleared.
+
+Pure: nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from ironic_shard_operator.core.model import Member
+from ironic_shard_operator.core.nova_policy import ServiceRecord
+from ironic_shard_operator.core.spec import Fencing
+
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+
+# --- the grace rule --------------------------------------------------------------------
+
+
+def in_grace(member: Member, now: float, grace_seconds: float) -> bool:
+    """Not ready, and lost readiness less than `grace_seconds` ago (a never-ready member has none)."""
+    return not member.ready and member.since is not None and now - member.since < grace_seconds
+
+
+def counts_as_ready(member: Member, now: float, grace_seconds: float) -> bool:
+    """Ready now, or still within the grace (a restart shuffles nothing)."""
+    return member.ready or in_grace(member, now, grace_seconds)
+
+
+def past_grace(member: Member, now: float, grace_seconds: float) -> bool:
+    """Lost readiness `grace_seconds` ago or longer: the member no longer counts as ready."""
+    return member.since is not None and not counts_as_ready(member, now, grace_seconds)
+
+
+def grace_left(member: Member, now: float, grace_seconds: float) -> float | None:
+    """Seconds until the grace of a member within it ends (it then stops counting as ready);
+    None for a member that is not within a grace (ready, never ready, or past it)."""
+    if member.since is None or not in_grace(member, now, grace_seconds):
+        return None
+    return member.since + grace_seconds - now
+
+
+# --- the fence verdict -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A Kubernetes node as fencing sees it.
+
+    `reachable` is False when the node's kubelet stopped reporting (Ready=Unknown or the
+    unreachable taint): then nobody can confirm that a pod on it has stopped.
+    """
+
+    name: str
+    reachable: bool = True
+    unreachable_since: float | None = None
+    out_of_service: bool = False
+
+
+class FencedPod(Protocol):
+    """What the verdict needs of a member pod (pods.PodView has these)."""
+
+    @property
+    def member(self) -> str: ...
+    @property
+    def node_name(self) -> str | None: ...
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def deleting(self) -> bool: ...
+    @property
+    def deletion_since(self) -> float | None: ...
+
+
+class FenceAction(enum.Enum):
+    """WAIT: leave the pod be. DELETE: delete it gracefully (its kubelet confirms the stop).
+    FORCE: forget it (grace period 0) without its kubelet's word."""
+
+    WAIT = "Wait"
+    DELETE = "Delete"
+    FORCE = "Force"
+
+
+@dataclass(frozen=True, slots=True)
+class FenceVerdict:
+    """What to do with a member pod on a Node, and how its member's state reads meanwhile.
+
+    `phase` and `message` are the member's status (Terminating, Replacing or Fencing); `event`
+    the message of the Event posted once a deletion was accepted; `wake_after` the seconds
+    after which the verdict changes by itself (ForceAfter), so the next cycle runs then.
+    """
+
+    action: FenceAction
+    phase: str
+    message: str
+    event: str = ""
+    wake_after: float | None = None
+
+
+def fence_verdict(pod: FencedPod, nodes: Mapping[str, NodeView], fencing: Fencing,
+                  now: float) -> FenceVerdict | None:
+    """The verdict for `pod`; None when fencing has nothing to say (not being deleted, and Ready
+    or on a reachable node, or on none). A node absent from `nodes` counts as unreachable.
+
+    Invariant: FORCE only where `fencing.mode` allows it (never with Wait; with
+    OutOfServiceTaint only once the taint is on the node; with ForceAfter only N seconds
+    after the node went away), and only for a pod already being deleted on a lost node.
+    """
+    member, node_name = pod.member, pod.node_name
+    node = nodes.get(node_name) if node_name else None
+    lost = bool(node_name) and (node is None or not node.reachable)
+    if not pod.deleting:
+        if not lost or pod.ready:
+            return None
+        return FenceVerdict(
+            FenceAction.DELETE, "Replacing", f"node {node_name} is unreachable",
+            event=f"Deleting pod {member}: its Kubernetes node {node_name} is unreachable; "
+                  f"fencing mode {fencing.mode} decides when it is forgotten")
+    if not lost:
+        return FenceVerdict(FenceAction.WAIT, "Terminating",
+                            f"waiting for pod {member} to be gone before recreating it")
+    return _on_lost_node(pod, node, fencing, now)
+
+
+def _on_lost_node(pod: FencedPod, node: NodeView | None, fencing: Fencing, now: float) -> FenceVerdict:
+    """A pod being deleted on an unreachable node: forget it when the mode allows, else wait."""
+    member, node_name = pod.member, pod.node_name
+    if fencing.mode == "OutOfServiceTaint" and node is not None and node.out_of_service:
+        return FenceVerdict(
+            FenceAction.FORCE, "Fencing", f"node {node_name} is out of service",
+            event=f"Forgetting pod {member}: node {node_name} carries the "
+                  f"{OUT_OF_SERVICE_TAINT} taint (fencing mode OutOfServiceTaint)")
+    if fencing.mode == "ForceAfter" and fencing.force_after_seconds is not None:
+        gone_since = (node.unreachable_since if node is not None else None) or pod.deletion_since or now
+        due = gone_since + fencing.force_after_seconds
+        if now >= due:
+            return FenceVerdict(
+                FenceAction.FORCE, "Fencing", f"force-deleted after {fencing.force_after_seconds:g}s",
+                event=f"Force-deleting pod {member}: node {node_name} unreachable for more "
+                      f"than {fencing.force_after_seconds:g}s (fencing mode ForceAfter)")
+        return FenceVerdict(FenceAction.WAIT, "Fencing",
+                            f"node {node_name} unreachable; force-delete in {due - now:.0f}s",
+                            wake_after=due - now)
+    wait_for = {
+        "Wait": "the node to come back or an administrator to delete the pod",
+        "OutOfServiceTaint": f"the {OUT_OF_SERVICE_TAINT} taint on the node",
+        "ForceAfter": "the node to come back",
+    }[fencing.mode]
+    return FenceVerdict(FenceAction.WAIT, "Fencing",
+                        f"node {node_name} unreachable; waiting for {wait_for} (fencing mode {fencing.mode})")
+
+
+# --- forced_down -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedDownChange:
+    """Set (`forced_down` True) or clear the flag on `service`, the service of `member`."""
+
+    member: str
+    service: ServiceRecord
+    forced_down: bool
+    message: str
+
+
+def forced_down_changes(members: Iterable[Member], services: Mapping[str, ServiceRecord],
+                        grace_seconds: float, now: float) -> tuple[ForcedDownChange, ...]:
+    """The forced_down writes one cycle needs, at most one per member.
+
+    A member past its grace (lost readiness `grace_seconds` ago or longer) gets its service
+    forced down; a ready member's forced-down service is cleared. A member that was never
+    ready, or has no service, needs nothing. Applying the changes leaves none to decide.
+    """
+    changes = []
+    for member in members:
+        service = services.get(member.name)
+        if service is None:
+            continue
+        if member.ready and service.forced_down:
+            changes.append(ForcedDownChange(
+                member.name, service, False,
+                f"Cleared forced_down of Nova compute service {member.name}: the member is ready again"))
+        elif past_grace(member, now, grace_seconds) and not service.forced_down:
+            changes.append(ForcedDownChange(
+                member.name, service, True,
+                f"Forced Nova compute service {member.name} down: the member has not been "
+                f"ready for {now - member.since:.0f}s (failover.rebalanceAfterSeconds "
+                f"{grace_seconds:g})"))
+    return tuple(changes)
