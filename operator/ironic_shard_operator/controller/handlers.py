@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Callable, Mapping
 import kopf
 
 from ironic_shard_operator.core.podspec import POOL_LABEL
-from ironic_shard_operator.controller.reconcile import Operator
+from ironic_shard_operator.controller.pool_loop import Operator
 from ironic_shard_operator.core.claims import PoolClaim
 from ironic_shard_operator.core.model import Selector
 from ironic_shard_operator.core.spec import GROUP, PLURAL, VERSION

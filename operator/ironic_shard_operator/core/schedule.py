@@ -1,0 +1,43 @@
+"""When a pool's next cycle is due: every poll interval, sooner when something falls due.
+
+Pure: the facts of the cycle that just ended in, seconds out. The pool's loop
+(controller/pool_loop.py) sleeps that long unless something wakes it earlier (a pod event,
+a spec change).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ironic_shard_operator.core.fencing import grace_left
+from ironic_shard_operator.core.model import Member
+
+# Retry delay after a failed cycle (Kubernetes or Ironic unreachable), at most the poll.
+RETRY_SECONDS = 10.0
+# After a grace ends, the next cycle runs this much later (so it sees the grace over).
+AFTER_GRACE_SECONDS = 0.5
+# After a time-based pod decision falls due (pending timeout, ForceAfter), this much later.
+AFTER_WAKE_SECONDS = 1.0
+# After shard moves were written: confirm them and continue with what is left.
+AFTER_MOVES_SECONDS = 1.0
+
+
+def next_delay(*, poll_seconds: float, members: Iterable[Member], grace_seconds: float, now: float,
+               ironic_failed: bool, wake_after: float | None, moves_applied: int,
+               retry_seconds: float = RETRY_SECONDS) -> float:
+    """Seconds until the next cycle: the poll interval, or sooner when a member's grace ends
+    (it then leaves the ring: be there), when Ironic failed (retry), when a pod decision
+    falls due (`wake_after`, pods.Decision), or when moves were written. Never more than
+    `poll_seconds`."""
+    delay = poll_seconds
+    for member in members:
+        left = grace_left(member, now, grace_seconds)
+        if left is not None:
+            delay = min(delay, left + AFTER_GRACE_SECONDS)
+    if ironic_failed:
+        delay = min(delay, retry_seconds)
+    if wake_after is not None:
+        delay = min(delay, wake_after + AFTER_WAKE_SECONDS)
+    if moves_applied:
+        delay = min(delay, AFTER_MOVES_SECONDS)
+    return delay

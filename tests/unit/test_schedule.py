@@ -1,0 +1,55 @@
+"""When a pool's next cycle is due: the poll interval, or sooner when something falls due."""
+
+from hypothesis import given, strategies as st
+
+from ironic_shard_operator.core.model import Member
+from ironic_shard_operator.core.schedule import RETRY_SECONDS, next_delay
+
+NOW = 1_800_000_000.0
+POLL = 30.0
+GRACE = 120.0
+
+
+def delay(members=(), *, poll=POLL, ironic_failed=False, wake_after=None, moves_applied=0):
+    return next_delay(poll_seconds=poll, members=members, grace_seconds=GRACE, now=NOW,
+                      ironic_failed=ironic_failed, wake_after=wake_after, moves_applied=moves_applied)
+
+
+def test_a_quiet_pool_waits_one_poll_interval():
+    steady = [Member("p-0", ready=True, since=NOW - 999), Member("p-1", ready=False, since=None)]
+    assert delay(steady) == POLL
+
+
+def test_the_next_cycle_is_there_just_after_a_members_grace_ends():
+    blinking = Member("p-1", ready=False, since=NOW - GRACE + 10)
+    assert delay([blinking]) == 10.5
+    assert delay([blinking], poll=5) == 5  # never later than the poll
+    gone = Member("p-2", ready=False, since=NOW - GRACE - 1)  # out already: nothing to be there for
+    assert delay([gone]) == POLL
+
+
+def test_a_failed_ironic_is_retried_sooner():
+    assert delay(ironic_failed=True) == RETRY_SECONDS
+    assert delay(ironic_failed=True, poll=4) == 4
+    assert next_delay(poll_seconds=POLL, members=(), grace_seconds=GRACE, now=NOW, ironic_failed=True,
+                      wake_after=None, moves_applied=0, retry_seconds=3) == 3
+
+
+def test_a_pod_decision_falling_due_wakes_the_pool_a_second_after():
+    assert delay(wake_after=0) == 1.0
+    assert delay(wake_after=12) == 13.0
+
+
+def test_written_moves_are_confirmed_a_second_later():
+    assert delay(moves_applied=5) == 1.0
+    assert delay(moves_applied=5, wake_after=0.5, ironic_failed=True) == 1.0
+
+
+@given(poll=st.floats(0.1, 3600), lost=st.lists(st.one_of(st.none(), st.integers(0, 500)), max_size=4),
+       ironic_failed=st.booleans(), wake_after=st.one_of(st.none(), st.floats(0, 3600)),
+       moves=st.integers(0, 3))
+def test_the_delay_is_positive_and_never_beyond_the_poll(poll, lost, ironic_failed, wake_after, moves):
+    members = [Member(f"p-{i}", ready=since is None, since=None if since is None else NOW - since)
+               for i, since in enumerate(lost)]
+    found = delay(members, poll=poll, ironic_failed=ironic_failed, wake_after=wake_after, moves_applied=moves)
+    assert 0 < found <= poll
