@@ -17,7 +17,8 @@ What it keeps:
   started per second; 409 (node locked), 502/503/504, timeouts and refused connections are
   retried with exponential backoff, each retry re-read first.
 - Every failure is one exception of the `IronicError` family whose message names the
-  problem (unreachable, not Ironic, credentials, too old) and the cloud it concerns.
+  problem (unreachable, not Ironic, credentials, too old) and the cloud it concerns, and
+  holds no credential (core/redact.py: URL userinfo, the cloud's passwords and tokens).
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.openstack_http import (
-    Transient, backoff_delay, cloud_label, describe, endpoint_for, format_version, parse_version, send_once,
-    session_of, with_retries,
+    Transient, backoff_delay, cloud_label, describe, endpoint_for, format_version, parse_version, redacting,
+    secrets_of, send_once, session_of, with_retries,
 )
 from ironic_shard_operator.core.clouds_yaml import CloudsYamlError, cloud_entry
 from ironic_shard_operator.core.model import Move, Node, Selector
+from ironic_shard_operator.core.redact import redact, secrets_in_clouds_yaml
 from ironic_shard_operator.core.shard_write import Verdict, handover_verdict, move_verdict
 
 SHARD_MICROVERSION = (1, 82)
@@ -54,7 +56,11 @@ RETRYABLE_STATUS = frozenset({409, 502, 503, 504})
 
 
 class IronicError(Exception):
-    """Anything that stops the adapter; the message says what is wrong and where."""
+    """Anything that stops the adapter; the message says what is wrong and where, and holds
+    no credential in a form core/redact.py recognises (URL userinfo, `password=...`)."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(redact(message))
 
 
 class IronicConfigError(IronicError):
@@ -172,6 +178,7 @@ class IronicAdapter:
         self.connection = connection
         self.selector = selector
         self.cloud = cloud_label(connection, cloud_name)
+        self.secrets = secrets_of(connection)  # masked in every error raised (`redacting`)
         self.max_concurrent_writes = max_concurrent_writes
         self.writes_per_second = writes_per_second
         self.rate = RateLimiter(writes_per_second)
@@ -217,7 +224,7 @@ class IronicAdapter:
             conn = os_connection.Connection(config=region)
         except Exception as error:  # openstacksdk raises several types for bad configs
             raise IronicConfigError(f"cloud '{cloud_name}' of the clouds.yaml cannot be "
-                                    f"used: {error}") from None
+                                    f"used: {redact(str(error), secrets_in_clouds_yaml(entry))}") from None
         return cls(conn, cloud_name=cloud_name, **options)
 
     # ---- counting -----------------------------------------------------------------
@@ -242,6 +249,7 @@ class IronicAdapter:
                            unreachable=IronicUnavailable)
         return url[:-3] if url.endswith("/v1") else url
 
+    @redacting
     def check(self) -> tuple[int, int]:
         """Verify endpoint, API version and credentials once; return the max microversion.
 
@@ -280,6 +288,7 @@ class IronicAdapter:
 
     # ---- reading ------------------------------------------------------------------
 
+    @redacting
     def list_nodes(self) -> tuple[Node, ...]:
         """The pool's managed nodes, in pages of 1,000 (or Ironic's smaller max_limit, m):
         ceil(n / m) requests, +1 when n is a multiple of m (Ironic links a next page after
@@ -326,6 +335,7 @@ class IronicAdapter:
 
     # ---- writing ------------------------------------------------------------------
 
+    @redacting
     def apply_moves(self, moves: Sequence[Move], observed: Sequence[Node],
                     stop: threading.Event | None = None) -> ApplyResult:
         """Write each move's target into its node's shard, if the node still qualifies
@@ -341,6 +351,7 @@ class IronicAdapter:
         """
         return self._apply(moves, observed, stop, move_verdict)
 
+    @redacting
     def hand_over(self, moves: Sequence[Move], observed: Sequence[Node],
                   stop: threading.Event | None = None) -> ApplyResult:
         """Write the shard of PINNED nodes (the Nova audit's repair of a misplaced node):

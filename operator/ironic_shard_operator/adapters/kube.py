@@ -37,6 +37,7 @@ import aiohttp
 import kopf
 
 from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.redact import redact
 from ironic_shard_operator.core.spec import GROUP, KIND, PLURAL, VERSION
 
 COMPONENT = "ironic-shard-operator"
@@ -280,7 +281,8 @@ class Kube:
     # --- events -------------------------------------------------------------------------
 
     async def post_event(self, pool: Mapping[str, Any], event: Event, now: str) -> None:
-        """Post a core/v1 Event about the pool CR `pool` (its body, for name/uid)."""
+        """Post a core/v1 Event about the pool CR `pool` (its body, for name/uid); its message
+        redacted (core/redact.py: no URL userinfo or `password=...` leaves in an Event)."""
         meta = pool.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         body = {
@@ -293,7 +295,7 @@ class Kube:
                 "resourceVersion": meta.get("resourceVersion"),
             },
             "reason": event.reason,
-            "message": event.message[:1024],
+            "message": redact(event.message)[:1024],
             "type": event.type,
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,

@@ -16,8 +16,8 @@ What it keeps:
   attempt the call raises `NovaUnavailable` and nothing was half-done on our side (each
   write is one idempotent request).
 - Every failure is one exception of the `NovaError` family whose message names the problem
-  and the cloud. `NovaNotConfigured` means the cloud has no usable compute endpoint:
-  the operator then runs without its Nova features.
+  and the cloud, and holds no credential (core/redact.py). `NovaNotConfigured` means the
+  cloud has no usable compute endpoint: the operator then runs without its Nova features.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.openstack_http import (
-    cloud_label, describe, endpoint_for, error_text, format_version, parse_version, send_once, session_of,
-    version_document, with_retries,
+    cloud_label, describe, endpoint_for, error_text, format_version, parse_version, redacting, secrets_of,
+    send_once, session_of, version_document, with_retries,
 )
+from ironic_shard_operator.core.redact import redact
 
 COMPUTE_MICROVERSION = (2, 53)
 MICROVERSION_HEADERS = {"OpenStack-API-Version": "compute 2.53",
@@ -41,7 +42,11 @@ RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 
 class NovaError(Exception):
-    """Anything that stops the adapter; the message says what is wrong and where."""
+    """Anything that stops the adapter; the message says what is wrong and where, and holds
+    no credential in a form core/redact.py recognises (URL userinfo, `password=...`)."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(redact(message))
 
 
 class NovaNotConfigured(NovaError):
@@ -117,6 +122,7 @@ class NovaAdapter:
                  backoff_seconds: float = 0.5) -> None:
         self.connection = connection
         self.cloud = cloud_label(connection, cloud_name)
+        self.secrets = secrets_of(connection)  # masked in every error raised (`redacting`)
         self.request_timeout = request_timeout
         self.retry_attempts = retry_attempts
         self.backoff_seconds = backoff_seconds
@@ -134,6 +140,7 @@ class NovaAdapter:
                            missing=NovaNotConfigured, refused=NovaAuthError, unreachable=NovaUnavailable)
         return url if "/v2.1" in url else url + "/v2.1"
 
+    @redacting
     def check(self) -> tuple[int, int]:
         """Verify once that the endpoint is Nova, new enough, and that we may list services
         (admin); return Nova's maximum microversion.
@@ -162,6 +169,7 @@ class NovaAdapter:
 
     # ---- reading ------------------------------------------------------------------
 
+    @redacting
     def compute_services(self, hosts: Iterable[str] | None = None) -> dict[str, ComputeService]:
         """nova-compute services by host (one request); only `hosts` when given."""
         self.check()
@@ -171,6 +179,7 @@ class NovaAdapter:
         return {item["host"]: _service(item) for item in response.json()["services"]
                 if wanted is None or item["host"] in wanted}
 
+    @redacting
     def service(self, host: str) -> ComputeService | None:
         """The nova-compute service of `host`, or None when Nova has none."""
         self.check()
@@ -180,6 +189,7 @@ class NovaAdapter:
         found = [_service(item) for item in response.json()["services"] if item["host"] == host]
         return found[0] if found else None
 
+    @redacting
     def hypervisors(self) -> tuple[Hypervisor, ...]:
         """Every compute node Nova lists with the host reporting it (pages of 1,000)."""
         self.check()
@@ -196,6 +206,7 @@ class NovaAdapter:
 
     # ---- writing ------------------------------------------------------------------
 
+    @redacting
     def set_forced_down(self, service: ComputeService, forced_down: bool) -> ComputeService:
         """Set or clear `forced_down` of `service`; return the service as Nova now reports it.
 
@@ -210,6 +221,7 @@ class NovaAdapter:
         self._raise_for_status(response, f"set forced_down of {service.host}")
         return _service(response.json()["service"])
 
+    @redacting
     def delete_service(self, service: ComputeService) -> bool:
         """Delete `service` (with its compute nodes and resource providers, done by Nova).
 

@@ -5,15 +5,23 @@ The clouds.yaml's `<service>_endpoint_override` wins; otherwise Keystone's catal
 with the cloud's interface and region, as openstacksdk itself would. Each adapter passes
 its own error types and its own retry settings, so an operator reading a condition sees
 "Ironic ..." or "Nova ..." errors in that adapter's own terms.
+
+No credential leaves an adapter in an error: the texts made here (a service's error text, a
+connection failure's reason, Keystone's refusal) are redacted (core/redact.py), the
+adapters' exception types redact their messages, and `redacting` masks the credentials of
+the adapter's own cloud (`secrets_of`) in whatever its public methods raise.
 """
 
 from __future__ import annotations
 
+import functools
 import json as jsonlib
 import re
 import time
 from collections.abc import Callable, Mapping, Set as AbstractSet
-from typing import Any
+from typing import Any, TypeVar
+
+from ironic_shard_operator.core.redact import redact, secrets_in_clouds_yaml
 
 # The longest wait between two attempts of one request, however many attempts are allowed.
 MAX_BACKOFF_SECONDS = 10.0
@@ -22,6 +30,31 @@ MAX_BACKOFF_SECONDS = 10.0
 def cloud_label(connection: Any, cloud_name: str | None) -> str:
     """The cloud's name for messages: the one given, else the connection's, else '(unnamed)'."""
     return cloud_name or getattr(getattr(connection, "config", None), "name", None) or "(unnamed)"
+
+
+def secrets_of(connection: Any) -> frozenset[str]:
+    """The credentials in a connection's cloud settings (its clouds.yaml entry): passwords,
+    secrets, tokens, and the passwords of URLs with userinfo."""
+    settings = getattr(getattr(connection, "config", None), "config", None)
+    return secrets_in_clouds_yaml(settings if isinstance(settings, Mapping) else None)
+
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def redacting(method: Method) -> Method:
+    """For an adapter's public method: whatever it raises carries none of the credentials of
+    the adapter's cloud (`self.secrets`) in its message (nor in a `reason` it carries)."""
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as error:
+            error.args = tuple(redact(arg, self.secrets) if isinstance(arg, str) else arg for arg in error.args)
+            if isinstance(getattr(error, "reason", None), str):
+                error.reason = redact(error.reason, self.secrets)  # type: ignore[attr-defined]
+            raise
+    return guarded  # type: ignore[return-value]
 
 
 def session_of(connection: Any, *, missing: type[Exception]) -> Any:
@@ -50,7 +83,8 @@ def endpoint_for(connection: Any, session: Any, service_type: str, cloud: str, *
             url = session.get_endpoint(service_type=service_type, interface=config.get_interface(),
                                        region_name=config.get_region_name(service_type))
         except ks.Unauthorized as error:
-            raise refused(f"Keystone refused the credentials of cloud '{cloud}': {error}") from None
+            raise refused(f"Keystone refused the credentials of cloud '{cloud}': "
+                          f"{redact(str(error))}") from None
         except ks.EndpointNotFound:
             url = None
         except (ks.ConnectionError, ks.DiscoveryFailure) as error:
@@ -65,8 +99,9 @@ _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
 
 
 def short_reason(error: BaseException) -> str:
-    """The useful part of a connection error: 'Connection refused', 'timed out', ..."""
-    text = str(error)
+    """The useful part of a connection error: 'Connection refused', 'timed out', ... (the
+    error's own text, redacted, when it is none of those)."""
+    text = redact(str(error))
     found = _ERRNO.search(text)
     if found:
         return found.group(1).strip()
@@ -96,7 +131,7 @@ def send_once(session: Any, method: str, url: str, *, json: Any, headers: Mappin
         return session.request(url, method, json=json, headers=headers, raise_exc=False,
                                timeout=timeout, connect_retries=0)
     except ks.Unauthorized as error:  # an auth plugin that could not get a token
-        raise refused(f"the credentials of cloud '{cloud}' were refused: {error}") from None
+        raise refused(f"the credentials of cloud '{cloud}' were refused: {redact(str(error))}") from None
     except (ks.ConnectionError, ks.DiscoveryFailure) as error:
         raise Transient(short_reason(error)) from None
 
@@ -158,8 +193,8 @@ def version_document(response: Any, version_id: str) -> Mapping[str, Any] | None
 
 
 def error_text(response: Any) -> str:
-    """The service's own error text, on one line and at most 300 characters ('' if none):
-    Ironic's {"error_message": "<JSON with a faultstring>"}, Nova's
+    """The service's own error text, redacted, on one line and at most 300 characters ('' if
+    none): Ironic's {"error_message": "<JSON with a faultstring>"}, Nova's
     {"conflictingRequest": {"message": ...}} and the like, else the body as it came."""
     text = response.text or ""
     try:
@@ -174,7 +209,7 @@ def error_text(response: Any) -> str:
                 text = fault.get("message", text)
     except (ValueError, AttributeError, TypeError):
         pass
-    return " ".join(str(text).split())[:300]
+    return redact(" ".join(str(text).split()))[:300]
 
 
 def describe(response: Any) -> str:

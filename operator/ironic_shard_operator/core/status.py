@@ -5,19 +5,22 @@ section 3) and the Events that announce condition changes. Invariants:
 - every condition carries the CR generation it was computed for (`observedGeneration`);
 - a condition's `lastTransitionTime` changes only when its `status` changes, so a status
   rewritten every cycle with the same facts is byte-identical (no write, no event);
-- an Event is returned only for a transition, never for a steady state.
+- an Event is returned only for a transition, never for a steady state;
+- no credential is written: every text of the status and of its Events is redacted
+  (core/redact.py) with the secrets the cycle read (`CycleFacts.secrets`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from ironic_shard_operator.core import model, nova_policy
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.pods import MemberState, parse_time
+from ironic_shard_operator.core.redact import redact
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "ScaleDownBlocked", "Conflict")
 
@@ -35,7 +38,9 @@ class CycleFacts:
     before observing); `error` then says why in one sentence for a human. `members` is the
     readiness of every known identity; `states` the lifecycle phase of each. `nova` is the
     new status.nova (nova_policy.status_section), None when Nova was not asked this cycle: the
-    last one is kept, and its findings keep counting towards Degraded.
+    last one is kept, and its findings keep counting towards Degraded. `secrets` are the
+    credentials of the pool's clouds.yaml and nova.conf (redact.secrets_in_*), masked
+    wherever they would appear.
     """
 
     generation: int
@@ -54,6 +59,7 @@ class CycleFacts:
     now: float = 0.0
     extra_events: Sequence[Event] = field(default_factory=tuple)
     nova: Mapping[str, Any] | None = None
+    secrets: frozenset[str] = frozenset()
 
 
 def ring_digest(members: Sequence[str]) -> str:
@@ -85,7 +91,19 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
     conditions = _conditions(facts, nova or {})
     status["conditions"], events = _merge_conditions(
         conditions, previous.get("conditions") or [], facts.generation, facts.now)
-    return status, list(facts.extra_events) + events
+    return (_redacted(status, facts.secrets),
+            [replace(e, message=redact(e.message, facts.secrets)) for e in (*facts.extra_events, *events)])
+
+
+def _redacted(value: Any, secrets: frozenset[str]) -> Any:
+    """`value` (a status document) with every string in it redacted."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, Mapping):
+        return {key: _redacted(item, secrets) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_redacted(item, secrets) for item in value)
+    return value
 
 
 def _members(facts: CycleFacts, plan: model.Plan) -> list[dict[str, Any]]:
