@@ -6,7 +6,10 @@ unreachable, an unusable entry, Nova unreachable or not Nova)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -18,7 +21,13 @@ from ironic_shard_operator.adapters.ironic import (
 )
 from ironic_shard_operator.adapters.nova import NovaAdapter, NovaError, NovaNotConfigured, NovaUnavailable
 from ironic_shard_operator.core.model import Selector
-from testbed.ironic_service import IronicService
+from testbed.ironic_service import IronicService, unique_resource_class
+from testbed.operator_objects import install_crd
+from testbed.ports import free_port
+from tests.support.kube_api import KubeAPI
+from tests.support.operator_harness import (
+    POOLS, OperatorProcess, condition, get_pool, http_get, pool_manifest, settle,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +104,88 @@ def test_nova_errors_quote_no_password(ironic_service: IronicService):
         assert "http://admin:***@" in message
     nova = NovaAdapter(adapter(keystone(nowhere + "/v3")).connection, cloud_name="c", retry_attempts=1)
     raised(nova.compute_services, NovaError)
+
+
+# ---- the operator: status, Events, log and metrics --------------------------------------
+
+NOVA_CONF = f"""\
+[DEFAULT]
+compute_driver = ironic.IronicDriver
+transport_url = rabbit://nova:{PW}@10.0.0.1:5672,nova:{PW}@10.0.0.2:5672/
+[database]
+connection = mysql+pymysql://nova:{PW}@db.example/nova
+[ironic]
+auth_type = http_basic
+username = admin
+password = {PW}
+[keystone_authtoken]
+password = {PW}
+"""
+
+
+def test_the_operator_writes_no_password_anywhere(kube_api: KubeAPI, kube_namespace: str, tmp_path: Path,
+                                                   ironic_service: IronicService):
+    """One pool per failure mode, each with the password in its clouds.yaml and nova.conf:
+    the status, the Events, the operator's log and its metrics hold no password; the messages
+    still say what is wrong and where."""
+    client, ns = kube_api.client, kube_namespace
+    install_crd(client)
+    nowhere = f"http://127.0.0.1:{closed_port()}"
+    real = ironic_service.cloud["auth"]["password"]
+    working_ironic = ironic_service.cloud
+    working_ironic["compute_endpoint_override"] = with_userinfo(nowhere, real)  # Nova unreachable
+    clouds = {  # pool -> (clouds.yaml text, the Degraded reason it gets)
+        "unreachable": (yaml.safe_dump({"clouds": {"c": basic(nowhere)}}), "IronicUnavailable"),
+        "refused": (yaml.safe_dump({"clouds": {"c": basic(ironic_service.url)}}), "IronicAuthFailed"),
+        "keystone": (yaml.safe_dump({"clouds": {"c": keystone(nowhere + "/v3")}}), "IronicUnavailable"),
+        "notyaml": (f"clouds:\n  c:\n    auth:\n      password: {PW}: x\n", "ConfigurationMissing"),
+        "authtype": (yaml.safe_dump({"clouds": {"c": {**basic(nowhere), "auth_type": "passwrod"}}}),
+                     "CloudConfigInvalid"),
+        "nova": (yaml.safe_dump({"clouds": {"c": working_ironic}}), "NovaUnavailable"),
+    }
+    for name, (clouds_yaml, _) in clouds.items():
+        for secret, key, text in ((f"cloud-{name}", "clouds.yaml", clouds_yaml),
+                                  (f"nova-{name}", "nova.conf", NOVA_CONF)):
+            client.create(f"/api/v1/namespaces/{ns}/secrets", {
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
+                "data": {key: base64.b64encode(text.encode()).decode()}})
+    metrics_port = free_port()
+    operator = OperatorProcess(kube_api, ns, "op-redact", tmp_path, METRICS_PORT=str(metrics_port)).start()
+    try:
+        for name in clouds:
+            client.create(POOLS.format(ns=ns), pool_manifest(
+                name, cloud_name="c", resource_class=unique_resource_class(name), replicas=1,
+                cloud={"secretRef": {"name": f"cloud-{name}"}, "cloudName": "c"},
+                novaConfig={"secretRef": {"name": f"nova-{name}"}}))
+
+        def reported() -> dict[str, dict[str, Any]] | None:
+            pools = {name: get_pool(client, ns, name) for name in clouds}
+            reasons = {name: condition(pool, "Degraded").get("reason") for name, pool in pools.items()}
+            return pools if reasons == {name: reason for name, (_, reason) in clouds.items()} else None
+
+        kube_api.wait_for(reported, timeout=120, interval=1, what="every pool's failure reported")
+        settle(12)  # a few more cycles of each pool: every one writes, posts and logs alike
+        pools = reported()
+        assert pools is not None
+        metrics = http_get(metrics_port, "/metrics")
+    finally:
+        operator.stop()
+        for name in clouds:
+            client.delete(f"{POOLS.format(ns=ns)}/{name}")
+    log = operator.log()
+    written = {
+        "status": json.dumps({name: pool.get("status") for name, pool in pools.items()}),
+        "Events": json.dumps(client.get(f"/api/v1/namespaces/{ns}/events")["items"]),
+        "log": log,
+        "metrics": metrics,
+    }
+    for where, text in written.items():
+        for secret in (PW, ENCODED, real, quote(real, safe="")):
+            assert secret not in text, f"a password is in the operator's {where}"
+    assert "ironic_shard" in metrics and "Failed to discover" in log, "the places looked at are the real ones"
+    unreachable = condition(pools["unreachable"], "Degraded")["message"]
+    assert f"Ironic at http://admin:***@{nowhere[7:]} (cloud 'c') is not answering" in unreachable
+    assert "not valid YAML: mapping values are not allowed here at line 4" in \
+        condition(pools["notyaml"], "Degraded")["message"]
+    assert "Nova at http://admin:***@" in pools["nova"]["status"]["nova"]["message"]
+    assert log.count("auth_type 'passwrod'") == 1, "an unusable clouds.yaml is logged once, not per cycle"

@@ -22,8 +22,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
+from ironic_shard_operator.adapters.ironic import IronicError
 from ironic_shard_operator.adapters.kube import Kube, KubeError
+from ironic_shard_operator.controller.ironic_cycle import AdapterCache
 from ironic_shard_operator.controller.nova_cycle import NovaRuntime
 from ironic_shard_operator.controller.reconcile import reconcile
 from ironic_shard_operator.core.claims import PoolClaim
@@ -40,13 +41,13 @@ DEBOUNCE_SECONDS = 0.5
 class PoolRuntime:
     """What the operator keeps in memory about one pool between its cycles.
 
-    Nothing here is needed for correctness after a restart: the adapter is rebuilt, the
-    cloud identity re-read, and `last_status` falls back to the CR's own status.
+    Nothing here is needed for correctness after a restart: the adapter is rebuilt (`ironic`
+    keeps it between cycles), the cloud identity re-read, and `last_status` falls back to the
+    CR's own status.
     """
 
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    adapter: IronicAdapter | None = None
-    adapter_key: tuple[Any, ...] | None = None
+    ironic: AdapterCache = field(default_factory=AdapterCache)
     cloud: str | None = None
     last_status: dict[str, Any] | None = None
     generation: int | None = None

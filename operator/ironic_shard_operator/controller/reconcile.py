@@ -38,10 +38,12 @@ from ironic_shard_operator.adapters.ironic import (
 )
 from ironic_shard_operator.adapters.kube import KubeError
 from ironic_shard_operator.controller.ironic_cycle import CycleReport, run_cycle
+from ironic_shard_operator.controller.log_redaction import KNOWN
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, run_nova_cycle
 from ironic_shard_operator.core import model, pods, podspec
 from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, earlier_overlap
 from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
 from ironic_shard_operator.core.schedule import RETRY_SECONDS, next_delay
 from ironic_shard_operator.core.spec import InvalidSpec, Pool, read_pool
 from ironic_shard_operator.core.status import CycleFacts, build_status, format_time, moves_event, since_of
@@ -106,8 +108,9 @@ class _Cycle:
         return f"{self.namespace}/{self.name}"
 
     async def write(self, facts: CycleFacts) -> None:
-        """Write the cycle's status (only when it changed) and post its Events."""
-        status, events = build_status(facts, self.previous)
+        """Write the cycle's status (only when it changed) and post its Events, with the
+        credentials of the pool's Secrets masked (log_redaction.KNOWN)."""
+        status, events = build_status(replace(facts, secrets=facts.secrets | KNOWN.of(self.key)), self.previous)
         if status != _comparable(self.previous, status):
             await self.op.kube.patch_pool_status(self.namespace, self.name, status)
         self.runtime.last_status = status
@@ -230,11 +233,13 @@ async def _read_secrets(cycle: _Cycle, pool: Pool, members: _Members) -> _Secret
         cycle.op.kube.get_secret(cycle.namespace, pool.nova_config.name),
         cycle.op.kube.get_secret(cycle.namespace, pool.cloud.name))
     nova_digest = podspec.secret_digest(nova_secret, pool.nova_config.key)
+    clouds_yaml = _secret_text(cloud_secret, pool.cloud.key)
+    KNOWN.remember(cycle.key, secrets_in_clouds_yaml(clouds_yaml)
+                   | secrets_in_ini(_secret_text(nova_secret, pool.nova_config.key)))
     problem = None
     if not nova_digest:
         problem = (f"Secret {pool.nova_config.name} has no key {pool.nova_config.key} "
                    "(the base nova.conf): member pods cannot start")
-    clouds_yaml = _secret_text(cloud_secret, pool.cloud.key)
     if clouds_yaml is None:
         problem = problem or (f"Secret {pool.cloud.name} has no key {pool.cloud.key} "
                               "(clouds.yaml): the operator cannot reach Ironic")
@@ -397,16 +402,16 @@ def _secret_text(secret: Mapping[str, Any] | None, key: str) -> str | None:
 
 
 def _adapter(runtime: PoolRuntime, pool: Pool, clouds_yaml: str) -> IronicAdapter:
-    """The pool's Ironic adapter, rebuilt only when its cloud or settings change."""
-    wanted = (clouds_yaml, pool.cloud_name, pool.selector, pool.ironic)
-    if runtime.adapter is None or runtime.adapter_key != wanted:
-        runtime.adapter = IronicAdapter.from_clouds_yaml(
+    """The pool's Ironic adapter, built only when its cloud or settings change; an unusable
+    cloud config is logged once and raised again each cycle until it changes (AdapterCache)."""
+    return runtime.ironic.get(
+        (clouds_yaml, pool.cloud_name, pool.selector, pool.ironic),
+        lambda: IronicAdapter.from_clouds_yaml(
             clouds_yaml, pool.cloud_name,
             selector=pool.selector,
             max_concurrent_writes=pool.ironic.max_concurrent_writes,
-            writes_per_second=pool.ironic.writes_per_second)
-        runtime.adapter_key = wanted
-    return runtime.adapter
+            writes_per_second=pool.ironic.writes_per_second),
+        label=f"pool {pool.key}")
 
 
 def _comparable(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,7 @@ import kopf
 from aiohttp import web
 
 from ironic_shard_operator.adapters.kube import Kube
+from ironic_shard_operator.controller import log_redaction
 from ironic_shard_operator.controller.leader import LeaderElector
 from ironic_shard_operator.core.lease import LEASE_NAME, RETRY
 
@@ -182,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog=__doc__.split("\n\n", 1)[1]).parse_args(argv)
     debug = bool(os.environ.get("OPERATOR_DEBUG"))
     kopf.configure(verbose=debug, log_prefix=True)
+    log_redaction.install()  # no credential in the log, whoever logs it
     if not debug:  # kopf logs every handled pod event at INFO: keep the log about our actions
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings = Settings.from_env(os.environ)
