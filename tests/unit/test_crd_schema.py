@@ -44,7 +44,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ironic_shard_operator.core import model, nova_policy
+from ironic_shard_operator.core import autoscale, model, nova_policy
+from ironic_shard_operator.core.status import CycleFacts, build_status
+from testbed.kube_emulator.resources import custom_resource_types
+from testbed.kube_emulator.tables import table
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
@@ -591,7 +594,8 @@ def _nova_section() -> dict[str, Any]:
         findings=(nova_policy.Finding(nova_policy.DUPLICATE, "n-1", "node n-1 is listed under 2 computes"),
                   nova_policy.Finding(nova_policy.UNMAPPED, "rack-a-1", "member rack-a-1 ...")),
         waiting={"rack-a-2": "Nova refused to delete its service: host has instances"})
-    return nova_policy.status_section(nova_policy.ENABLED, nova_policy.summary(report.findings), report, ["rack-a-1"])
+    return nova_policy.status_section(nova_policy.ENABLED, nova_policy.summary(report.findings), report, ["rack-a-1"],
+                                      ["rack-a-2"])
 
 
 @pytest.mark.parametrize("section", [
@@ -613,12 +617,60 @@ def test_status_nova_as_the_operator_writes_it_is_admitted(section):
     (lambda n: n["findings"].update(duplicate=-1), "less than the minimum of 0"),
     (lambda n: n["findings"].update(orphaned=1), "Additional properties are not allowed"),
     (lambda n: n.update(forcedDown="rack-a-1"), "is not of type 'array'"),
-], ids=["unknown state", "negative count", "unknown finding kind", "forcedDown not a list"])
+    (lambda n: n.update(retired="rack-a-2"), "is not of type 'array'"),
+    (lambda n: n.update(retired=[f"rack-a-{i}" for i in range(nova_policy.RETIRED_LIMIT + 1)]), "is too long"),
+], ids=["unknown state", "negative count", "unknown finding kind", "forcedDown not a list", "retired not a list",
+        "retired beyond its bound"])
 def test_bad_status_nova_is_refused(change, reason):
     section = _nova_section()
     change(section)
     errors = admit({**example_pool("minimal"), "status": {**_status(), "nova": section}})
     assert any(reason in e for e in errors), errors
+
+
+def _written_status(plan: model.Plan) -> dict[str, Any]:
+    """The status build_status writes for a pool of two Ready members with `plan`."""
+    members = (model.Member("rack-a-0", True, 1.7e9), model.Member("rack-a-1", True, 1.7e9))
+    status, _ = build_status(CycleFacts(
+        generation=1, pool="rack-a", members=members, plan=plan, pods_existing=2, pods_ready=2,
+        selector="ironicshards.io/pool=rack-a", now=1.8e9), None)
+    return status
+
+
+def _converged_plan(**kw: Any) -> model.Plan:
+    values = dict(desired_replicas=2, ring_members=("rack-a-0", "rack-a-1"), moves=(), members_to_create=(),
+                  members_to_delete=(), scale_down_blocked={},
+                  loads=(model.MemberLoad("rack-a-0", 300, 2, True), model.MemberLoad("rack-a-1", 300, 1, True)),
+                  counts=model.NodeCounts(total=600, free=597, pinned=3))
+    return model.Plan(**{**values, **kw})
+
+
+def _autoscaled_plan() -> model.Plan:
+    decision = autoscale.decide(model.Autoscale(1, 10, 300), 600)
+    return _converged_plan(desired_replicas=decision.desired, autoscale=decision)
+
+
+@pytest.mark.parametrize("plan", [_converged_plan(), _autoscaled_plan()], ids=["replicas", "autoscale"])
+def test_status_as_build_status_writes_it_is_admitted_and_every_field_declared(plan):
+    """status keeps unknown fields (for kopf), so an undeclared field would pass unnoticed."""
+    status = _written_status(plan)
+    assert admit({**example_pool("minimal"), "status": status}) == []
+    assert set(status) <= set(schema()["properties"]["status"]["properties"])
+
+
+def test_kubectl_get_wide_shows_a_value_in_every_status_column():
+    """`kubectl get ics -o wide`, as the fake API server's Table prints it: every column read
+    from .status shows what the operator wrote (Target, status.desiredReplicas, stayed empty)."""
+    (resource_type,) = custom_resource_types(crd())
+    pool = {**defaulted(example_pool("minimal")), "status": _written_status(_converged_plan())}
+    pool["metadata"] = {**pool["metadata"], "creationTimestamp": "2025-01-01T00:00:00Z"}
+    printed = table(resource_type, [pool], {})
+    (row,) = printed["rows"]
+    cells = dict(zip((c["name"] for c in printed["columnDefinitions"]), row["cells"]))
+    status_columns = [c["name"] for c in version()["additionalPrinterColumns"] if c["jsonPath"].startswith(".status.")]
+    assert "Target" in status_columns
+    assert [name for name in status_columns if cells[name] is None] == []
+    assert (cells["Target"], cells["Ready"], cells["Nodes"]) == (2, 2, 600)
 
 
 # --- kubectl ----------------------------------------------------------------------------

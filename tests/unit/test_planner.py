@@ -201,6 +201,14 @@ def test_autoscale_follows_node_count_within_bounds():
     assert plan(pool(["p-0"], nodes[:10], autoscale=Autoscale(2, 5, 500))).desired_replicas == 2
 
 
+def test_the_plan_says_how_autoscale_chose_its_member_count():
+    nodes = [Node(u) for u in uuids(1201)]
+    capped = plan(pool(["p-0"], nodes, autoscale=Autoscale(1, 2, 500))).autoscale
+    assert (capped.nodes, capped.by_nodes, capped.recommendation, capped.desired) == (1201, 3, 2, 2)
+    assert capped.settings == Autoscale(1, 2, 500)
+    assert plan(pool(["p-0"], nodes, replicas=1)).autoscale is None
+
+
 def test_nodes_owned_by_strangers_are_adopted_unless_pinned():
     ids = uuids(4)
     nodes = [Node(ids[0], "legacy"), Node(ids[1], "legacy", instance_uuid="i"), Node(ids[2]), Node(ids[3], "p-0")]

@@ -1,6 +1,6 @@
 """Status and conditions: counts, members, ring generation, stable transitions, events."""
 
-from ironic_shard_operator.core import model, nova_policy
+from ironic_shard_operator.core import autoscale, model, nova_policy
 from ironic_shard_operator.core.pods import MemberState
 from ironic_shard_operator.core.status import CycleFacts, build_status, moves_event, since_of
 
@@ -158,3 +158,35 @@ def test_nova_refusing_to_delete_a_removed_members_service_blocks_scale_down():
     passing = "p-2: Nova still lists 3 of the pool's nodes under p-2"  # transient: not a block
     status, _ = build_status(facts(nova=nova_section(waiting=[passing])), None)
     assert conditions(status)["ScaleDownBlocked"]["status"] == "False"
+
+
+# --- the member count and why (status.desiredReplicas, status.desiredReason) ----------------
+
+
+def autoscaled(nodes, minimum=1, maximum=10, per_member=500):
+    decision = autoscale.decide(model.Autoscale(minimum, maximum, per_member), nodes)
+    return plan(desired_replicas=decision.desired, autoscale=decision,
+                counts=model.NodeCounts(total=nodes, free=nodes))
+
+
+def test_desired_replicas_and_why_are_written_for_replicas_and_autoscale():
+    status, _ = build_status(facts(), None)
+    assert (status["desiredReplicas"], status["desiredReason"]) == (2, "spec.replicas: 2")
+
+    status, _ = build_status(facts(plan=autoscaled(1234)), None)
+    assert status["desiredReplicas"] == 3
+    assert status["desiredReason"] == "autoscale: 1,234 nodes / 500 per member -> 3 (min 1, max 10)"
+
+    status, _ = build_status(facts(plan=autoscaled(6000)), None)
+    assert status["desiredReplicas"] == 10
+    assert status["desiredReason"] == "autoscale: 6,000 nodes / 500 per member -> 12, capped at maxReplicas 10"
+
+    status, _ = build_status(facts(plan=autoscaled(0, minimum=2)), None)
+    assert status["desiredReplicas"] == 2
+    assert status["desiredReason"] == "autoscale: 0 nodes / 500 per member -> 0, raised to minReplicas 2"
+
+
+def test_desired_replicas_are_kept_while_ironic_cannot_be_read():
+    first, _ = build_status(facts(plan=autoscaled(1234)), None)
+    status, _ = build_status(facts(plan=None, error="Ironic unreachable", error_reason="IronicUnavailable"), first)
+    assert (status["desiredReplicas"], status["desiredReason"]) == (first["desiredReplicas"], first["desiredReason"])

@@ -90,6 +90,22 @@ class Autoscale:
 
 
 @dataclass(frozen=True, slots=True)
+class AutoscaleDecision:
+    """How autoscale sized the pool in one plan (core/autoscale.py).
+
+    `nodes` managed nodes call for `by_nodes` = ceil(nodes / max_nodes_per_member) members;
+    `recommendation` is that count within [min_replicas, max_replicas]; `desired` is the
+    member count the plan steers towards.
+    """
+
+    settings: Autoscale
+    nodes: int
+    by_nodes: int
+    recommendation: int
+    desired: int
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     """What the planner needs of an IronicComputeShard's spec.
 
@@ -155,6 +171,7 @@ class Plan:
     `moves` are sorted by node uuid. `members_to_create` are new identities,
     `members_to_delete` retired identities that own no node any more, and
     `scale_down_blocked` maps a retiring member to the pinned nodes it still owns.
+    `autoscale` says how autoscale chose `desired_replicas`; None: spec.replicas did.
     """
 
     desired_replicas: int
@@ -165,6 +182,7 @@ class Plan:
     scale_down_blocked: dict[str, int]
     loads: tuple[MemberLoad, ...]
     counts: NodeCounts
+    autoscale: AutoscaleDecision | None = None
 
 
 @dataclass(frozen=True, slots=True)

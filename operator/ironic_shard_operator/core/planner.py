@@ -15,10 +15,10 @@ The rules it keeps (SPEC section 2):
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
+from ironic_shard_operator.core import autoscale
 from ironic_shard_operator.core.fencing import counts_as_ready
 from ironic_shard_operator.core.model import (
     MemberLoad,
@@ -28,7 +28,6 @@ from ironic_shard_operator.core.model import (
     NodeCounts,
     Observation,
     Plan,
-    PoolSpec,
     member_name,
     member_ordinal,
 )
@@ -38,7 +37,8 @@ from ironic_shard_operator.core.ring import HashRing
 def plan(observation: Observation) -> Plan:
     """Decide members and node owners for one pool from one observation."""
     spec, nodes = observation.spec, observation.nodes
-    desired = desired_replicas(spec, len(nodes))
+    scale = autoscale.decide(spec.autoscale, len(nodes)) if spec.autoscale is not None else None
+    desired = scale.desired if scale is not None else spec.replicas
     members = sorted_members(spec.name, observation.members)
     retiring = {m.name for m in members[desired:]} if len(members) > desired else set()
     ring_members = tuple(
@@ -103,16 +103,8 @@ def plan(observation: Observation) -> Plan:
         scale_down_blocked=scale_down_blocked,
         loads=loads,
         counts=counts,
+        autoscale=scale,
     )
-
-
-def desired_replicas(spec: PoolSpec, node_count: int) -> int:
-    """`spec.replicas`, or with autoscale ceil(nodes / maxNodesPerMember) within its bounds."""
-    scale = spec.autoscale
-    if scale is None:
-        return spec.replicas
-    wanted = math.ceil(node_count / scale.max_nodes_per_member)
-    return max(scale.min_replicas, min(scale.max_replicas, wanted))
 
 
 def sorted_members(pool: str, members: Iterable[Member]) -> list[Member]:

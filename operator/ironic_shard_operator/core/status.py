@@ -52,6 +52,7 @@ class CycleFacts:
     error: str | None = None
     error_reason: str = "Error"
     conflict: str | None = None
+    conflict_reason: str = "OverlappingPool"
     paused: bool = False
     pods_existing: int = 0
     pods_ready: int = 0
@@ -78,11 +79,13 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
     }
     plan = facts.plan
     if plan is not None:
+        status["desiredReplicas"] = plan.desired_replicas
+        status["desiredReason"] = desired_reason(plan)
         status["members"] = _members(facts, plan)
         status["ring"] = _ring(plan, previous.get("ring") or {})
         status["nodes"] = _counts(plan.counts)
-    else:  # nothing new is known about ownership: keep the last report
-        for key in ("members", "ring", "nodes"):
+    else:  # nothing new is known about size and ownership: keep the last report
+        for key in ("desiredReplicas", "desiredReason", "members", "ring", "nodes"):
             if key in previous:
                 status[key] = previous[key]
     nova = facts.nova if facts.nova is not None else previous.get("nova")
@@ -93,6 +96,23 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
         conditions, previous.get("conditions") or [], facts.generation, facts.now)
     return (_redacted(status, facts.secrets),
             [replace(e, message=redact(e.message, facts.secrets)) for e in (*facts.extra_events, *events)])
+
+
+def desired_reason(plan: model.Plan) -> str:
+    """Why the pool steers towards `plan.desired_replicas` members, in one line
+    (status.desiredReason): spec.replicas, or autoscale's arithmetic and its bounds."""
+    scale = plan.autoscale
+    if scale is None:
+        return f"spec.replicas: {plan.desired_replicas}"
+    bounds = scale.settings
+    text = f"autoscale: {scale.nodes:,} nodes / {bounds.max_nodes_per_member:,} per member -> "
+    if scale.by_nodes > bounds.max_replicas:
+        text += f"{scale.by_nodes:,}, capped at maxReplicas {bounds.max_replicas}"
+    elif scale.by_nodes < bounds.min_replicas:
+        text += f"{scale.by_nodes}, raised to minReplicas {bounds.min_replicas}"
+    else:
+        text += f"{scale.recommendation} (min {bounds.min_replicas}, max {bounds.max_replicas})"
+    return text
 
 
 def _redacted(value: Any, secrets: frozenset[str]) -> Any:
@@ -158,7 +178,7 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
     troubled = [s for s in facts.states if s.phase in ("Fencing", "Replacing")]
 
     if facts.conflict:
-        conflict = _Condition("Conflict", True, "OverlappingPool", facts.conflict)
+        conflict = _Condition("Conflict", True, facts.conflict_reason, facts.conflict)
     else:
         conflict = _Condition("Conflict", False, "NoOverlap", "no other pool selects these Ironic nodes")
 
@@ -211,7 +231,7 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
 
     desired = plan.desired_replicas if plan is not None else None
     if facts.conflict:
-        ready = _Condition("Ready", False, "Conflict", "this pool overlaps another and writes nothing")
+        ready = _Condition("Ready", False, "Conflict", "this pool clashes with another and writes nothing")
     elif facts.error:
         ready = _Condition("Ready", False, facts.error_reason, facts.error)
     elif desired is not None and facts.pods_ready < desired:
