@@ -9,7 +9,7 @@ For each size it reports
   (join: N/(M+1), leave: the leaver's nodes = N/M on average).
 
 Usage: python bench/ring_bench.py [--quick]
-Targets (SPEC section 7, issue 2): at 100k x 200, ours <= 1/10 of tooz's time and balance
+Targets (issue 2): at 100k x 200, ours <= 1/10 of tooz's time and balance
 <= 1.01; at 10k x 200 balance <= 1.05; movement <= 1.02 x ideal.
 """
 

@@ -1,4 +1,4 @@
-"""The planner against SPEC section 2: examples first, then the invariants as properties."""
+"""The planner against docs/invariants.md: examples first, then the invariants as properties."""
 
 import dataclasses
 import random

@@ -360,7 +360,7 @@ class IronicAdapter:
         (`shard_write.handover_verdict`). A node whose instance left or changed, or whose
         shard someone else changed, is not touched.
 
-        The one deliberate exception to "a pinned node never moves" (SPEC invariant 2),
+        The one deliberate exception to "a pinned node never moves" (invariant 2, docs/invariants.md),
         used only for `spec.nova.repairMisplaced`; same batching, re-reads, rate limit and
         errors as apply_moves().
         """

@@ -5,7 +5,7 @@ public login helpers (`kopf.login_with_service_account` in a pod, else
 `kopf.login_with_kubeconfig`), so the operator and kopf talk to the same cluster the same
 way. Every method is one API request (two for an upsert that finds the object), and
 `writes` counts the mutating ones, so "a reconcile with nothing changed makes zero
-writes" (SPEC invariant 6) can be checked.
+writes" (invariant 6, docs/invariants.md) can be checked.
 
 Errors: `KubeError` carries the HTTP status and the API's own message. Outcomes the
 callers expect (a pod that already exists, an object already gone, a deletion whose uid

@@ -45,7 +45,7 @@ class Node:
     """One managed Ironic node, as much of it as ownership decisions need.
 
     `shard` is the node's owner (None: unassigned). `pinned` is computed once: a pinned
-    node's owner is frozen (SPEC section 2).
+    node's owner is frozen (invariant 2, docs/invariants.md).
     """
 
     uuid: str
@@ -149,7 +149,7 @@ class MemberLoad:
 
 @dataclass(frozen=True, slots=True)
 class NodeCounts:
-    """The status summary of a pool's nodes (SPEC section 3, status.nodes).
+    """The status summary of a pool's nodes (status.nodes, described in the CRD).
 
     `pending_moves` counts the plan's moves, `misplaced` the pinned nodes whose owner is
     no member of the pool (no compute of this pool serves them, and the ring may not

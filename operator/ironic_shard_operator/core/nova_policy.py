@@ -20,7 +20,8 @@ Findings (`Finding.kind`):
   cycle, `update_interval()`); the first time it was seen so is carried from audit to audit
   in `since` (kept in memory: after an operator restart the clock starts again);
 - `misplaced`: a node with an instance, listed under exactly one host that is not its shard.
-  No compute serves it (SPEC section 8); with `repair` the audit hands it over explicitly:
+  No compute serves it (the instance's host lists only the nodes of its own shard, and no other
+  host takes over a node with an instance); with `repair` the audit hands it over explicitly:
   a Move setting its shard to the instance's host, when that host is a member of the pool.
   This is the one audited exception to "the ring never moves a pinned node" (invariant 2);
 - `unmapped`: a member whose service is up and owns nodes, but Nova lists no node under it

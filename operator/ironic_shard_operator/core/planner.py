@@ -2,7 +2,7 @@
 
 Pure: `plan(observation)` reads nothing but its argument and returns decisions.
 
-The rules it keeps (SPEC section 2):
+The rules it keeps (invariants 1-4, docs/invariants.md):
 - a pinned node never changes owner;
 - every free node ends up owned by a ring member (a non-retiring member that counts as
   ready by the grace rule, fencing.py), unless there is none, in which case nothing moves;

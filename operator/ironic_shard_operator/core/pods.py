@@ -4,7 +4,7 @@ A member is one identity `<pool>-<ordinal>`; its pod has exactly that name. Kube
 refuses a second object with a name that exists, so as long as the operator only creates
 a member's pod when no pod object of that name exists, and only forgets (force-deletes)
 a pod whose process is provably stopped or whose fencing policy allows it, there are
-never two live pods with one identity (SPEC invariant 5). Every decision here keeps that:
+never two live pods with one identity (invariant 5, docs/invariants.md). Every decision here keeps that:
 
 - a missing pod is created; a pod being deleted is waited for, never replaced early;
 - a pod that Failed, was evicted, is in a crash loop, or stayed Pending too long is

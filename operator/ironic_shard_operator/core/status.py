@@ -1,7 +1,7 @@
 """Pure status of an IronicComputeShard: counts, members, ring and conditions.
 
-`build_status()` turns what one cycle saw and decided into the CR's `.status` (SPEC
-section 3) and the Events that announce condition changes. Invariants:
+`build_status()` turns what one cycle saw and decided into the CR's `.status` (the CRD
+describes every field) and the Events that announce condition changes. Invariants:
 - every condition carries the CR generation it was computed for (`observedGeneration`);
 - a condition's `lastTransitionTime` changes only when its `status` changes, so a status
   rewritten every cycle with the same facts is byte-identical (no write, no event);
