@@ -7,7 +7,8 @@ passes on what the next step needs:
 1. read the pool (the CR, core/spec.py), or report InvalidSpec;
 2. observe the members: the pool's pods and ConfigMaps, each member's readiness;
 3. read the two Secrets, or report ConfigurationMissing;
-4. refuse to write when an earlier pool selects overlapping Ironic nodes (Conflict);
+4. refuse to write when an earlier pool on the same cloud selects overlapping Ironic nodes
+   or has the same name (Conflict, core/claims.py);
 5. plan Ironic: observe and plan with the members' readiness (ironic_cycle.py), no writes;
 6. decide the pod actions (core/pods.py, core/fencing.py);
 7. act on pods (kube.py) unless paused;
@@ -41,7 +42,7 @@ from ironic_shard_operator.controller.ironic_cycle import CycleReport, run_cycle
 from ironic_shard_operator.controller.log_redaction import KNOWN
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, run_nova_cycle
 from ironic_shard_operator.core import model, pods, podspec
-from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, earlier_overlap
+from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
 from ironic_shard_operator.core.schedule import RETRY_SECONDS, next_delay
@@ -256,15 +257,12 @@ async def _read_secrets(cycle: _Cycle, pool: Pool, members: _Members) -> _Secret
 
 async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members,
                               claims: Iterable[PoolClaim]) -> _Ended | None:
-    """Conflict reported when an earlier pool selects overlapping Ironic nodes: write nothing."""
-    me = PoolClaim(cycle.key, pool.created, pool.selector, cycle.runtime.cloud)
-    rival = earlier_overlap(me, [c if c.key != cycle.key else me for c in claims])
-    if rival is None:
+    """Conflict reported when an earlier pool on the same cloud selects overlapping Ironic nodes
+    or has the same name (core/claims.py): write nothing."""
+    found = find_conflict(PoolClaim(cycle.key, pool.created, pool.selector, cycle.runtime.cloud), claims)
+    if found is None:
         return None
-    await cycle.write(CycleFacts(**members.facts, conflict=(
-        f"pool {rival.key} (created {rival.created}) selects overlapping Ironic nodes "
-        f"(conductorGroup/resourceClass); this pool writes nothing until the selectors "
-        "are made disjoint or that pool is deleted")))
+    await cycle.write(CycleFacts(**members.facts, conflict=found.message, conflict_reason=found.reason))
     return _Ended(pool.ironic.poll_interval_seconds)
 
 
