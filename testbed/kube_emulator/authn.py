@@ -65,7 +65,8 @@ class Authenticator:
         self._clock = clock
         self.audit: list[dict[str, Any]] = []
 
-    def issue(self, namespace: str, service_account: dict[str, Any], request: Any, uid_of: UidOf) -> dict[str, Any]:
+    def issue(self, namespace: str, service_account: dict[str, Any], request: Any,
+              uid_of: UidOf) -> dict[str, Any]:
         """Answer a TokenRequest for `service_account` (the stored object)."""
         name = service_account['metadata']['name']
         spec = dict((request or {}).get('spec') or {})

@@ -83,7 +83,8 @@ async def test_a_rotated_token_is_read_again_after_a_401_and_the_request_sent_on
         write_kubeconfig(api.kubeconfig, api.url, "token-2")
         api.valid = {"token-2"}
         assert await kube.request("PUT", f"{LEASES}/l", body={"metadata": {"name": "l"}})
-        assert [(m, t) for m, t, _ in api.seen] == [("GET", "token-1"), ("PUT", "token-1"), ("PUT", "token-2")]
+        assert [(m, t) for m, t, _ in api.seen] == [
+            ("GET", "token-1"), ("PUT", "token-1"), ("PUT", "token-2")]
         assert await kube.request("GET", f"{LEASES}/l")  # and keeps the new one
         assert api.seen[-1][1] == "token-2"
 

@@ -8,7 +8,8 @@ from ironic_shard_operator.core.lease import (
 
 def lease(holder, renew="2026-01-01T00:00:00.000000Z", transitions=0, rv="7"):
     return {"metadata": {"name": "ironic-shard-operator", "namespace": "ops", "resourceVersion": rv},
-            "spec": {"holderIdentity": holder, "leaseDurationSeconds": int(LEASE_DURATION), "renewTime": renew,
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": int(LEASE_DURATION),
+                     "renewTime": renew,
                      "leaseTransitions": transitions}}
 
 

@@ -80,14 +80,16 @@ class NovaOutcome:
 def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                    members: Sequence[Member], identities: AbstractSet[str], retiring: AbstractSet[str],
                    nova_conf: str | None, nodes: Sequence[Node] | None,
-                   previous: Mapping[str, Any] | None, now: float, metrics: Any = None) -> NovaOutcome:
+                   previous: Mapping[str, Any] | None, now: float, metrics: Any = None,
+                   may_write: Callable[[], bool] | None = None) -> NovaOutcome:
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
 
     `members`: the readiness of the pool's identities; `identities`: every current member
     (pod or ConfigMap) and the ones being created; `retiring`: those of them this cycle
     retires (no misplaced node is handed to them); `nodes`: the pool's Ironic nodes as this
     cycle read them, None when Ironic could not be read (then only forced_down is looked
-    after, and only once Nova has answered before); `previous`: the last status.nova.
+    after, and only once Nova has answered before); `previous`: the last status.nova;
+    `may_write`: asked right before the writes (the leader's Lease check), none made if False.
     Never raises for Nova's sake: failures become the section's state.
     """
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
@@ -117,7 +119,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
             if metrics is not None:
                 metrics.record_nova_audit(key, state.report.counts())
         forced = {host for host, s in services.items() if s.forced_down}
-        if not pool.paused:
+        if not pool.paused and (may_write is None or may_write()):
             try:  # forced_down first: it is the write failover waits for
                 _write(nova, key, changes, deletions, state, now, forced, metrics, events)
             finally:  # Ironic writes: a Nova failure above does not hold them up

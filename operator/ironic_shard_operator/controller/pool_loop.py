@@ -57,13 +57,18 @@ class PoolRuntime:
 
 
 class Operator:
-    """The shared state of one operator process: its Kubernetes client and the pools."""
+    """The shared state of one operator process: its Kubernetes client and the pools.
+
+    `may_write()` is the leader's write check (LeaderElector.may_write): the write steps of
+    a cycle ask it before each batch of writes, and make none once it is False."""
 
     def __init__(self, kube: Kube, *, metrics: Any = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 may_write: Callable[[], bool] = lambda: True) -> None:
         self.kube = kube
         self.metrics = metrics
         self.clock = clock
+        self.may_write = may_write
         self.pools: dict[str, PoolRuntime] = {}
 
     def runtime(self, key: str) -> PoolRuntime:

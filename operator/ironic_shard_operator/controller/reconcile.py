@@ -39,6 +39,7 @@ from ironic_shard_operator.adapters.ironic import (
 )
 from ironic_shard_operator.adapters.kube import KubeError
 from ironic_shard_operator.controller.ironic_cycle import CycleReport, run_cycle
+from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.log_redaction import KNOWN
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, run_nova_cycle
 from ironic_shard_operator.core import model, pods, podspec
@@ -46,7 +47,7 @@ from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, find_co
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
 from ironic_shard_operator.core.schedule import RETRY_SECONDS, next_delay
-from ironic_shard_operator.core.spec import InvalidSpec, Pool, SecretKeyRef, read_pool
+from ironic_shard_operator.core.spec import InvalidSpec, Pool, read_pool
 from ironic_shard_operator.core.status import CycleFacts, build_status, format_time, moves_event, since_of
 
 if TYPE_CHECKING:
@@ -237,11 +238,14 @@ async def _read_secrets(cycle: _Cycle, pool: Pool, members: _Members) -> _Secret
     clouds_yaml = _secret_text(cloud_secret, pool.cloud.key)
     KNOWN.remember(cycle.key, secrets_in_clouds_yaml(clouds_yaml)
                    | secrets_in_ini(_secret_text(nova_secret, pool.nova_config.key)))
-    problem = (_unusable(nova_secret, pool.nova_config, cycle.namespace, "spec.novaConfig",
-                         "the base nova.conf", "member pods cannot start")
-               or _unusable(cloud_secret, pool.cloud, cycle.namespace, "spec.cloud",
-                            "clouds.yaml", "the operator cannot reach Ironic"))
-    if clouds_yaml is not None:
+    problem = None
+    if not nova_digest:
+        problem = (f"Secret {pool.nova_config.name} has no key {pool.nova_config.key} "
+                   "(the base nova.conf): member pods cannot start")
+    if clouds_yaml is None:
+        problem = problem or (f"Secret {pool.cloud.name} has no key {pool.cloud.key} "
+                              "(clouds.yaml): the operator cannot reach Ironic")
+    else:
         try:
             cycle.runtime.cloud = cloud_identity(clouds_yaml, pool.cloud_name)
         except InvalidSpec as error:
@@ -299,7 +303,7 @@ async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Se
     """Carry out the pod actions unless paused: ConfigMaps, then creations, then deletions.
     Returns the Events of the actions that took effect (a pod that existed already, or was
     replaced meanwhile, is no news); metrics count deletions by their kind."""
-    if pool.paused:
+    if pool.paused or not cycle.op.may_write():  # (the Kubernetes client checks each write too)
         return []
     kube, metrics, decision = cycle.op.kube, cycle.op.metrics, chosen.decision
     done_events: list[Event] = []
@@ -325,13 +329,14 @@ async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Se
 async def _write_shards(cycle: _Cycle, pool: Pool, members: _Members, ironic: _Ironic) -> _Ironic:
     """Ironic, writes: only when the plan has moves and the pool is not paused. The Ironic cycle
     re-reads and re-plans (level-triggered) and stops between two writes on news (the pool's
-    interrupt), so pods are never kept waiting."""
+    interrupt), so pods are never kept waiting, or once the leader may not write (WriteStop)."""
     plan = ironic.plan
     if plan is None or not plan.moves or pool.paused:
         return ironic
     try:
+        stop = WriteStop(cycle.runtime.interrupt, cycle.op.may_write)
         report = await asyncio.to_thread(run_cycle, ironic.adapter, pool.spec, members.readiness,
-                                         now=cycle.now, stop=cycle.runtime.interrupt)
+                                         now=cycle.now, stop=stop)
     except IronicError as error:
         cycle.record_ironic_error(error)
         return replace(ironic, error=error)
@@ -351,7 +356,8 @@ async def _nova(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets,
         identities=set(members.identities) | set(chosen.keep), retiring=chosen.retire,
         nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key),
         nodes=ironic.report.nodes if ironic.report is not None else None,
-        previous=cycle.previous.get("nova"), now=cycle.now, metrics=cycle.op.metrics)
+        previous=cycle.previous.get("nova"), now=cycle.now, metrics=cycle.op.metrics,
+        may_write=cycle.op.may_write)
 
 
 async def _report(cycle: _Cycle, pool: Pool, members: _Members, chosen: _PodPlan, acted: list[Event],
@@ -387,18 +393,6 @@ def _ironic_reason(error: IronicError | None) -> str:
         if isinstance(error, kind):
             return reason
     return "IronicUnavailable"
-
-
-def _unusable(secret: Mapping[str, Any] | None, ref: SecretKeyRef, namespace: str, field: str,
-              holds: str, consequence: str) -> str | None:
-    """Why the Secret `ref` cannot give what it `holds`: it does not exist (the API said 404),
-    or it has no such key; None when it can."""
-    if secret is None:
-        return (f"Secret {ref.name} not found in namespace {namespace} ({field}.secretRef): create it "
-                f"with key {ref.key} ({holds}); {consequence}")
-    if _secret_text(secret, ref.key) is None:
-        return f"Secret {ref.name} has no key {ref.key} ({holds}): {consequence}"
-    return None
 
 
 def _secret_text(secret: Mapping[str, Any] | None, key: str) -> str | None:

@@ -137,7 +137,8 @@ async def _lead(settings: Settings, elector: LeaderElector, metrics: Any, stop: 
                 operator_class: Any) -> int:
     """Run kopf while the Lease is held; 0 after a requested stop. Losing the Lease ends
     the process at once (exit code 1)."""
-    operator = operator_class(Kube(may_write=elector.may_write), metrics=metrics)
+    operator = operator_class(Kube(may_write=elector.may_write), metrics=metrics,
+                              may_write=elector.may_write)
     # No stop_flag: kopf handles SIGTERM/SIGINT itself once it runs (a stop_flag that is
     # never set would keep kopf waiting for its waiter task at exit); a stop requested
     # before that cancels kopf, which it takes as a request to stop too.
