@@ -47,7 +47,7 @@ from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, find_co
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
 from ironic_shard_operator.core.schedule import RETRY_SECONDS, next_delay
-from ironic_shard_operator.core.spec import InvalidSpec, Pool, read_pool
+from ironic_shard_operator.core.spec import InvalidSpec, Pool, SecretKeyRef, read_pool
 from ironic_shard_operator.core.status import CycleFacts, build_status, format_time, moves_event, since_of
 
 if TYPE_CHECKING:
@@ -238,14 +238,11 @@ async def _read_secrets(cycle: _Cycle, pool: Pool, members: _Members) -> _Secret
     clouds_yaml = _secret_text(cloud_secret, pool.cloud.key)
     KNOWN.remember(cycle.key, secrets_in_clouds_yaml(clouds_yaml)
                    | secrets_in_ini(_secret_text(nova_secret, pool.nova_config.key)))
-    problem = None
-    if not nova_digest:
-        problem = (f"Secret {pool.nova_config.name} has no key {pool.nova_config.key} "
-                   "(the base nova.conf): member pods cannot start")
-    if clouds_yaml is None:
-        problem = problem or (f"Secret {pool.cloud.name} has no key {pool.cloud.key} "
-                              "(clouds.yaml): the operator cannot reach Ironic")
-    else:
+    problem = (_unusable(nova_secret, pool.nova_config, cycle.namespace, "spec.novaConfig",
+                         "the base nova.conf", "member pods cannot start")
+               or _unusable(cloud_secret, pool.cloud, cycle.namespace, "spec.cloud",
+                            "clouds.yaml", "the operator cannot reach Ironic"))
+    if clouds_yaml is not None:
         try:
             cycle.runtime.cloud = cloud_identity(clouds_yaml, pool.cloud_name)
         except InvalidSpec as error:
@@ -393,6 +390,18 @@ def _ironic_reason(error: IronicError | None) -> str:
         if isinstance(error, kind):
             return reason
     return "IronicUnavailable"
+
+
+def _unusable(secret: Mapping[str, Any] | None, ref: SecretKeyRef, namespace: str, field: str,
+              holds: str, consequence: str) -> str | None:
+    """Why the Secret `ref` cannot give what it `holds`: it does not exist (the API said 404),
+    or it has no such key; None when it can."""
+    if secret is None:
+        return (f"Secret {ref.name} not found in namespace {namespace} ({field}.secretRef): create it "
+                f"with key {ref.key} ({holds}); {consequence}")
+    if _secret_text(secret, ref.key) is None:
+        return f"Secret {ref.name} has no key {ref.key} ({holds}): {consequence}"
+    return None
 
 
 def _secret_text(secret: Mapping[str, Any] | None, key: str) -> str | None:
