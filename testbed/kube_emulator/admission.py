@@ -98,6 +98,10 @@ def _builtin_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | 
                                        '`spec.containers[*].image`, `spec.initContainers[*].image`, '
                                        '`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to '
                                        'existing tolerations), `spec.terminationGracePeriodSeconds`'))
+    if rt.kind in ('RoleBinding', 'ClusterRoleBinding') and old is not None and obj.get('roleRef') != old.get('roleRef'):
+        ref = obj.get('roleRef') or {}
+        errors.append(('roleRef', f'Invalid value: rbac.RoleRef{{APIGroup:"{ref.get("apiGroup", "")}", '
+                                  f'Kind:"{ref.get("kind", "")}", Name:"{ref.get("name", "")}"}}: cannot change roleRef'))
     if rt.kind == 'ConfigMap' and old is not None and old.get('immutable') and (
             obj.get('data') != old.get('data') or obj.get('binaryData') != old.get('binaryData')):
         errors.append(('data', 'Forbidden: field is immutable when `immutable` is set'))

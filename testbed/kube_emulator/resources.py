@@ -1,6 +1,6 @@
 """Resource types: what the fake serves. One ResourceType per group/version/plural (its scope,
 names, subresources, field selectors and, for custom resources, schema), the built-in kinds
-served from the start (BUILTIN_TYPES, and no others: no apps/v1, no RBAC kinds), the types a CRD
+served from the start (BUILTIN_TYPES, and no others: no apps/v1), the types a CRD
 adds (custom_resource_types), and the few constants of a fresh server (its Kubernetes release,
 initial namespaces, the CRD cleanup finalizer, the verbs discovery lists).
 """
@@ -77,6 +77,10 @@ BUILTIN_TYPES = (
     _builtin('coordination.k8s.io', 'v1', 'leases', 'Lease'),
     _builtin('scheduling.k8s.io', 'v1', 'priorityclasses', 'PriorityClass', namespaced=False, short_names=('pc',)),
     _builtin('events.k8s.io', 'v1', 'events', 'Event', short_names=('ev',)),
+    _builtin('rbac.authorization.k8s.io', 'v1', 'roles', 'Role'),
+    _builtin('rbac.authorization.k8s.io', 'v1', 'rolebindings', 'RoleBinding'),
+    _builtin('rbac.authorization.k8s.io', 'v1', 'clusterroles', 'ClusterRole', namespaced=False),
+    _builtin('rbac.authorization.k8s.io', 'v1', 'clusterrolebindings', 'ClusterRoleBinding', namespaced=False),
     _builtin('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition',
              namespaced=False, short_names=('crd', 'crds'), categories=('api-extensions',),
              subresources={'status'}, tracks_generation=True),

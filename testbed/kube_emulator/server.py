@@ -31,15 +31,19 @@ What it does not do (answered with a clear error where a client could ask for it
   Namespace/ConfigMap/Secret that kubectl's `create` generators send, deletecollection, the
   `/finalize`, eviction, exec/log/attach/portforward subresources;
 - CRD conversion webhooks (all versions share one stored object), messageExpression of CEL rules
-  (their message is used), admission webhooks, RBAC (anyone may do anything; authentication by
-  ServiceAccount tokens and the audit of their writes are authn.py),
-  managedFields, the event TTL, watch bookmarks other than the initial-events-end one;
+  (their message is used), admission webhooks, managedFields, the event TTL, watch bookmarks other
+  than the initial-events-end one;
 - core v1 Events and events.k8s.io/v1 Events are separate stores here (one store, two views on a
-  real server); only the kinds listed in BUILTIN_TYPES (resources.py) are served (no apps/v1,
-  no RBAC kinds);
-- no controllers but the garbage collector and the namespace and CRD cleanup: no scheduler, no
-  kubelet (testbed/kubelet.py plays both), no node lifecycle or taint eviction, no
-  Deployments/ReplicaSets (a `default` ServiceAccount per namespace; its tokens: authn.py).
+  real server); only the kinds listed in BUILTIN_TYPES (resources.py) are served (no apps/v1);
+- no controllers but the garbage collector, the namespace and CRD cleanup and the pod garbage
+  collector (pod_gc.py: pods of deleted nodes, terminating pods of out-of-service nodes): no
+  scheduler, no kubelet (testbed/kubelet.py plays both), no node lifecycle or taint eviction, no
+  Deployments/ReplicaSets (a `default` ServiceAccount per namespace).
+
+Who may do what, as a real server decides it: a bearer token is checked (authn.py: issued by
+TokenRequest, bound to a ServiceAccount) and its holder authorized by RBAC over the stored Roles,
+ClusterRoles and bindings (authz.py, with the bootstrap policy a real server creates); a request
+without credentials is the cluster administrator's and may do anything.
 """
 import asyncio
 import base64
@@ -63,11 +67,13 @@ import yaml
 from testbed.kube_emulator import discovery, tables
 from testbed.kube_emulator.admission import admit
 from testbed.kube_emulator.authn import Authenticator, IssuedToken
+from testbed.kube_emulator.authz import RBAC_GROUP, Authorizer, bootstrap_policy
 from testbed.kube_emulator.builtin_schema import definition_of
 from testbed.kube_emulator.errors import (
     ApiError, already_exists, bad_request, conflict, invalid, not_found, status_details, unknown_resource)
 from testbed.kube_emulator.patches import json_patch, merge_patch, strategic_merge_patch
 from testbed.kube_emulator.paths import ApiPath, LabelSelector, dig, field_selector, matches, set_at
+from testbed.kube_emulator.pod_gc import PodGarbageCollector
 from testbed.kube_emulator.protobuf import decode_protobuf
 from testbed.kube_emulator.resources import (
     BUILTIN_TYPES, CRD_CLEANUP_FINALIZER, INITIAL_NAMESPACES, ResourceType, custom_resource_types)
@@ -116,13 +122,22 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
     _closing: bool = attrs.field(default=False, init=False)
     _background: set[asyncio.Task[None]] = attrs.field(factory=set, init=False)
     authn: Authenticator = attrs.field(factory=Authenticator, init=False)
+    authz: Authorizer = attrs.field(init=False)
+    pod_gc: PodGarbageCollector = attrs.field(init=False)
+    # The stored RBAC objects by (plural, namespace, name), kept by _commit: authz reads them per request.
+    _rbac: dict[tuple[str, str, str], dict[str, Any]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()  # kmock's catch-all 404 for unknown URLs
+        self.authz = Authorizer(self._rbac_objects)
+        self.pod_gc = PodGarbageCollector(lambda: self._all('', 'pods'), lambda: self._all('', 'nodes'),
+                                          self._fail_and_force_delete)
         for rt in BUILTIN_TYPES:
             self._types[rt.group, rt.version, rt.plural] = rt
         for name in INITIAL_NAMESPACES:
             self._create(self._type('', 'v1', 'namespaces'), None, {'metadata': {'name': name}}, {})
+        for plural, obj in bootstrap_policy():
+            self._create(self._type(RBAC_GROUP, 'v1', plural), None, obj, {})
         # Routes, in order: the first matching reaction serves a request.
         self['get', re.compile(r'/(healthz|livez|readyz)')] << b'ok'
         self['get /version'] << self._serve_version
@@ -151,6 +166,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         user: IssuedToken | None = None
         try:
             user = self.authn.authenticate(raw_request.headers.get('Authorization'), self._uid_of)
+            self.authz.authorize(user, raw_request.method, raw_request.path, dict(raw_request.query))
             request = await self._parse_request(raw_request)
             self._requests.append(request)
             del self._requests[:-REQUESTS_KEPT]
@@ -161,6 +177,19 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             response = await self._render_error(e)
         self.authn.record(user, raw_request.method, raw_request.path_qs, response.status)
         return response
+
+    async def __aenter__(self) -> 'FakeKubeAPI':
+        await super().__aenter__()
+        self._spawn(self.pod_gc.run())  # the controllers that run on their own, until close()
+        return self
+
+    def _rbac_objects(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+        """The stored RBAC objects of `plural` in `namespace` ('' : cluster-scoped; None: all)."""
+        return [obj for (p, ns, _), obj in self._rbac.items()
+                if p == plural and (namespace is None or ns == namespace)]
+
+    def _all(self, group: str, plural: str) -> list[dict[str, Any]]:
+        return [obj for (g, p, _, _), obj in list(self._objects.items()) if (g, p) == (group, plural)]
 
     def _uid_of(self, plural: str, namespace: str, name: str) -> str | None:
         """The uid of a core/v1 object now (None: there is none), for token checks (authn.py)."""
@@ -421,6 +450,12 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             self._objects.pop(key, None)
         else:
             self._objects[key] = new
+        if rt.group == RBAC_GROUP:
+            rbac_key = key[1:]
+            if event_type == 'DELETED':
+                self._rbac.pop(rbac_key, None)
+            else:
+                self._rbac[rbac_key] = new
         self._history.append(WatchEvent(self._resource_version, rt.store_key, event_type, new, old))
         if len(self._history) > HISTORY_KEPT:
             del self._history[:HISTORY_KEPT // 2]
@@ -782,6 +817,25 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
                         self._delete(rt, obj['metadata'].get('namespace'), obj['metadata']['name'], {}, {})
             await asyncio.sleep(0.1)
         await self._remove_finalizer(crd_type, crd, CRD_CLEANUP_FINALIZER)
+
+    def _fail_and_force_delete(self, pod: dict[str, Any], condition: dict[str, Any] | None) -> None:
+        """What the pod garbage collector does to a pod (pod_gc.py): phase Failed (plus `condition`)
+        unless it has ended, then a deletion with grace period 0."""
+        rt = self._type('', 'v1', 'pods')
+        meta = pod['metadata']
+        current = self._objects.get(('', 'pods', meta['namespace'], meta['name']))
+        if current is None or current['metadata']['uid'] != meta['uid']:
+            return
+        if (current.get('status') or {}).get('phase') not in ('Succeeded', 'Failed'):
+            new = copy.deepcopy(current)
+            status = new.setdefault('status', {})
+            status['phase'] = 'Failed'
+            if condition is not None:
+                kept = [c for c in status.get('conditions') or [] if c['type'] != condition['type']]
+                status['conditions'] = kept + [condition]
+            self._commit(rt, 'MODIFIED', new, current)
+        with contextlib.suppress(ApiError):
+            self._delete(rt, meta['namespace'], meta['name'], {'gracePeriodSeconds': 0}, {})
 
     # -- controllers that react to creations -----------------------------------------------
 

@@ -296,7 +296,11 @@ def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
                       timeout=60, what="a replacement on a reachable node")
     if mode == "ForceAfter":
         assert time.monotonic() - lost_at >= FORCE_AFTER
-    assert events(client, ns, "FencedPod")
+        assert events(client, ns, "FencedPod")
+    # With OutOfServiceTaint the cluster's pod garbage collector force-deletes the terminating pod
+    # of the out-of-service node too, mostly before the operator's next look, so who forgot the
+    # old pod is a race (FencedPod only when the operator won it): test_fencing_pod_gc.py checks
+    # that the identity is freed once and only then, whoever forgot the pod.
 
 
 def test_a_leader_that_loses_its_lease_stops_at_once(kube_api: KubeAPI, kube_namespace: str,

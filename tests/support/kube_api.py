@@ -12,7 +12,8 @@ Fixtures:
 - `kube_api` (session): a `KubeAPI` -- `kubeconfig`, `is_emulator`, `client` (a
   testbed.kube_client.KubeClient), `env` (for subprocesses such as `kopf run`), `kubectl(...)`,
   `create_namespace(...)`, `has_kubelets`, `wait_for(...)`, `authn` (the fake's token checks
-  and audit of writes; None on a real cluster).
+  and audit of writes; None on a real cluster), `authz` (the fake's RBAC decisions; None on a
+  real cluster).
 - `kube_namespace` (function): a fresh namespace, deleted after the test.
 - `kubelet` (function): the fake kubelet (testbed/kubelet.py) for `kube_namespace`,
   started and stopped around the test; the test is skipped where real kubelets run pods.
@@ -32,6 +33,7 @@ import pytest
 from testbed.kube_client import KubeAPIError, KubeClient
 from testbed.kube_emulator import EmulatorThread, kubeconfig_text
 from testbed.kube_emulator.authn import Authenticator
+from testbed.kube_emulator.authz import Authorizer
 from testbed.kubelet import FAKE_NODE_LABEL, FakeKubelet
 from testbed.waiting import wait_for
 
@@ -45,6 +47,7 @@ class KubeAPI:
     workdir: Path
     namespaces: list[str] = dataclasses.field(default_factory=list)
     authn: Authenticator | None = None
+    authz: Authorizer | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -100,7 +103,8 @@ def kube_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
     with EmulatorThread() as emulator:
         kubeconfig = workdir / 'kubeconfig'
         kubeconfig.write_text(kubeconfig_text(emulator.url))
-        yield KubeAPI(kubeconfig, True, KubeClient(kubeconfig), workdir, authn=emulator.api.authn)
+        yield KubeAPI(kubeconfig, True, KubeClient(kubeconfig), workdir, authn=emulator.api.authn,
+                      authz=emulator.api.authz)
 
 
 @pytest.fixture

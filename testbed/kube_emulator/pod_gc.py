@@ -1,0 +1,115 @@
+"""PodGarbageCollector: the pod garbage collector of kube-controller-manager (pkg/controller/podgc,
+`--controllers=pod-garbage-collector`, on by default), the part of it that fencing meets.
+
+Every CHECK_PERIOD seconds it lists pods and nodes, and force-deletes:
+
+- terminating pods on out-of-service nodes (`gcTerminating`, the NodeOutOfServiceVolumeDetach
+  feature, GA and always on since Kubernetes 1.28): a pod that is being deleted
+  (deletionTimestamp set) on a node that is not Ready (Ready False or Unknown) and carries the
+  taint `node.kubernetes.io/out-of-service` (any value and effect). This is how an
+  administrator declares a dead node's pods gone: `kubectl taint node N
+  node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
+- orphaned pods (`gcOrphaned`): a pod bound to a node (spec.nodeName) whose Node object does not
+  exist. A missing node is first quarantined for QUARANTINE seconds and then looked up again, so
+  that a node that is only late in the informer's cache is not taken for deleted; its pods go
+  once it is still missing after that.
+
+Each deletion is what `markFailedAndDeletePod` does: unless the pod has already ended, its status
+is first set to phase Failed (an orphaned pod also gets the condition DisruptionTarget=True,
+reason DeletionByPodGC, message "PodGC: node no longer exists"), then the pod is deleted with
+gracePeriodSeconds 0, without preconditions: it is gone at once, whatever its kubelet thinks.
+
+Timing: a real controller-manager checks every 20 s (gcCheckPeriod) and quarantines a missing
+node for 40 s (quarantineTime), so a real cluster force-deletes such pods 0-20 s after the
+out-of-service taint, and 40-60 s after their Node was deleted. The fake compresses both
+(CHECK_PERIOD 1 s, QUARANTINE 2 s) so that tests do not wait a minute; code under test must
+not depend on either number, only on "some seconds later".
+
+Not imitated: gcTerminated (more than --terminated-pod-gc-threshold=12500 ended pods) and
+gcUnscheduledTerminating (this fake deletes an unbound pod at once, so none is left terminating).
+The taint eviction controller, which deletes (gracefully) the pods that do not tolerate a
+NoExecute taint such as the out-of-service one, is not imitated either: pods here are deleted
+by their owners (the operator), and the collector then finishes the deletion.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Callable
+from typing import Any
+
+CHECK_PERIOD = 1.0  # real: 20 s
+QUARANTINE = 2.0  # real: 40 s
+OUT_OF_SERVICE_TAINT = 'node.kubernetes.io/out-of-service'
+ORPHANED_CONDITION = {'type': 'DisruptionTarget', 'status': 'True', 'reason': 'DeletionByPodGC',
+                      'message': 'PodGC: node no longer exists'}
+
+log = logging.getLogger(__name__)
+
+
+def node_is_ready(node: dict[str, Any]) -> bool:
+    """Ready=True (nodeutil.IsNodeReady): False and Unknown both count as not ready."""
+    return any(c.get('type') == 'Ready' and c.get('status') == 'True'
+               for c in (node.get('status') or {}).get('conditions') or ())
+
+
+def out_of_service(node: dict[str, Any]) -> bool:
+    return any(t.get('key') == OUT_OF_SERVICE_TAINT for t in (node.get('spec') or {}).get('taints') or ())
+
+
+class PodGarbageCollector:
+    """The collector's loop over the fake's store, given as functions: `pods()` and `nodes()` list
+    the stored objects, `fail_and_delete(pod, condition)` sets the pod Failed (with `condition`,
+    if any) unless it has ended and force-deletes it (the fake's own write paths)."""
+
+    def __init__(self, pods: Callable[[], list[dict[str, Any]]], nodes: Callable[[], list[dict[str, Any]]],
+                 fail_and_delete: Callable[[dict[str, Any], dict[str, Any] | None], None], *,
+                 check_period: float = CHECK_PERIOD, quarantine: float = QUARANTINE,
+                 clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()) -> None:
+        self._pods, self._nodes, self._fail_and_delete = pods, nodes, fail_and_delete
+        self.check_period, self.quarantine = check_period, quarantine
+        self._clock = clock
+        self._missing_since: dict[str, float] = {}  # node name -> when first seen missing
+
+    async def run(self) -> None:
+        """Collect every `check_period` seconds until cancelled; a failed pass is logged, not fatal."""
+        while True:
+            await asyncio.sleep(self.check_period)
+            try:
+                self.collect()
+            except Exception:  # a bug of the fake: say so, and keep collecting
+                log.exception('the fake pod garbage collector failed a pass')
+
+    def collect(self) -> None:
+        """One pass (PodGCController.gc): terminating pods on out-of-service nodes, then orphans."""
+        pods = self._pods()
+        nodes = {node['metadata']['name']: node for node in self._nodes()}
+        for pod in pods:
+            node = nodes.get(pod['spec'].get('nodeName') or '')
+            if pod['metadata'].get('deletionTimestamp') and node is not None \
+                    and not node_is_ready(node) and out_of_service(node):
+                self._fail_and_delete(pod, None)
+        self._collect_orphans(self._pods(), set(nodes))
+
+    def _collect_orphans(self, pods: list[dict[str, Any]], existing: set[str]) -> None:
+        now = self._clock()
+        wanted = {pod['spec'].get('nodeName') for pod in pods} - {None, ''} - existing
+        for name in list(self._missing_since):
+            if name not in wanted:
+                del self._missing_since[name]
+        for name in wanted:
+            self._missing_since.setdefault(name, now)
+        current = {node['metadata']['name'] for node in self._nodes()}  # the look-up after quarantine
+        deleted = {name for name, since in self._missing_since.items()
+                   if now - since >= self.quarantine and name not in current}
+        for pod in pods:
+            if pod['spec'].get('nodeName') in deleted:
+                self._fail_and_delete(pod, dict(ORPHANED_CONDITION, lastProbeTime=None,
+                                                lastTransitionTime=_now()))
+        for name in deleted:
+            del self._missing_since[name]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
