@@ -226,11 +226,12 @@ def scenario(image: str) -> None:
     ironic = Ironic(clouds_yaml, cloud)
     repository, tag = image.rsplit(":", 1)
 
-    step("helm install (the CRD comes from the chart's crds/)")
+    step("helm install (the CRD comes from the chart's crds/; Secrets readable in the pool's namespace)")
+    kubectl("create", "namespace", POOL_NS)
     run("helm", "install", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--create-namespace",
         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+        "--set", f"rbac.secretNamespaces={{{POOL_NS}}}",
         "--set", "image.pullPolicy=Never", "--wait", "--timeout", "180s")
-    kubectl("create", "namespace", POOL_NS)
 
     step("every example is accepted by the API server (schema and CEL rules)")
     kubectl("apply", "--dry-run=server", "-n", POOL_NS, "-f", str(REPO / "examples"))
@@ -316,6 +317,7 @@ def scenario(image: str) -> None:
     def release_gone() -> tuple[bool, str]:
         left = kubectl("get", "deployments,pods,services,serviceaccounts,roles,rolebindings,"
                        "poddisruptionbudgets", "-n", OPERATOR_NS, "-l", selector, "-o", "name").split()
+        left += kubectl("get", "roles,rolebindings", "-n", POOL_NS, "-l", selector, "-o", "name").split()
         left += kubectl("get", "clusterroles,clusterrolebindings", "-l", selector, "-o", "name").split()
         return not left, f"left: {left}"
     eventually(release_gone, "the release's objects gone", timeout=120)

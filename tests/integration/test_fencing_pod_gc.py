@@ -135,3 +135,4 @@ def test_a_node_declared_gone_frees_the_identity_once_and_only_then(
             live.discard(uid)
     assert live == {replacement["metadata"]["uid"]}
     assert member_pods(client, ns, POOL)[f"{POOL}-0"]["metadata"]["uid"] == survivor
+    assert operator.refused() == []

@@ -20,6 +20,7 @@ from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
     POOLS, OperatorProcess, lease_holder, patch_spec, pool_manifest, ready_members,
 )
+from tests.support.operator_rbac import install_identity
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +40,7 @@ def test_a_frozen_leader_that_wakes_after_a_takeover_writes_nothing(
     create_secrets(client, ns, ironic_service.clouds_yaml)
 
     def operator(identity: str) -> tuple[OperatorProcess, tokens.BoundToken]:
-        token = tokens.issue(client, ns)
+        token = tokens.issue(client, ns, install_identity(client, ns))  # the chart's ServiceAccount
         kubeconfig = tmp_path / f"kubeconfig-{identity}"
         tokens.write_kubeconfig(kubeconfig, kube_api.kubeconfig, token)
         return OperatorProcess(kube_api, ns, identity, tmp_path, KUBECONFIG=str(kubeconfig)).start(), token

@@ -19,6 +19,7 @@ from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
     LEASE, POOLS, OperatorProcess, lease_holder, member_pods, pool_manifest, ready_members, settle,
 )
+from tests.support.operator_rbac import install_identity
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,8 @@ def test_a_token_rotated_under_the_running_operator_is_read_again(
     seed_nodes_directly_in_db(ironic_service, 20, resource_class=resource_class)
     create_secrets(client, ns, ironic_service.clouds_yaml)
 
-    first = tokens.issue(client, ns)
+    account = install_identity(client, ns)  # the chart's ServiceAccount, with the chart's RBAC
+    first = tokens.issue(client, ns, account)
     kubeconfig = tmp_path / "operator-kubeconfig"  # what the pod's projected token is to the operator
     tokens.write_kubeconfig(kubeconfig, kube_api.kubeconfig, first)
     operator = OperatorProcess(kube_api, ns, "op-a", tmp_path, KUBECONFIG=str(kubeconfig)).start()
@@ -48,7 +50,7 @@ def test_a_token_rotated_under_the_running_operator_is_read_again(
         transitions = client.get(LEASE.format(ns=ns))["spec"].get("leaseTransitions")
 
         # Rotation: a new token in the file, and the old one refused from now on.
-        second = tokens.issue(client, ns)
+        second = tokens.issue(client, ns, account)
         tokens.write_kubeconfig(kubeconfig, kube_api.kubeconfig, second)
         tokens.revoke(client, first)
         stale = tmp_path / "stale-kubeconfig"

@@ -3,8 +3,9 @@ process, and short readers of what a user would look at (pods, status, Ironic sh
 and a pool's Secrets are created by testbed/operator_objects.py.
 
 The operator runs as a real process (`python -m ironic_shard_operator.cli run`, what
-`ironic-shard-operator run` starts) against the `kube_api` cluster; every process started
-here is stopped again by `OperatorProcess.stop()` / the context manager.
+`ironic-shard-operator run` starts) against the `kube_api` cluster, as the ServiceAccount the
+Helm chart creates, with exactly the chart's RBAC (tests/support/operator_rbac.py); every
+process started here is stopped again by `OperatorProcess.stop()` / the context manager.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from testbed import service_account_tokens as tokens
 from testbed.kube_client import KubeAPIError, KubeClient
 from tests.support.kube_api import KubeAPI
+from tests.support.operator_rbac import install_identity
 
 REPO = Path(__file__).resolve().parents[2]
 POOLS = "/apis/ironicshards.io/v1alpha1/namespaces/{ns}/ironiccomputeshards"
@@ -42,12 +45,20 @@ def pool_manifest(name: str, *, cloud_name: str, resource_class: str, **spec: An
 
 
 class OperatorProcess:
-    """One `ironic-shard-operator run` process watching `namespace` (Lease there too)."""
+    """One `ironic-shard-operator run` process watching `namespace` (Lease there too).
+
+    It authenticates as the chart's ServiceAccount with the chart's RBAC (installed in
+    `namespace` at start), unless `KUBECONFIG` is given in `env`: then as that kubeconfig says.
+    """
 
     def __init__(self, api: KubeAPI, namespace: str, identity: str, log_dir: Path,
                  **env: str) -> None:
         self.identity = identity
+        self.namespace = namespace
         self.log_path = log_dir / f"operator-{identity}.log"
+        self._api = api
+        self._chart_identity = "KUBECONFIG" not in env
+        self.service_account = ""  # the chart's ServiceAccount it runs as, once started
         self._env = dict(api.env, WATCH_NAMESPACES=namespace, POD_NAMESPACE=namespace,
                          POD_NAME=identity, METRICS_PORT="0", HEALTH_PORT="0",
                          PYTHONPATH=str(REPO / "operator"))
@@ -55,6 +66,12 @@ class OperatorProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
+        if self._chart_identity:
+            self.service_account = install_identity(self._api.client, self.namespace)
+            kubeconfig = self.log_path.with_name(f"kubeconfig-{self.identity}")
+            token = tokens.issue(self._api.client, self.namespace, self.service_account)
+            tokens.write_kubeconfig(kubeconfig, self._api.kubeconfig, token)
+            self._env["KUBECONFIG"] = str(kubeconfig)
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "ironic_shard_operator.cli", "run"], env=self._env,
@@ -80,6 +97,13 @@ class OperatorProcess:
                 self.kill()
                 return None
         return self.process.returncode
+
+    def refused(self) -> list[str]:
+        """What the fake API server refused this operator (403 messages); [] on a real cluster."""
+        if self._api.authz is None or not self.service_account:
+            return []
+        user = f"system:serviceaccount:{self.namespace}:{self.service_account}"
+        return [decision.message for decision in self._api.authz.refused(user)]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

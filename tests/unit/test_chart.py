@@ -2,20 +2,34 @@
 
 hack/chart-check.sh is the whole offline check CI runs (lint, template, kubernetes-validate
 for every schema from 1.30 on); the tests below add what a user of the chart would notice:
-bad values refused with the key's name, RBAC no wider than the operator's needs, the
-namespaced mode granting nothing cluster-wide beyond nodes, and the CRD shipped unchanged.
+bad values refused with the key's name, RBAC exactly as wide as the requests the operator's
+code makes (derived from the code, not listed here), Secrets never readable cluster-wide, the
+namespaced mode granting nothing cluster-wide beyond reads, and the CRD shipped unchanged.
 """
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import inspect
 import subprocess
 from pathlib import Path
+from typing import Any
 
+import kopf
 import pytest
 import yaml
 
-from ironic_shard_operator.core.podspec import render_configmap, render_pod
-from ironic_shard_operator.core.spec import read_pool
+from ironic_shard_operator.adapters.kube import Kube
+from ironic_shard_operator.controller import handlers
+from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.lease import LEASE_NAME
+from ironic_shard_operator.core.podspec import configmap_name, render_configmap, render_pod
+from ironic_shard_operator.core.spec import GROUP, KIND, PLURAL, VERSION, read_pool
+from testbed import service_account_tokens as tokens
+from testbed.kube_client import KubeClient
+from testbed.kube_emulator import EmulatorThread, kubeconfig_text
+from testbed.operator_objects import install_crd
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ironic-shard-operator"
@@ -93,6 +107,8 @@ def test_bad_values_are_refused_naming_the_key(tools, helm, setting, named):
      "extraEnv: WATCH_NAMESPACES is set by the chart itself"),
     (["metrics.serviceMonitor.enabled=true", "metrics.service.enabled=false"],
      "metrics.serviceMonitor.enabled needs metrics.service.enabled"),
+    (["watchNamespaces={pools-a}", "rbac.secretNamespaces={pools-b}"],
+     "rbac.secretNamespaces is for watchNamespaces: [] (every namespace) only"),
 ])
 def test_contradictory_values_are_refused_with_the_fix(tools, helm, settings, message):
     result = helm_template(tools, helm, *[arg for s in settings for arg in ("--set", s)])
@@ -100,54 +116,217 @@ def test_contradictory_values_are_refused_with_the_fix(tools, helm, settings, me
     assert message in result.stderr
 
 
-# What the operator's code does in Kubernetes (the lead's contract); RBAC grants exactly this.
-POOL_RULES = {
-    *{("ironicshards.io", "ironiccomputeshards", v) for v in ("get", "list", "watch", "patch")},
-    *{("ironicshards.io", "ironiccomputeshards/status", v) for v in ("get", "patch", "update")},
-    ("ironicshards.io", "ironiccomputeshards/scale", "get"),
-    *{("", "pods", v) for v in ("get", "list", "watch", "create", "delete", "patch")},
-    *{("", "configmaps", v)
-      for v in ("get", "list", "watch", "create", "update", "patch", "delete")},
-    *{(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")},
-    ("", "secrets", "get"),
-}
-CLUSTER_READS = {
-    *{("", "nodes", v) for v in ("get", "list", "watch")},
-    *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")},
-    *{("", "namespaces", v) for v in ("list", "watch")},
-}
-LEASE_RULES = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+# -- RBAC: exactly what the operator's code asks Kubernetes for, derived from the code ----------
+#
+# The operator's own requests: every method of the Kubernetes adapter (adapters/kube.py) that the
+# controllers call (found in their source), sent to the fake API server, whose RBAC authorizer
+# records each request's API group, resource and verb. kopf's requests: list and watch of every
+# resource its handlers are registered for, a patch of the pools that still carry the finalizer
+# of earlier versions (handlers.LEGACY_FINALIZER: kopf takes it off), and its cluster observation
+# (kopf/_core/reactor/observation.py): CRDs always, namespaces when given namespaces to watch.
+# tests/integration/test_operator_rbac.py checks the same against the running operator.
+
+CONTROLLERS = REPO / "operator" / "ironic_shard_operator" / "controller"
+Need = tuple[str, str, str]  # (API group, resource[/subresource], verb)
+
+
+def kube_methods_the_controllers_call() -> set[str]:
+    public = {name for name, _ in inspect.getmembers(Kube, inspect.iscoroutinefunction)
+              if not name.startswith("_")} - {"close", "request"}
+    called = set()
+    for source in CONTROLLERS.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in public:
+                called.add(node.func.attr)
+    return called
+
+
+POOL_BODY = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": "rack-a"},
+             "spec": {"image": "nova:1", "replicas": 1, "novaConfig": {"secretRef": {"name": "nova-conf"}},
+                      "cloud": {"secretRef": {"name": "cloud"}}}}
+
+
+async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> dict[str, Any]:
+    """One call of each adapter method, with what it needs set up by the (unrecorded) admin."""
+    spec = read_pool(pool)
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEASE_NAME},
+             "spec": {"holderIdentity": "me"}}
+    pods, configmaps = f"/api/v1/namespaces/{ns}/pods", f"/api/v1/namespaces/{ns}/configmaps"
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+
+    async def delete_pod() -> None:
+        uid = admin.create(pods, render_pod(spec, "rack-a-9", ""))["metadata"]["uid"]
+        await kube.delete_pod(ns, "rack-a-9", uid=uid)
+
+    async def put_configmap() -> None:  # creates, then finds it and patches it
+        for _ in range(2):
+            await kube.put_configmap(ns, render_configmap(spec, "rack-a-0"))
+
+    async def delete_configmap() -> None:
+        admin.create(configmaps, render_configmap(spec, "rack-a-8"))
+        await kube.delete_configmap(ns, configmap_name("rack-a-8"))
+
+    async def replace_lease() -> None:
+        admin.create(leases, dict(lease, metadata={"name": LEASE_NAME}))
+        await kube.replace_lease(ns, admin.get(f"{leases}/{LEASE_NAME}"))
+
+    return {
+        "get_node": lambda: kube.get_node("k8s-node-1"),
+        "get_secret": lambda: kube.get_secret(ns, "nova-conf"),
+        "list_pods": lambda: kube.list_pods(ns, "ironicshards.io/pool=rack-a"),
+        "create_pod": lambda: kube.create_pod(ns, render_pod(spec, "rack-a-0", "")),
+        "delete_pod": delete_pod,
+        "list_configmaps": lambda: kube.list_configmaps(ns, "ironicshards.io/pool=rack-a"),
+        "put_configmap": put_configmap,
+        "delete_configmap": delete_configmap,
+        "patch_pool_status": lambda: kube.patch_pool_status(ns, "rack-a", {"replicas": 1}),
+        "post_event": lambda: kube.post_event(pool, Event("Sample", "a sample event"), "2025-01-01T00:00:00Z"),
+        "get_lease": lambda: kube.get_lease(ns, LEASE_NAME),
+        "create_lease": lambda: kube.create_lease("lease-" + ns, dict(lease, metadata={"name": LEASE_NAME})),
+        "replace_lease": replace_lease,
+    }
+
+
+@pytest.fixture(scope="module")
+def adapter_needs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[tuple[Need, bool]]]:
+    """Per adapter method the controllers call: the (need, namespaced) of the requests it sends."""
+    called = kube_methods_the_controllers_call()
+    needs: dict[str, set[tuple[Need, bool]]] = {}
+    with EmulatorThread() as emulator:
+        kubeconfig = tmp_path_factory.mktemp("chart-rbac") / "kubeconfig"
+        kubeconfig.write_text(kubeconfig_text(emulator.url))
+        admin, authz = KubeClient(kubeconfig), emulator.api.authz
+        install_crd(admin)
+        for name in ("ops", "lease-ops"):
+            admin.create_namespace(name)
+        admin.create("/api/v1/namespaces/ops/serviceaccounts",
+                     {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator"}})
+        admin.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "operator-may-do-anything"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": "ops"}]})
+        token = tokens.issue(admin, "ops", "operator").token
+        pool = admin.create(f"/apis/{GROUP}/{VERSION}/namespaces/ops/{PLURAL}", POOL_BODY)
+
+        async def drive() -> None:
+            async with Kube(lambda: kopf.ConnectionInfo(server=emulator.url, token=token)) as kube:
+                calls = await _sample_calls(kube, admin, "ops", pool)
+                missing = called - set(calls)
+                assert not missing, f"the controllers call Kube.{missing}: add a sample call here"
+                for method in sorted(called):
+                    before = len(authz.decisions)
+                    await calls[method]()
+                    needs[method] = {((d.request.api_group, d.request.combined_resource, d.request.verb),
+                                      bool(d.request.namespace))
+                                     for d in authz.decisions[before:] if d.username.endswith(":ops:operator")}
+        asyncio.run(drive())
+    return needs
+
+
+def kopf_needs(watch_namespaces: bool) -> set[tuple[Need, bool]]:
+    registry = kopf.get_default_registry()
+    watched = {(h.selector.group, h.selector.any_name) for h in
+               registry._watching.get_all_handlers() + registry._indexing.get_all_handlers()}
+    needs = {((group, plural, verb), True) for group, plural in watched for verb in ("list", "watch")}
+    assert handlers.LEGACY_FINALIZER.startswith(f"{GROUP}/")  # only pools ever carried it
+    needs.add(((GROUP, PLURAL, "patch"), True))
+    needs |= {(("apiextensions.k8s.io", "customresourcedefinitions", verb), False) for verb in ("list", "watch")}
+    if watch_namespaces:
+        needs |= {(("", "namespaces", verb), False) for verb in ("list", "watch")}
+    return needs
+
+
+def expected_rules(adapter_needs: dict[str, set[tuple[Need, bool]]],
+                   watch_namespaces: bool) -> dict[str, set[Need]]:
+    """What each of the chart's roles must grant: `cluster` (cluster-scoped reads), `pools` (in the
+    watched namespaces), `secrets` and `lease` (the operator's own namespace)."""
+    every = set().union(*adapter_needs.values()) | kopf_needs(watch_namespaces)
+    namespaced = {need for need, in_namespace in every if in_namespace}
+    return {
+        "cluster": {need for need, in_namespace in every if not in_namespace},
+        "lease": {need for need in namespaced if need[1] == "leases"},
+        "secrets": {need for need in namespaced if need[1] == "secrets"},
+        "pools": {need for need in namespaced if need[1] not in ("leases", "secrets")},
+    }
+
+
+def roles_by_suffix(documents: list[dict]) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for role in by_kind(documents, "ClusterRole") + by_kind(documents, "Role"):
+        found.setdefault(role["metadata"]["name"].rsplit("-", 1)[-1], []).append(role)
+    return found
+
+
+def test_every_adapter_method_the_controllers_call_is_derived(adapter_needs):
+    assert {"list_pods", "create_pod", "patch_pool_status", "get_lease"} <= set(adapter_needs)
+    assert all(adapter_needs.values()), {m: n for m, n in adapter_needs.items() if not n}
+    assert adapter_needs["put_configmap"] == {(("", "configmaps", "create"), True),
+                                              (("", "configmaps", "patch"), True)}
+
+
+def assert_lease_role(role: dict, wanted: set[Need]) -> None:
+    """Leader election: as the code needs it, and only the operator's Lease by name (a create has
+    no name yet, so it cannot be limited to one)."""
+    assert role["metadata"]["namespace"] == "ops"
+    assert rules_as_set(role["rules"]) == wanted
+    for rule in role["rules"]:
+        named = rule.get("resourceNames")
+        assert named == [LEASE_NAME] if "create" not in rule["verbs"] else named is None, rule
 
 
 @pytest.mark.parametrize("helm", HELMS)
-def test_all_namespaces_mode_grants_pool_rules_cluster_wide_and_nothing_more(tools, helm):
+def test_all_namespaces_mode_grants_what_the_code_uses_and_no_secret(tools, helm, adapter_needs):
     documents = rendered(tools, helm=helm)
-    cluster = [rules_as_set(role["rules"]) for role in by_kind(documents, "ClusterRole")]
-    assert sorted(cluster, key=len) == [CLUSTER_READS, POOL_RULES]
-    (lease_role,) = by_kind(documents, "Role")
-    assert lease_role["metadata"]["namespace"] == "ops"
-    assert rules_as_set(lease_role["rules"]) == LEASE_RULES
+    wanted = expected_rules(adapter_needs, watch_namespaces=False)
+    roles = roles_by_suffix(documents)
+    assert set(roles) == {"cluster", "pools", "election"}, "no Secret role: no namespace named for Secrets"
+    ((cluster,), (pools,), (lease,)) = roles["cluster"], roles["pools"], roles["election"]
+    assert (cluster["kind"], pools["kind"], lease["kind"]) == ("ClusterRole", "ClusterRole", "Role")
+    assert rules_as_set(cluster["rules"]) == wanted["cluster"]
+    assert rules_as_set(pools["rules"]) == wanted["pools"]
+    assert_lease_role(lease, wanted["lease"])
     subjects = [s for b in by_kind(documents, "ClusterRoleBinding") + by_kind(documents, "RoleBinding")
                 for s in b["subjects"]]
     assert {(s["name"], s["namespace"]) for s in subjects} == {("rel-ironic-shard-operator", "ops")}
 
 
 @pytest.mark.parametrize("helm", HELMS)
-def test_watched_namespaces_get_roles_and_the_cluster_gets_only_reads(tools, helm):
+def test_watched_namespaces_get_roles_and_the_cluster_gets_only_reads(tools, helm, adapter_needs):
     documents = rendered(tools, "--set", "watchNamespaces={pools-a,pools-b}",
                          "--set", "rbac.secretNames={nova-conf,ironic-cloud}", helm=helm)
-    (cluster_role,) = by_kind(documents, "ClusterRole")
-    assert rules_as_set(cluster_role["rules"]) == CLUSTER_READS
-    pool_roles = {role["metadata"]["namespace"]: role for role in by_kind(documents, "Role")
-                  if role["metadata"]["name"].endswith("-pools")}
-    assert set(pool_roles) == {"pools-a", "pools-b"}
-    for role in pool_roles.values():
-        assert rules_as_set(role["rules"]) == POOL_RULES
-        (secret_rule,) = [r for r in role["rules"] if r["resources"] == ["secrets"]]
+    wanted = expected_rules(adapter_needs, watch_namespaces=True)
+    roles = roles_by_suffix(documents)
+    (cluster,) = roles["cluster"]
+    assert by_kind(documents, "ClusterRole") == [cluster]
+    assert rules_as_set(cluster["rules"]) == wanted["cluster"]
+    for suffix in ("pools", "secrets"):
+        assert {role["metadata"]["namespace"] for role in roles[suffix]} == {"pools-a", "pools-b"}
+        for role in roles[suffix]:
+            assert rules_as_set(role["rules"]) == wanted[suffix]
+    for role in roles["secrets"]:
+        (secret_rule,) = role["rules"]
         assert secret_rule["resourceNames"] == ["nova-conf", "ironic-cloud"]
+    assert_lease_role(*roles["election"], wanted["lease"])
     (deployment,) = by_kind(documents, "Deployment")
     env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["WATCH_NAMESPACES"]["value"] == "pools-a,pools-b"
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_secrets_are_readable_only_in_the_namespaces_named_for_them(tools, helm, adapter_needs):
+    documents = rendered(tools, "--set", "rbac.secretNamespaces={pools-a,pools-c}", helm=helm)
+    wanted = expected_rules(adapter_needs, watch_namespaces=False)
+    secret_roles = roles_by_suffix(documents)["secrets"]
+    assert [(r["kind"], r["metadata"]["namespace"]) for r in secret_roles] == [
+        ("Role", "pools-a"), ("Role", "pools-c")]
+    assert all(rules_as_set(r["rules"]) == wanted["secrets"] for r in secret_roles)
+    bindings = {b["metadata"]["namespace"]: b for b in by_kind(documents, "RoleBinding")
+                if b["metadata"]["name"].endswith("-secrets")}
+    assert set(bindings) == {"pools-a", "pools-c"}
+    assert all(b["roleRef"]["kind"] == "Role" for b in bindings.values())
+    for role in by_kind(documents, "ClusterRole"):
+        assert not [r for r in role["rules"] if "secrets" in r["resources"]], "Secrets readable cluster-wide"
 
 
 @pytest.mark.parametrize("settings", [[], ["--set", "watchNamespaces={pools-a}"]])

@@ -337,10 +337,9 @@ def test_defaults_match_the_model():
     """One set of defaults: the CRD's (applied by the API server) equal the model's."""
     pool = defaulted({"spec": {"autoscale": {}}})
     autoscale, failover = pool["spec"]["autoscale"], pool["spec"]["failover"]
-    assert (autoscale["minReplicas"], autoscale["maxReplicas"], autoscale["maxNodesPerMember"],
-            autoscale["scaleDownStabilizationSeconds"]) == (
+    assert (autoscale["minReplicas"], autoscale["maxReplicas"], autoscale["maxNodesPerMember"]) == (
         model.Autoscale().min_replicas, model.Autoscale().max_replicas,
-        model.Autoscale().max_nodes_per_member, model.Autoscale().scale_down_stabilization_seconds)
+        model.Autoscale().max_nodes_per_member)
     assert failover["rebalanceAfterSeconds"] == model.PoolSpec(name="x").rebalance_after_seconds
 
 
@@ -499,12 +498,6 @@ REFUSED = {
                                                       "secretKeyRef": {"name": "s", "key": "k"}}}]),
         "exactly one of"),
     "paused as a string": (_set("spec.paused", "yes"), "is not of type 'boolean'"),
-    "negative scale-down stabilization": (
-        _both(_delete("spec.replicas"), _set("spec.autoscale", {"scaleDownStabilizationSeconds": -1})),
-        "less than the minimum of 0"),
-    "scale-down stabilization beyond an hour": (
-        _both(_delete("spec.replicas"), _set("spec.autoscale", {"scaleDownStabilizationSeconds": 3601})),
-        "greater than the maximum of 3600"),
 }
 
 
@@ -652,14 +645,12 @@ def _converged_plan(**kw: Any) -> model.Plan:
     return model.Plan(**{**values, **kw})
 
 
-def _autoscaled_plan(nodes: int = 600) -> model.Plan:
-    earlier = autoscale.decide(model.Autoscale(1, 10, 300), 1200, model.AutoscaleHistory(), 1.8e9 - 60)
-    decision = autoscale.decide(model.Autoscale(1, 10, 300), nodes, earlier.history, 1.8e9)
+def _autoscaled_plan() -> model.Plan:
+    decision = autoscale.decide(model.Autoscale(1, 10, 300), 600)
     return _converged_plan(desired_replicas=decision.desired, autoscale=decision)
 
 
-@pytest.mark.parametrize("plan", [_converged_plan(), _autoscaled_plan(1200), _autoscaled_plan(600)],
-                         ids=["replicas", "autoscale", "autoscale held by the stabilization"])
+@pytest.mark.parametrize("plan", [_converged_plan(), _autoscaled_plan()], ids=["replicas", "autoscale"])
 def test_status_as_build_status_writes_it_is_admitted_and_every_field_declared(plan):
     """status keeps unknown fields (for kopf), so an undeclared field would pass unnoticed."""
     status = _written_status(plan)

@@ -45,43 +45,50 @@ app.kubernetes.io/component: operator
 {{/*
 What the operator does to the resources of the pools it watches: the same rules whether
 granted cluster-wide (ClusterRole) or per watched namespace (Role). Only the verbs the code
-uses; see docs/operating.md "Permissions". Not ironiccomputeshards/finalizers: the operator's
-owner references set no blockOwnerDeletion (core/podspec.py says why), so clusters enforcing
-owner-reference permissions need no such grant.
+uses (tests/integration/test_operator_rbac.py fails on a verb granted and never used, every
+operator test on one missing; see docs/operating.md "Permissions"):
+- pools: kopf lists and watches them, and patches one only to take off the finalizer
+  `ironicshards.io/operator` of earlier versions; the operator merge-patches their status;
+- pods: listed (and watched by kopf), created, deleted (with a uid precondition);
+- ConfigMaps (one per member): listed, created, patched when one was changed, deleted;
+- core/v1 Events: created (kopf's own event posting is off).
+Secrets are not here: iso.secretNamespaces says where they may be read.
+Not ironiccomputeshards/finalizers: the operator's owner references set no
+blockOwnerDeletion (core/podspec.py says why), so clusters enforcing owner-reference
+permissions need no such grant.
 */}}
 {{- define "iso.workloadRules" -}}
 - apiGroups: [ironicshards.io]
   resources: [ironiccomputeshards]
-  verbs: [get, list, watch, patch]
+  verbs: [list, watch, patch]
 - apiGroups: [ironicshards.io]
   resources: [ironiccomputeshards/status]
-  verbs: [get, patch, update]
-- apiGroups: [ironicshards.io]
-  resources: [ironiccomputeshards/scale]
-  verbs: [get]
+  verbs: [patch]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete, patch]
+  verbs: [list, watch, create, delete]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [list, create, patch, delete]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
-- apiGroups: [events.k8s.io]
-  resources: [events]
-  verbs: [create, patch]
-- apiGroups: [""]
-  resources: [secrets]
-  verbs: [get]
-  {{- with .Values.rbac.secretNames }}
-  resourceNames:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
+  verbs: [create]
+{{- end -}}
+
+{{/*
+The namespaces whose Secrets the operator may read (get; only rbac.secretNames when set), as a
+YAML list: the watched namespaces, or with every namespace watched, rbac.secretNamespaces. Never
+cluster-wide: a pool reads the Secrets of its own namespace only.
+*/}}
+{{- define "iso.secretNamespaces" -}}
+{{- toYaml (default .Values.rbac.secretNamespaces .Values.watchNamespaces) -}}
 {{- end -}}
 
 {{/* Refuse value combinations a schema cannot express, naming the keys and the fix. */}}
 {{- define "iso.checkValues" -}}
+{{- if and .Values.watchNamespaces .Values.rbac.secretNamespaces -}}
+{{- fail "rbac.secretNamespaces is for watchNamespaces: [] (every namespace) only: with watchNamespaces set, the operator reads Secrets in the watched namespaces; remove rbac.secretNamespaces" -}}
+{{- end -}}
 {{- if eq (int .Values.metrics.port) (int .Values.health.port) -}}
 {{- fail (printf "metrics.port and health.port are both %v: give them different ports" .Values.metrics.port) -}}
 {{- end -}}

@@ -169,8 +169,6 @@ def _replicas(spec: Mapping[str, Any]) -> tuple[int, model.Autoscale | None]:
             max_replicas=_int(raw.get("maxReplicas", 10), "spec.autoscale.maxReplicas", minimum=1),
             max_nodes_per_member=_int(raw.get("maxNodesPerMember", 500),
                                       "spec.autoscale.maxNodesPerMember", minimum=1),
-            scale_down_stabilization_seconds=_number(raw.get("scaleDownStabilizationSeconds", 300),
-                                                     "spec.autoscale.scaleDownStabilizationSeconds", minimum=0),
         )
         if autoscale.min_replicas > autoscale.max_replicas:
             raise InvalidSpec(
