@@ -13,6 +13,9 @@ What it emulates, and what it does not, is listed in server.py. The modules, eac
 - admission.py      defaults and validation before an object is stored
 - tables.py         server-side Table output for `kubectl get`
 - discovery.py      /version, /apis, APIResourceLists, /openapi/v2 and /openapi/v3
+- authn.py          ServiceAccount tokens (TokenRequest), the check of bearer tokens, the audit of writes
+- authz.py          RBAC: each token holder's request authorized as a real server does; the record
+- pod_gc.py         PodGarbageCollector: the pod GC's force-deletions (out-of-service nodes, deleted nodes)
 - server.py         FakeKubeAPI: the store, requests, watches, writes, deletion and controllers
 - runner.py         serving it (EmulatorThread) and a kubeconfig for it (kubeconfig_text)
 """
