@@ -337,9 +337,10 @@ def test_defaults_match_the_model():
     """One set of defaults: the CRD's (applied by the API server) equal the model's."""
     pool = defaulted({"spec": {"autoscale": {}}})
     autoscale, failover = pool["spec"]["autoscale"], pool["spec"]["failover"]
-    assert (autoscale["minReplicas"], autoscale["maxReplicas"], autoscale["maxNodesPerMember"]) == (
+    assert (autoscale["minReplicas"], autoscale["maxReplicas"], autoscale["maxNodesPerMember"],
+            autoscale["scaleDownStabilizationSeconds"]) == (
         model.Autoscale().min_replicas, model.Autoscale().max_replicas,
-        model.Autoscale().max_nodes_per_member)
+        model.Autoscale().max_nodes_per_member, model.Autoscale().scale_down_stabilization_seconds)
     assert failover["rebalanceAfterSeconds"] == model.PoolSpec(name="x").rebalance_after_seconds
 
 
@@ -476,6 +477,9 @@ REFUSED = {
     "name with a dot": (_set("metadata.name", "rack.a"), "metadata.name must be at most 52"),
     "name with a trailing dash": (_set("metadata.name", "rack-"), "metadata.name must be at most 52"),
     "missing image": (_delete("spec.image"), "'image' is a required property"),
+    "image of only spaces": (_set("spec.image", "   "), "spec.image must be a container image reference"),
+    "image with a space": (_set("spec.image", "quay.io/nova compute:1"), "no spaces or other whitespace"),
+    "image with a trailing newline": (_set("spec.image", "quay.io/nova-compute:1\n"), "no spaces or other"),
     "missing nova.conf Secret name": (_set("spec.novaConfig", {"secretRef": {}}), "'name' is a required property"),
     "missing cloud": (_delete("spec.cloud"), "'cloud' is a required property"),
     "one Secret key for both files": (
@@ -498,6 +502,12 @@ REFUSED = {
                                                       "secretKeyRef": {"name": "s", "key": "k"}}}]),
         "exactly one of"),
     "paused as a string": (_set("spec.paused", "yes"), "is not of type 'boolean'"),
+    "negative scale-down stabilization": (
+        _both(_delete("spec.replicas"), _set("spec.autoscale", {"scaleDownStabilizationSeconds": -1})),
+        "less than the minimum of 0"),
+    "scale-down stabilization beyond an hour": (
+        _both(_delete("spec.replicas"), _set("spec.autoscale", {"scaleDownStabilizationSeconds": 3601})),
+        "greater than the maximum of 3600"),
 }
 
 
@@ -645,12 +655,14 @@ def _converged_plan(**kw: Any) -> model.Plan:
     return model.Plan(**{**values, **kw})
 
 
-def _autoscaled_plan() -> model.Plan:
-    decision = autoscale.decide(model.Autoscale(1, 10, 300), 600)
+def _autoscaled_plan(nodes: int = 600) -> model.Plan:
+    earlier = autoscale.decide(model.Autoscale(1, 10, 300), 1200, model.AutoscaleHistory(), 1.8e9 - 60)
+    decision = autoscale.decide(model.Autoscale(1, 10, 300), nodes, earlier.history, 1.8e9)
     return _converged_plan(desired_replicas=decision.desired, autoscale=decision)
 
 
-@pytest.mark.parametrize("plan", [_converged_plan(), _autoscaled_plan()], ids=["replicas", "autoscale"])
+@pytest.mark.parametrize("plan", [_converged_plan(), _autoscaled_plan(1200), _autoscaled_plan(600)],
+                         ids=["replicas", "autoscale", "autoscale held by the stabilization"])
 def test_status_as_build_status_writes_it_is_admitted_and_every_field_declared(plan):
     """status keeps unknown fields (for kopf), so an undeclared field would pass unnoticed."""
     status = _written_status(plan)

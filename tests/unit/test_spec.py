@@ -44,6 +44,12 @@ def test_autoscale_replaces_replicas():
     pool = read_pool(body(replicas=None, autoscale={"minReplicas": 2, "maxReplicas": 8, "maxNodesPerMember": 300}))
     assert pool.spec.autoscale.max_nodes_per_member == 300
     assert pool.spec.autoscale.min_replicas == 2
+    assert pool.spec.autoscale.scale_down_stabilization_seconds == 300
+
+
+def test_autoscale_scale_down_stabilization_is_read():
+    pool = read_pool(body(replicas=None, autoscale={"scaleDownStabilizationSeconds": 0}))
+    assert pool.spec.autoscale.scale_down_stabilization_seconds == 0
 
 
 def test_rebalance_grace_reaches_the_planner_spec():
@@ -53,11 +59,15 @@ def test_rebalance_grace_reaches_the_planner_spec():
 
 @pytest.mark.parametrize(("spec", "field"), [
     ({"image": ""}, "spec.image"),
+    ({"image": "   "}, "spec.image"),
+    ({"image": " quay.io/example/nova-compute:2024.1"}, "spec.image"),
     ({"replicas": -1}, "spec.replicas"),
     ({"replicas": None}, "spec"),
     ({"autoscale": {}}, "spec"),
     ({"replicas": "3"}, "spec.replicas"),
     ({"replicas": None, "autoscale": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscale"),
+    ({"replicas": None, "autoscale": {"scaleDownStabilizationSeconds": -1}},
+     "spec.autoscale.scaleDownStabilizationSeconds"),
     ({"failover": {"fencing": {"mode": "Shoot"}}}, "spec.failover.fencing.mode"),
     ({"failover": {"fencing": {"mode": "ForceAfter"}}}, "spec.failover.fencing.forceAfterSeconds"),
     ({"failover": {"fencing": {"mode": "Wait", "forceAfterSeconds": 5}}}, "spec.failover.fencing.forceAfterSeconds"),

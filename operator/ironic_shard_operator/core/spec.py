@@ -169,6 +169,8 @@ def _replicas(spec: Mapping[str, Any]) -> tuple[int, model.Autoscale | None]:
             max_replicas=_int(raw.get("maxReplicas", 10), "spec.autoscale.maxReplicas", minimum=1),
             max_nodes_per_member=_int(raw.get("maxNodesPerMember", 500),
                                       "spec.autoscale.maxNodesPerMember", minimum=1),
+            scale_down_stabilization_seconds=_number(raw.get("scaleDownStabilizationSeconds", 300),
+                                                     "spec.autoscale.scaleDownStabilizationSeconds", minimum=0),
         )
         if autoscale.min_replicas > autoscale.max_replicas:
             raise InvalidSpec(
@@ -185,6 +187,9 @@ def _pod_settings(spec: Mapping[str, Any]) -> PodSettings:
     image = spec.get("image")
     if not isinstance(image, str) or not image.strip():
         raise InvalidSpec("spec.image: required, the nova-compute container image")
+    if any(c.isspace() for c in image):
+        raise InvalidSpec(f"spec.image: {image!r} is no container image reference: it holds whitespace "
+                          "(e.g. registry.example.com/nova-compute:2024.1)")
     policy = spec.get("imagePullPolicy")
     if policy is not None and policy not in PULL_POLICIES:
         raise InvalidSpec(f"spec.imagePullPolicy: {policy!r} is not one of {', '.join(PULL_POLICIES)}")
