@@ -8,8 +8,10 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ironic_shard_operator.core.model import Autoscale, Member, Node, Observation, PoolSpec
+from ironic_shard_operator.core import autoscale, model
+from ironic_shard_operator.core.model import Autoscale, AutoscaleHistory, Member, Node, Observation, PoolSpec
 from ironic_shard_operator.core.planner import owners_after, plan
+from ironic_shard_operator.core.status import CycleFacts, autoscale_history_of, build_status
 
 NOW = 10_000.0
 GRACE = 120.0
@@ -328,3 +330,127 @@ def test_join_and_leave_move_what_consistent_hashing_needs(members, nodes, seed)
     leave_moves = plan(left).moves
     assert len(leave_moves) == sum(1 for n in state.nodes if n.shard == leaver)
     assert all(m.source == leaver for m in leave_moves)
+
+
+# --- autoscale: up at once, down once the lower count has held (core/autoscale.py) -----------
+
+WINDOW = 300
+
+
+def scaling(minimum=1, maximum=10, per_member=100, window=WINDOW):
+    return Autoscale(minimum, maximum, per_member, window)
+
+
+def test_autoscale_scales_up_at_once_and_down_only_after_the_window():
+    rule = scaling()
+    first = autoscale.decide(rule, 300, AutoscaleHistory(), 0.0)
+    assert first.desired == 3 and first.held_until is None
+    up = autoscale.decide(rule, 450, first.history, 10.0)
+    assert (up.recommendation, up.desired, up.held_until) == (5, 5, None)
+    down = autoscale.decide(rule, 250, up.history, 20.0)  # 3 now: first seen lower at t=20
+    assert (down.recommendation, down.desired, down.held_until) == (3, 5, 20.0 + WINDOW)
+    still = autoscale.decide(rule, 250, down.history, 20.0 + WINDOW - 1)
+    assert still.desired == 5 and still.history == down.history  # nothing new to keep
+    after = autoscale.decide(rule, 250, still.history, 20.0 + WINDOW)
+    assert (after.desired, after.held_until, after.history.peaks) == (3, None, ())
+
+
+def test_a_stepwise_decline_steps_down_one_window_after_each_count_was_last_wanted():
+    rule = scaling()
+    history = autoscale.decide(rule, 500, AutoscaleHistory(), 0.0).history
+    history = autoscale.decide(rule, 400, history, 100.0).history   # 5 wanted until t=100
+    decision = autoscale.decide(rule, 300, history, 200.0)          # 4 wanted until t=200
+    assert [(p.replicas, p.last_wanted) for p in decision.history.peaks] == [(5, 100.0), (4, 200.0)]
+    assert decision.desired == 5
+    assert autoscale.decide(rule, 300, decision.history, 100.0 + WINDOW).desired == 4
+    assert autoscale.decide(rule, 300, decision.history, 200.0 + WINDOW).desired == 3
+
+
+def test_a_window_the_operator_did_not_see_never_lowers_the_count():
+    """The operator was down (or Ironic unreadable) for an hour: the lower count is first seen
+    when it looks again, and must hold a whole window from then."""
+    rule = scaling()
+    before = autoscale.decide(rule, 500, AutoscaleHistory(), 0.0)
+    after_an_hour = autoscale.decide(rule, 200, before.history, 3600.0)
+    assert (after_an_hour.desired, after_an_hour.held_until) == (5, 3600.0 + WINDOW)
+
+
+def test_bounds_apply_at_once_and_a_zero_window_scales_down_at_once():
+    held = autoscale.decide(scaling(), 200, autoscale.decide(scaling(), 800, AutoscaleHistory(), 0.0).history, 1.0)
+    assert held.desired == 8
+    assert autoscale.decide(scaling(maximum=4), 200, held.history, 2.0).desired == 4  # maxReplicas lowered
+    assert autoscale.decide(scaling(minimum=6), 200, held.history, 2.0).desired == 8
+    assert autoscale.decide(scaling(window=0), 200, held.history, 2.0).desired == 2
+
+
+def test_a_held_count_retires_no_member():
+    """Three members serve 300 nodes; 100 nodes leave (2 members' worth): within the window
+    the plan keeps all three in the ring, where without the window it would retire p-2."""
+    rule = scaling()
+    state = converged(["p-0", "p-1", "p-2"], 300)
+    fewer = pool(["p-0", "p-1", "p-2"], state.nodes[::3] + state.nodes[1::3], autoscale=rule)
+    history = autoscale.decide(rule, 300, AutoscaleHistory(), NOW - 60).history
+    held = plan(dataclasses.replace(fewer, autoscale_history=history))
+    assert (held.autoscale.recommendation, held.desired_replicas, held.autoscale.held_until) == (2, 3, NOW + WINDOW)
+    assert held.members_to_delete == () and "p-2" in held.ring_members
+    unheld = plan(dataclasses.replace(fewer, autoscale_history=held.autoscale.history, now=NOW + WINDOW))
+    assert unheld.desired_replicas == 2 and "p-2" not in unheld.ring_members
+
+
+def reference_count(samples, window, maximum):
+    """HPA's scale-down rule over a step function: each sample's count holds until the next
+    sample; the count at the last sample is the highest that held within the window."""
+    *earlier, (now, last) = samples
+    held = [count for (_, count), (until, _) in zip(earlier, samples[1:]) if until > now - window]
+    return min(maximum, max([last, *held]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 400), st.integers(0, 1200), st.booleans()), min_size=1, max_size=40),
+       st.integers(0, 900))
+def test_autoscale_is_the_highest_recommendation_of_the_window_even_across_restarts(steps, window):
+    """Any node count sequence at any cycle spacing; `restart` round-trips the history through
+    the status the operator writes, as a restarted operator reads it back."""
+    rule = scaling(per_member=100, window=window)
+    history, now, samples = AutoscaleHistory(), 0, []
+    for gap, nodes, restart in steps:
+        now += gap
+        if restart:
+            history = autoscale_history_of(build_status(status_facts(rule, history, now), None)[0])
+        decision = autoscale.decide(rule, nodes, history, float(now))
+        samples.append((now, decision.recommendation))
+        assert decision.desired == reference_count(samples, window, rule.max_replicas)
+        history = decision.history
+        assert len(history.peaks) <= rule.max_replicas
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 3600), st.integers(2, 10),
+       st.lists(st.tuples(st.integers(0, 3600), st.floats(0, 1, exclude_max=True), st.integers(1, 5)),
+                min_size=1, max_size=30))
+def test_a_count_wandering_across_a_boundary_faster_than_the_window_never_retires_a_member(window, high, stays):
+    """The node count crosses the boundary between `high` and `high - 1` members, back and forth,
+    at any pace; each stay below it, from the first cycle that sees it to the first that sees the
+    higher count again, is shorter than the window: the pool never has fewer than `high`."""
+    rule = scaling(per_member=100, window=window)
+    above, below = (high - 1) * 100 + 1, (high - 1) * 100
+    decision = autoscale.decide(rule, above, AutoscaleHistory(), 0.0)
+    now, counts = 0.0, [decision.desired]
+    for gap, fraction, cycles_below in stays:
+        now += gap
+        first_below, stay = now + 1, int(fraction * window)  # stay < window
+        for k in range(cycles_below):
+            decision = autoscale.decide(rule, below, decision.history, first_below + stay * k / cycles_below)
+            counts.append(decision.desired)
+        now = first_below + stay
+        decision = autoscale.decide(rule, above, decision.history, now)
+        counts.append(decision.desired)
+    assert min(counts) == high
+
+
+def status_facts(rule, history, now):
+    """The facts of a cycle whose plan carries `history` (for a status round trip)."""
+    decision = model.AutoscaleDecision(settings=rule, nodes=0, by_nodes=0, recommendation=rule.min_replicas,
+                                       desired=rule.min_replicas, history=history)
+    return CycleFacts(generation=1, pool="p", now=float(now), plan=model.Plan(
+        rule.min_replicas, (), (), (), (), {}, (), model.NodeCounts(), autoscale=decision))

@@ -2,7 +2,7 @@
 
 from ironic_shard_operator.core import autoscale, model, nova_policy
 from ironic_shard_operator.core.pods import MemberState
-from ironic_shard_operator.core.status import CycleFacts, build_status, moves_event, since_of
+from ironic_shard_operator.core.status import CycleFacts, autoscale_history_of, build_status, moves_event, since_of
 
 NOW = 1_800_000_000.0
 
@@ -190,3 +190,38 @@ def test_desired_replicas_are_kept_while_ironic_cannot_be_read():
     first, _ = build_status(facts(plan=autoscaled(1234)), None)
     status, _ = build_status(facts(plan=None, error="Ironic unreachable", error_reason="IronicUnavailable"), first)
     assert (status["desiredReplicas"], status["desiredReason"]) == (first["desiredReplicas"], first["desiredReason"])
+
+
+def test_a_held_autoscale_count_says_until_when_and_its_history_survives_a_restart():
+    rule = model.Autoscale(1, 10, 500, 300)
+    earlier = autoscale.decide(rule, 2400, model.AutoscaleHistory(), NOW - 100.5)
+    held = autoscale.decide(rule, 1234, earlier.history, NOW)
+    status, _ = build_status(facts(plan=plan(desired_replicas=held.desired, autoscale=held)), None)
+    assert status["desiredReplicas"] == 5
+    assert status["desiredReason"] == (
+        "autoscale: 1,234 nodes / 500 per member -> 3 (min 1, max 10); held at 5 until 2027-01-15T08:05:00Z: "
+        "scale-down waits until the lower count has held for 300s (scaleDownStabilizationSeconds)")
+    assert status["autoscale"] == {"recommendation": 3,
+                                   "peaks": [{"replicas": 5, "lastWanted": "2027-01-15T08:00:00Z"}]}
+    assert autoscale_history_of(status) == held.history  # what a restarted operator reads back
+    assert autoscale_history_of({}) == model.AutoscaleHistory()
+    assert autoscale_history_of({"autoscale": {"peaks": "garbage"}}) == model.AutoscaleHistory()
+
+
+def test_autoscale_history_times_round_up_so_a_round_trip_never_shortens_the_window():
+    rule = model.Autoscale(1, 10, 500, 300)
+    earlier = autoscale.decide(rule, 2400, model.AutoscaleHistory(), NOW - 10)
+    held = autoscale.decide(rule, 1234, earlier.history, NOW + 0.25)
+    status, _ = build_status(facts(plan=plan(desired_replicas=held.desired, autoscale=held), now=NOW + 0.25), None)
+    (peak,) = autoscale_history_of(status).peaks
+    assert peak.last_wanted == NOW + 1
+
+
+def test_turning_autoscale_off_removes_its_history_once():
+    decision = autoscale.decide(model.Autoscale(), 1234)
+    with_autoscale, _ = build_status(facts(plan=plan(desired_replicas=3, autoscale=decision)), None)
+    without, _ = build_status(facts(), with_autoscale)
+    assert without["autoscale"] is None  # a merge patch removes the field
+    again, _ = build_status(facts(), without)
+    assert again == without
+    assert "autoscale" not in build_status(facts(), None)[0]

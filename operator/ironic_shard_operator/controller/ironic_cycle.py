@@ -21,7 +21,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from ironic_shard_operator.adapters.ironic import ApplyResult, IronicAdapter, IronicConfigError
-from ironic_shard_operator.core.model import Member, Node, NodeCounts, Observation, Plan, PoolSpec
+from ironic_shard_operator.core.model import (
+    AutoscaleHistory, Member, Node, NodeCounts, Observation, Plan, PoolSpec,
+)
 from ironic_shard_operator.core.planner import plan
 
 log = logging.getLogger(__name__)
@@ -94,11 +96,13 @@ def run_cycle(
     now: float | None = None,
     paused: bool = False,
     stop: threading.Event | None = None,
+    autoscale_history: AutoscaleHistory = AutoscaleHistory(),
 ) -> CycleReport:
     """Observe the pool in Ironic, plan with the pure planner, write the moves, report.
 
     `paused` plans and reports but writes nothing (every move counts as not attempted).
-    `stop` ends the writing early (see IronicAdapter.apply_moves). Ironic errors propagate
+    `stop` ends the writing early (see IronicAdapter.apply_moves). `autoscale_history` is what
+    autoscale kept from earlier cycles (status.autoscale). Ironic errors propagate
     as IronicError subclasses, after which Ironic holds a consistent, partial result.
     The adapter's one-time check() (first use) is not counted in the report's requests.
     """
@@ -108,7 +112,7 @@ def run_cycle(
     nodes = adapter.list_nodes()
     observe_requests = adapter.requests_made - first_request
     observation = Observation(spec=spec, members=tuple(members), nodes=nodes,
-                              now=time.time() if now is None else now)
+                              now=time.time() if now is None else now, autoscale_history=autoscale_history)
     decision = plan(observation)
     if paused:
         applied = ApplyResult(planned=len(decision.moves), not_attempted=len(decision.moves))

@@ -48,7 +48,9 @@ from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
 from ironic_shard_operator.core.schedule import RETRY_SECONDS, next_delay
 from ironic_shard_operator.core.spec import InvalidSpec, Pool, SecretKeyRef, read_pool
-from ironic_shard_operator.core.status import CycleFacts, build_status, format_time, moves_event, since_of
+from ironic_shard_operator.core.status import (
+    CycleFacts, autoscale_history_of, build_status, format_time, moves_event, since_of,
+)
 
 if TYPE_CHECKING:
     from ironic_shard_operator.controller.pool_loop import Operator, PoolRuntime
@@ -271,7 +273,8 @@ async def _plan_ironic(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
     try:
         adapter = _adapter(cycle.runtime, pool, secrets.clouds_yaml)
         report = await asyncio.to_thread(run_cycle, adapter, pool.spec, members.readiness,
-                                         now=cycle.now, paused=True)
+                                         now=cycle.now, paused=True,
+                                         autoscale_history=autoscale_history_of(cycle.previous))
     except IronicError as error:
         cycle.record_ironic_error(error)
         return _Ironic(adapter, error=error)
@@ -333,7 +336,8 @@ async def _write_shards(cycle: _Cycle, pool: Pool, members: _Members, ironic: _I
     try:
         stop = WriteStop(cycle.runtime.interrupt, cycle.op.may_write)
         report = await asyncio.to_thread(run_cycle, ironic.adapter, pool.spec, members.readiness,
-                                         now=cycle.now, stop=stop)
+                                         now=cycle.now, stop=stop,
+                                         autoscale_history=autoscale_history_of(cycle.previous))
     except IronicError as error:
         cycle.record_ironic_error(error)
         return replace(ironic, error=error)

@@ -82,11 +82,32 @@ class Member:
 
 @dataclass(frozen=True, slots=True)
 class Autoscale:
-    """Replicas follow the managed node count: ceil(nodes / max_nodes_per_member), bounded."""
+    """Replicas follow the managed node count: ceil(nodes / max_nodes_per_member), bounded.
+    A lower count applies once it has held for `scale_down_stabilization_seconds`."""
 
     min_replicas: int = 1
     max_replicas: int = 10
     max_nodes_per_member: int = 500
+    scale_down_stabilization_seconds: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class AutoscalePeak:
+    """A member count autoscale recommended earlier, above its recommendation now, and the
+    last time it was wanted (a recommendation counts until the cycle that saw the next one)."""
+
+    replicas: int
+    last_wanted: float
+
+
+@dataclass(frozen=True, slots=True)
+class AutoscaleHistory:
+    """What the scale-down stabilization keeps from one cycle to the next (status.autoscale):
+    the last recommendation (None: none yet), and the peaks of the last window, oldest
+    first, each higher than every later one and than the last recommendation."""
+
+    recommendation: int | None = None
+    peaks: tuple[AutoscalePeak, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +116,9 @@ class AutoscaleDecision:
 
     `nodes` managed nodes call for `by_nodes` = ceil(nodes / max_nodes_per_member) members;
     `recommendation` is that count within [min_replicas, max_replicas]; `desired` is the
-    member count the plan steers towards.
+    member count the plan steers towards: the recommendation, or a higher peak of the
+    stabilization window, which holds it until `held_until` (None: not held). `history` is
+    what the next cycle needs.
     """
 
     settings: Autoscale
@@ -103,6 +126,8 @@ class AutoscaleDecision:
     by_nodes: int
     recommendation: int
     desired: int
+    history: AutoscaleHistory = AutoscaleHistory()
+    held_until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +145,14 @@ class PoolSpec:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """Everything the planner sees of one pool at one instant."""
+    """Everything the planner sees of one pool at one instant, and what autoscale kept from
+    earlier cycles (`autoscale_history`, read back from the last status)."""
 
     spec: PoolSpec
     members: tuple[Member, ...]
     nodes: tuple[Node, ...]
     now: float
+    autoscale_history: AutoscaleHistory = AutoscaleHistory()
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -2,6 +2,9 @@
 
 Pure: `plan(observation)` reads nothing but its argument and returns decisions.
 
+The member count is spec.replicas, or autoscale's (autoscale.py: up at once, down only once
+the lower count has held for the stabilization window).
+
 The rules it keeps (invariants 1-4, docs/invariants.md):
 - a pinned node never changes owner;
 - every free node ends up owned by a ring member (a non-retiring member that counts as
@@ -37,7 +40,9 @@ from ironic_shard_operator.core.ring import HashRing
 def plan(observation: Observation) -> Plan:
     """Decide members and node owners for one pool from one observation."""
     spec, nodes = observation.spec, observation.nodes
-    scale = autoscale.decide(spec.autoscale, len(nodes)) if spec.autoscale is not None else None
+    scale = None
+    if spec.autoscale is not None:
+        scale = autoscale.decide(spec.autoscale, len(nodes), observation.autoscale_history, observation.now)
     desired = scale.desired if scale is not None else spec.replicas
     members = sorted_members(spec.name, observation.members)
     retiring = {m.name for m in members[desired:]} if len(members) > desired else set()

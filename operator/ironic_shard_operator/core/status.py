@@ -13,6 +13,7 @@ describes every field) and the Events that announce condition changes. Invariant
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
@@ -81,11 +82,15 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
     if plan is not None:
         status["desiredReplicas"] = plan.desired_replicas
         status["desiredReason"] = desired_reason(plan)
+        if plan.autoscale is not None:
+            status["autoscale"] = _autoscale(plan.autoscale.history)
+        elif "autoscale" in previous:
+            status["autoscale"] = None  # removed by the merge patch: autoscale is off
         status["members"] = _members(facts, plan)
         status["ring"] = _ring(plan, previous.get("ring") or {})
         status["nodes"] = _counts(plan.counts)
     else:  # nothing new is known about size and ownership: keep the last report
-        for key in ("desiredReplicas", "desiredReason", "members", "ring", "nodes"):
+        for key in ("desiredReplicas", "desiredReason", "autoscale", "members", "ring", "nodes"):
             if key in previous:
                 status[key] = previous[key]
     nova = facts.nova if facts.nova is not None else previous.get("nova")
@@ -112,7 +117,37 @@ def desired_reason(plan: model.Plan) -> str:
         text += f"{scale.by_nodes}, raised to minReplicas {bounds.min_replicas}"
     else:
         text += f"{scale.recommendation} (min {bounds.min_replicas}, max {bounds.max_replicas})"
+    if scale.held_until is not None:
+        text += (f"; held at {scale.desired} until {_time_up(scale.held_until)}: scale-down waits until "
+                 f"the lower count has held for {bounds.scale_down_stabilization_seconds:g}s "
+                 "(scaleDownStabilizationSeconds)")
     return text
+
+
+def _autoscale(history: model.AutoscaleHistory) -> dict[str, Any]:
+    """status.autoscale: what the scale-down stabilization keeps (autoscale_history_of reads it).
+    Times are rounded up to the second, so a round trip never shortens the window."""
+    return {"recommendation": history.recommendation,
+            "peaks": [{"replicas": p.replicas, "lastWanted": _time_up(p.last_wanted)} for p in history.peaks]}
+
+
+def autoscale_history_of(previous_status: Mapping[str, Any] | None) -> model.AutoscaleHistory:
+    """The scale-down stabilization's history as the last status recorded it (empty when there
+    is none, or it is not what the operator writes)."""
+    section = (previous_status or {}).get("autoscale")
+    try:
+        recommendation = section.get("recommendation")
+        peaks = tuple(model.AutoscalePeak(int(p["replicas"]), parse_time(p["lastWanted"]))
+                      for p in section.get("peaks") or ())
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return model.AutoscaleHistory()
+    if not isinstance(recommendation, int) or any(p.last_wanted is None for p in peaks):
+        return model.AutoscaleHistory()
+    return model.AutoscaleHistory(recommendation, peaks)
+
+
+def _time_up(seconds: float) -> str:
+    return format_time(math.ceil(seconds))
 
 
 def _redacted(value: Any, secrets: frozenset[str]) -> Any:
