@@ -4,11 +4,13 @@ built-in kinds and of CRD objects themselves. `admit` is the one entry point; it
 returns the object to store or raises the ApiError (400 under fieldValidation=Strict, 422
 Invalid with its causes) that a real server answers with.
 """
+import datetime
+from collections.abc import Iterable
 from typing import Any
 
 from testbed.kube_emulator.builtin_schema import builtin_errors, definition_of, prune_unknown_fields
 from testbed.kube_emulator.crd_schema import cel_errors, prune_and_default
-from testbed.kube_emulator.errors import bad_request, invalid, validation_causes
+from testbed.kube_emulator.errors import ApiError, bad_request, invalid, validation_causes
 from testbed.kube_emulator.resources import ResourceType
 
 
@@ -131,3 +133,43 @@ def _crd_errors(crd: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[s
             if spec.get(field) != old['spec'].get(field):
                 errors.append((f'spec.{field}', 'Invalid value: field is immutable'))
     return errors
+
+
+def pod_quota_refusal(pod: dict[str, Any], quotas: Iterable[dict[str, Any]],
+                      pods_in_namespace: Iterable[dict[str, Any]], now: datetime.datetime) -> ApiError | None:
+    """The ResourceQuota admission plugin for a pod being created, on the `pods` count only: the
+    403 a real server answers when a ResourceQuota of the pod's namespace has `spec.hard.pods`
+    (or `count/pods`) and the pods it counts already reach it; None when the pod is admitted.
+
+    As the real plugin, it runs after validation (an invalid pod is refused as Invalid first) and
+    counts what the quota's `status.used.pods` holds on a real server: the namespace's pods that
+    are not terminal (phase Succeeded or Failed) and not stuck terminating (past their
+    deletionTimestamp plus grace period). Not modelled: quotas with scopes or a scopeSelector
+    (skipped), the other resources (cpu, memory, ...), and the quota's status (not written).
+    """
+    counted = sum(1 for other in pods_in_namespace if _charged_to_quota(other, now))
+    for quota in sorted(quotas, key=lambda q: q['metadata']['name']):
+        spec = quota.get('spec') or {}
+        if spec.get('scopes') or spec.get('scopeSelector'):
+            continue
+        for resource in ('pods', 'count/pods'):
+            hard = (spec.get('hard') or {}).get(resource)
+            if hard is not None and counted + 1 > int(hard):
+                name = pod['metadata'].get('name') or ''
+                return ApiError(403, 'Forbidden',
+                                f'pods "{name}" is forbidden: exceeded quota: {quota["metadata"]["name"]}, '
+                                f'requested: {resource}=1, used: {resource}={counted}, limited: {resource}={hard}',
+                                {'name': name, 'kind': 'pods'})
+    return None
+
+
+def _charged_to_quota(pod: dict[str, Any], now: datetime.datetime) -> bool:
+    """Whether a pod counts towards the `pods` quota (Kubernetes' QuotaV1Pod)."""
+    if (pod.get('status') or {}).get('phase') in ('Succeeded', 'Failed'):
+        return False
+    meta = pod['metadata']
+    if meta.get('deletionTimestamp') and meta.get('deletionGracePeriodSeconds') is not None:
+        deletion = datetime.datetime.fromisoformat(meta['deletionTimestamp'].replace('Z', '+00:00'))
+        if now > deletion + datetime.timedelta(seconds=meta['deletionGracePeriodSeconds']):
+            return False
+    return True

@@ -65,6 +65,7 @@ BUILTIN_TYPES = (
                               'spec.serviceAccountName', 'status.phase', 'status.podIP',
                               'status.nominatedNodeName')),
     _builtin('', 'v1', 'configmaps', 'ConfigMap', short_names=('cm',)),
+    _builtin('', 'v1', 'resourcequotas', 'ResourceQuota', short_names=('quota',), subresources={'status'}),
     _builtin('', 'v1', 'secrets', 'Secret', field_selectors=('type',)),
     _builtin('', 'v1', 'serviceaccounts', 'ServiceAccount', short_names=('sa',), subresources={'token'}),
     _builtin('', 'v1', 'services', 'Service', short_names=('svc',), categories=('all',),

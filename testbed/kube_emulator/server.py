@@ -65,7 +65,7 @@ import kmock
 import yaml
 
 from testbed.kube_emulator import discovery, tables
-from testbed.kube_emulator.admission import admit
+from testbed.kube_emulator.admission import admit, pod_quota_refusal
 from testbed.kube_emulator.authn import Authenticator, IssuedToken
 from testbed.kube_emulator.authz import RBAC_GROUP, Authorizer, bootstrap_policy
 from testbed.kube_emulator.builtin_schema import definition_of
@@ -498,6 +498,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         if rt.kind == 'Pod' and rt.group == '':
             self._admit_pod_priority(obj)
         obj = admit(rt, obj, None, params)
+        if rt.kind == 'Pod' and rt.group == '':
+            self._admit_pod_quota(obj)
         if dry_run:
             return obj
         created = self._commit(rt, 'ADDED', obj, None)
@@ -516,6 +518,16 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
                            f'with name {class_name} was found', status_details(self._type('', 'v1', 'pods'), pod['metadata']['name']))
         spec['priority'] = priority_class.get('value', 0)
         spec.setdefault('preemptionPolicy', priority_class.get('preemptionPolicy', 'PreemptLowerPriority'))
+
+    def _admit_pod_quota(self, pod: dict[str, Any]) -> None:
+        """The ResourceQuota admission plugin, on the pods count (admission.pod_quota_refusal)."""
+        namespace = pod['metadata']['namespace']
+        refusal = pod_quota_refusal(
+            pod, [q for q in self._all('', 'resourcequotas') if q['metadata']['namespace'] == namespace],
+            [p for p in self._all('', 'pods') if p['metadata']['namespace'] == namespace],
+            datetime.datetime.now(datetime.UTC))
+        if refusal is not None:
+            raise refusal
 
     def _check_namespace_open(self, namespace: str | None) -> None:
         ns_type = self._type('', 'v1', 'namespaces')

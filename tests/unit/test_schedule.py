@@ -10,9 +10,9 @@ POLL = 30.0
 GRACE = 120.0
 
 
-def delay(members=(), *, poll=POLL, ironic_failed=False, wake_after=None, moves_applied=0):
+def delay(members=(), *, poll=POLL, failed=False, wake_after=None, moves_applied=0):
     return next_delay(poll_seconds=poll, members=members, grace_seconds=GRACE, now=NOW,
-                      ironic_failed=ironic_failed, wake_after=wake_after, moves_applied=moves_applied)
+                      failed=failed, wake_after=wake_after, moves_applied=moves_applied)
 
 
 def test_a_quiet_pool_waits_one_poll_interval():
@@ -29,9 +29,9 @@ def test_the_next_cycle_is_there_just_after_a_members_grace_ends():
 
 
 def test_a_failed_ironic_is_retried_sooner():
-    assert delay(ironic_failed=True) == RETRY_SECONDS
-    assert delay(ironic_failed=True, poll=4) == 4
-    assert next_delay(poll_seconds=POLL, members=(), grace_seconds=GRACE, now=NOW, ironic_failed=True,
+    assert delay(failed=True) == RETRY_SECONDS
+    assert delay(failed=True, poll=4) == 4
+    assert next_delay(poll_seconds=POLL, members=(), grace_seconds=GRACE, now=NOW, failed=True,
                       wake_after=None, moves_applied=0, retry_seconds=3) == 3
 
 
@@ -42,14 +42,14 @@ def test_a_pod_decision_falling_due_wakes_the_pool_a_second_after():
 
 def test_written_moves_are_confirmed_a_second_later():
     assert delay(moves_applied=5) == 1.0
-    assert delay(moves_applied=5, wake_after=0.5, ironic_failed=True) == 1.0
+    assert delay(moves_applied=5, wake_after=0.5, failed=True) == 1.0
 
 
 @given(poll=st.floats(0.1, 3600), lost=st.lists(st.one_of(st.none(), st.integers(0, 500)), max_size=4),
-       ironic_failed=st.booleans(), wake_after=st.one_of(st.none(), st.floats(0, 3600)),
+       failed=st.booleans(), wake_after=st.one_of(st.none(), st.floats(0, 3600)),
        moves=st.integers(0, 3))
-def test_the_delay_is_positive_and_never_beyond_the_poll(poll, lost, ironic_failed, wake_after, moves):
+def test_the_delay_is_positive_and_never_beyond_the_poll(poll, lost, failed, wake_after, moves):
     members = [Member(f"p-{i}", ready=since is None, since=None if since is None else NOW - since)
                for i, since in enumerate(lost)]
-    found = delay(members, poll=poll, ironic_failed=ironic_failed, wake_after=wake_after, moves_applied=moves)
+    found = delay(members, poll=poll, failed=failed, wake_after=wake_after, moves_applied=moves)
     assert 0 < found <= poll

@@ -7,7 +7,9 @@ way. Every method is one API request (two for an upsert that finds the object), 
 `writes` counts the mutating ones, so "a reconcile with nothing changed makes zero
 writes" (invariant 6, docs/invariants.md) can be checked.
 
-Errors: `KubeError` carries the HTTP status and the API's own message. Outcomes the
+Errors: `KubeError` carries the HTTP status and the API's own message; `KubeRefused`, one of
+them, is a request the API server refused as such (400, 403, 422: RBAC, admission, validation),
+which no retry fixes. Outcomes the
 callers expect (a pod that already exists, an object already gone, a deletion whose uid
 precondition no longer matches) are answered by return values, not exceptions.
 
@@ -49,6 +51,20 @@ class KubeError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"Kubernetes API {status}: {message}" if status else message)
         self.status = status
+
+
+class KubeRefused(KubeError):
+    """The API server refused the request itself: 400 BadRequest, 403 Forbidden (RBAC, an
+    admission plugin such as ResourceQuota or Pod Security) or 422 Invalid. Sending it again
+    changes nothing until the object, the permissions or the cluster's policy change.
+    `api_message` is the API's own message, without the request line."""
+
+    def __init__(self, status: int, request: str, api_message: str) -> None:
+        super().__init__(status, f"{request}: {api_message}")
+        self.api_message = api_message
+
+
+REFUSED_STATUS = frozenset({400, 403, 422})
 
 
 class NotLeader(KubeError):
@@ -169,6 +185,8 @@ class Kube:
                     retries += 1
                     await asyncio.sleep(delay)
                     continue
+            if status in REFUSED_STATUS:
+                raise KubeRefused(status, f"{method} {path}", message)
             raise KubeError(status, f"{method} {path}: {message}")
 
     async def _send(self, method: str, path: str, params: Mapping[str, str] | None, data: str | None,

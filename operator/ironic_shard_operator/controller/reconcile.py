@@ -6,12 +6,15 @@ passes on what the next step needs:
 
 1. read the pool (the CR, core/spec.py), or report InvalidSpec;
 2. observe the members: the pool's pods and ConfigMaps, each member's readiness;
-3. read the two Secrets, or report ConfigurationMissing;
+3. read the two Secrets; what cannot be used is reported (ConfigurationMissing, or
+   SecretReadRefused) and the cycle goes on without it: no nova.conf, no pod is written; no
+   clouds.yaml, neither Ironic nor Nova is asked;
 4. refuse to write when an earlier pool on the same cloud selects overlapping Ironic nodes
    or has the same name (Conflict, core/claims.py);
 5. plan Ironic: observe and plan with the members' readiness (ironic_cycle.py), no writes;
 6. decide the pod actions (core/pods.py, core/fencing.py);
-7. act on pods (kube.py) unless paused;
+7. act on pods (kube.py) unless paused; a write the API server refuses (403, 422) is
+   reported (`<Kind><Verb>Refused`, core/refusals.py) and the cycle goes on;
 8. write shards: when the plan moves nodes and the pool is not paused, run the Ironic cycle
    again with writes (it re-reads Ironic first: a second listing only in cycles that move
    something);
@@ -32,12 +35,12 @@ import asyncio
 import base64
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Mapping
 
 from ironic_shard_operator.adapters.ironic import (
     IronicAdapter, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError, IronicTooOld,
 )
-from ironic_shard_operator.adapters.kube import KubeError
+from ironic_shard_operator.adapters.kube import KubeError, KubeRefused
 from ironic_shard_operator.controller.ironic_cycle import CycleReport, run_cycle
 from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.log_redaction import KNOWN
@@ -46,6 +49,7 @@ from ironic_shard_operator.core import model, pods, podspec
 from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
+from ironic_shard_operator.core.refusals import Refusal, news, refused
 from ironic_shard_operator.core.schedule import RETRY_SECONDS, next_delay
 from ironic_shard_operator.core.spec import InvalidSpec, Pool, SecretKeyRef, read_pool
 from ironic_shard_operator.core.status import (
@@ -68,9 +72,7 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     if isinstance(pool, _Ended):
         return pool.delay
     members = await _observe_members(cycle, pool)
-    secrets = await _read_secrets(cycle, pool, members)
-    if isinstance(secrets, _Ended):
-        return secrets.delay
+    secrets = await _read_secrets(cycle, pool)
     if conflict := await _refuse_on_conflict(cycle, pool, members, claims):
         return conflict.delay
     ironic = await _plan_ironic(cycle, pool, members, secrets)
@@ -78,11 +80,10 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     acted = await _act_on_pods(cycle, pool, chosen, secrets)
     ironic = await _write_shards(cycle, pool, members, ironic)
     nova = await _nova(cycle, pool, members, secrets, chosen, ironic)
-    await _report(cycle, pool, members, chosen, acted, ironic, nova)
+    failed = await _report(cycle, pool, members, secrets, chosen, acted, ironic, nova)
     return next_delay(poll_seconds=pool.ironic.poll_interval_seconds, members=members.readiness,
                       grace_seconds=pool.spec.rebalance_after_seconds, now=cycle.now,
-                      ironic_failed=ironic.error is not None, wake_after=chosen.decision.wake_after,
-                      moves_applied=ironic.applied)
+                      failed=failed, wake_after=chosen.decision.wake_after, moves_applied=ironic.applied)
 
 
 # --- what the steps pass on ------------------------------------------------------------
@@ -146,11 +147,24 @@ class _Members:
 
 @dataclass(frozen=True, slots=True)
 class _Secrets:
-    """The two Secrets: nova.conf (its digest rolls members), clouds.yaml to talk to the cloud."""
+    """The two Secrets as far as they can be used: nova.conf (its digest rolls members; "" when
+    it cannot be used: then no pod is written), clouds.yaml to talk to the cloud (None when it
+    cannot be used: then neither Ironic nor Nova is asked); `missing` says why one cannot be
+    used (ConfigurationMissing), `refusals` which reads the API server refused."""
 
     nova_secret: Mapping[str, Any] | None
     nova_digest: str
-    clouds_yaml: str
+    clouds_yaml: str | None
+    missing: str | None = None
+    refusals: tuple[Refusal, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Acted:
+    """What the pod actions did: the Events of those that took effect, the refused ones."""
+
+    events: tuple[Event, ...] = ()
+    refusals: tuple[Refusal, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,28 +245,27 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
     return _Members(member_pods, overlays, identities, readiness, facts)
 
 
-async def _read_secrets(cycle: _Cycle, pool: Pool, members: _Members) -> _Secrets | _Ended:
-    """The two Secrets (and the cloud's identity, for Conflict), or ConfigurationMissing reported."""
-    nova_secret, cloud_secret = await asyncio.gather(
-        cycle.op.kube.get_secret(cycle.namespace, pool.nova_config.name),
-        cycle.op.kube.get_secret(cycle.namespace, pool.cloud.name))
-    nova_digest = podspec.secret_digest(nova_secret, pool.nova_config.key)
+async def _read_secrets(cycle: _Cycle, pool: Pool) -> _Secrets:
+    """The two Secrets (and the cloud's identity, for Conflict), as far as they can be used."""
+    (nova_secret, nova_refused), (cloud_secret, cloud_refused) = await asyncio.gather(
+        _read_secret(cycle, pool.nova_config, "member pods are left as they are (none is created, "
+                                              "replaced or rolled)"),
+        _read_secret(cycle, pool.cloud, "neither Ironic nor Nova is asked"))
     clouds_yaml = _secret_text(cloud_secret, pool.cloud.key)
     KNOWN.remember(cycle.key, secrets_in_clouds_yaml(clouds_yaml)
                    | secrets_in_ini(_secret_text(nova_secret, pool.nova_config.key)))
-    problem = (_unusable(nova_secret, pool.nova_config, cycle.namespace, "spec.novaConfig",
-                         "the base nova.conf", "member pods cannot start")
-               or _unusable(cloud_secret, pool.cloud, cycle.namespace, "spec.cloud",
-                            "clouds.yaml", "the operator cannot reach Ironic"))
+    missing = (None if nova_refused else _unusable(nova_secret, pool.nova_config, cycle.namespace,
+                                                   "spec.novaConfig", "the base nova.conf",
+                                                   "member pods cannot start")) \
+        or (None if cloud_refused else _unusable(cloud_secret, pool.cloud, cycle.namespace, "spec.cloud",
+                                                 "clouds.yaml", "the operator cannot reach Ironic"))
     if clouds_yaml is not None:
         try:
             cycle.runtime.cloud = cloud_identity(clouds_yaml, pool.cloud_name)
         except InvalidSpec as error:
-            problem = problem or str(error)
-    if problem or clouds_yaml is None:
-        await cycle.write(CycleFacts(**members.facts, error=problem, error_reason="ConfigurationMissing"))
-        return _Ended(RETRY_SECONDS)
-    return _Secrets(nova_secret, nova_digest, clouds_yaml)
+            missing, clouds_yaml = missing or str(error), None
+    return _Secrets(nova_secret, podspec.secret_digest(nova_secret, pool.nova_config.key), clouds_yaml,
+                    missing, tuple(r for r in (nova_refused, cloud_refused) if r is not None))
 
 
 async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members,
@@ -270,6 +283,8 @@ async def _plan_ironic(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
     """Ironic, first look: observe and plan (ironic_cycle.py) with the members' readiness, no
     writes. An Ironic failure is passed on: the pods are looked after all the same."""
     adapter: IronicAdapter | None = None
+    if secrets.clouds_yaml is None:
+        return _Ironic(None)
     try:
         adapter = _adapter(cycle.runtime, pool, secrets.clouds_yaml)
         report = await asyncio.to_thread(run_cycle, adapter, pool.spec, members.readiness,
@@ -299,22 +314,38 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
     return _PodPlan(keep, retire, decision)
 
 
-async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Secrets) -> list[Event]:
-    """Carry out the pod actions unless paused: ConfigMaps, then creations, then deletions.
-    Returns the Events of the actions that took effect (a pod that existed already, or was
-    replaced meanwhile, is no news); metrics count deletions by their kind."""
-    if pool.paused or not cycle.op.may_write():  # (the Kubernetes client checks each write too)
-        return []
+async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Secrets) -> _Acted:
+    """Carry out the pod actions unless paused or without a nova.conf: ConfigMaps, then
+    creations, then deletions. Returns the Events of the actions that took effect (a pod that
+    existed already, or was replaced meanwhile, is no news) and the refused ones (the rest go
+    on; a member whose ConfigMap was refused gets no pod); metrics count deletions by kind."""
+    if pool.paused or not secrets.nova_digest or not cycle.op.may_write():  # (kube.py checks each write too)
+        return _Acted()
     kube, metrics, decision = cycle.op.kube, cycle.op.metrics, chosen.decision
     done_events: list[Event] = []
+    refusals: list[Refusal] = []
+
+    async def attempt(write: Awaitable[Any], verb: str, kind: str, name: str, consequence: str) -> Any:
+        """The write's result, or False when the API server refused it (recorded)."""
+        try:
+            return await write
+        except KubeRefused as error:
+            refusals.append(refused(verb, kind, name, error.status, error.api_message, consequence))
+            return False
+
     for member in decision.configmaps:
-        await kube.put_configmap(pool.namespace, podspec.render_configmap(pool, member))
+        if await attempt(kube.put_configmap(pool.namespace, podspec.render_configmap(pool, member)),
+                         "write", "ConfigMap", podspec.configmap_name(member),
+                         f"member {member} gets no pod until it is written") is False:
+            decision = replace(decision, creates=tuple(c for c in decision.creates if c.member != member))
     for create in decision.creates:
         pod = podspec.render_pod(pool, create.member, secrets.nova_digest)
-        if await kube.create_pod(pool.namespace, pod):
+        if await attempt(kube.create_pod(pool.namespace, pod), "create", "Pod", create.member,
+                         f"member {create.member} has no pod until this is fixed"):
             done_events.extend([create.event] if create.event else [])
     for delete in decision.deletes:
-        if not await kube.delete_pod(pool.namespace, delete.member, uid=delete.uid, force=delete.force):
+        if not await attempt(kube.delete_pod(pool.namespace, delete.member, uid=delete.uid, force=delete.force),
+                             "delete", "Pod", delete.member, "the pod stays"):
             continue
         done_events.extend([delete.event] if delete.event else [])
         if metrics is not None and delete.kind is pods.PodActionKind.FENCE:
@@ -322,8 +353,9 @@ async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Se
         elif metrics is not None and delete.kind is pods.PodActionKind.REPLACE:
             metrics.record_replacement(pool.key)
     for member in decision.configmap_deletes:
-        await kube.delete_configmap(pool.namespace, podspec.configmap_name(member))
-    return done_events
+        await attempt(kube.delete_configmap(pool.namespace, podspec.configmap_name(member)), "delete",
+                      "ConfigMap", podspec.configmap_name(member), "it stays")
+    return _Acted(tuple(done_events), tuple(refusals))
 
 
 async def _write_shards(cycle: _Cycle, pool: Pool, members: _Members, ironic: _Ironic) -> _Ironic:
@@ -361,27 +393,35 @@ async def _nova(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets,
         may_write=cycle.op.may_write)
 
 
-async def _report(cycle: _Cycle, pool: Pool, members: _Members, chosen: _PodPlan, acted: list[Event],
-                  ironic: _Ironic, nova: NovaOutcome | None) -> None:
-    """The cycle's metrics, status and Events (what was done, then what changed), a log line
-    when something was written."""
+async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets, chosen: _PodPlan,
+                  acted: _Acted, ironic: _Ironic, nova: NovaOutcome | None) -> bool:
+    """The cycle's metrics, status and Events (what was done, what was refused, then what
+    changed), a log line when something was written. True when something failed that the
+    next cycle tries again (a Secret, a refused write, Ironic)."""
     report, plan, decision, metrics = ironic.report, ironic.plan, chosen.decision, cycle.op.metrics
     if report is not None and metrics is not None:
         metrics.record_cycle(cycle.key, model.Observation(pool.spec, members.readiness, (), cycle.now),
                              plan, report.duration_seconds)
-    events = [] if pool.paused else [*acted, *decision.events]
+    refusals = (*secrets.refusals, *acted.refusals)
+    problems = [("ConfigurationMissing", secrets.missing)] if secrets.missing else []
+    problems += [(r.reason, r.message) for r in refusals]
+    if ironic.error is not None:
+        problems.append((_ironic_reason(ironic.error), str(ironic.error)))
+    events = [] if pool.paused else [*acted.events, *decision.events]
+    events.extend(news(refusals, cycle.previous))
     if ironic.applied and plan is not None:
         events.append(moves_event(plan.moves, ironic.applied))
     events.extend(nova.events if nova is not None else ())
     await cycle.write(CycleFacts(
         **members.facts, states=decision.states, plan=plan, moves_applied=ironic.applied,
-        extra_events=tuple(events), error=str(ironic.error) if ironic.error else None,
-        error_reason=_ironic_reason(ironic.error), nova=nova.section if nova is not None else None))
+        extra_events=tuple(events), error="; ".join(m for _, m in problems) or None,
+        error_reason=problems[0][0] if problems else "Error", nova=nova.section if nova is not None else None))
     if ironic.applied or decision.writes:
         log.info("pool %s: %d/%d members ready, %d shard moves written (%.1fs in Ironic), pod actions: %s",
                  cycle.key, sum(m.ready for m in members.readiness), len(chosen.keep), ironic.applied,
                  report.duration_seconds if report is not None else 0.0,
-                 "; ".join(e.message for e in acted) or "none")
+                 "; ".join(e.message for e in acted.events) or "none")
+    return bool(problems)
 
 
 # --- helpers of the steps --------------------------------------------------------------
@@ -394,6 +434,14 @@ def _ironic_reason(error: IronicError | None) -> str:
         if isinstance(error, kind):
             return reason
     return "IronicUnavailable"
+
+
+async def _read_secret(cycle: _Cycle, ref: SecretKeyRef, consequence: str) -> tuple[Any, Refusal | None]:
+    """The Secret `ref` (None when it does not exist), or the API server's refusal to read it."""
+    try:
+        return await cycle.op.kube.get_secret(cycle.namespace, ref.name), None
+    except KubeRefused as error:
+        return None, refused("read", "Secret", ref.name, error.status, error.api_message, consequence)
 
 
 def _unusable(secret: Mapping[str, Any] | None, ref: SecretKeyRef, namespace: str, field: str,

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from ironic_shard_operator.core.fencing import grace_left
 from ironic_shard_operator.core.model import Member
 
-# Retry delay after a failed cycle (Kubernetes or Ironic unreachable), at most the poll.
+# Retry delay after a failed cycle (Kubernetes or Ironic unreachable, a Secret unusable, a
+# write refused), at most the poll.
 RETRY_SECONDS = 10.0
 # After a grace ends, the next cycle runs this much later (so it sees the grace over).
 AFTER_GRACE_SECONDS = 0.5
@@ -23,10 +24,11 @@ AFTER_MOVES_SECONDS = 1.0
 
 
 def next_delay(*, poll_seconds: float, members: Iterable[Member], grace_seconds: float, now: float,
-               ironic_failed: bool, wake_after: float | None, moves_applied: int,
+               failed: bool, wake_after: float | None, moves_applied: int,
                retry_seconds: float = RETRY_SECONDS) -> float:
     """Seconds until the next cycle: the poll interval, or sooner when a member's grace ends
-    (it then leaves the ring: be there), when Ironic failed (retry), when a pod decision
+    (it then leaves the ring: be there), when something failed that a retry may fix (Ironic,
+    a Secret, a write the API server refused), when a pod decision
     falls due (`wake_after`, pods.Decision), or when moves were written. Never more than
     `poll_seconds`."""
     delay = poll_seconds
@@ -34,7 +36,7 @@ def next_delay(*, poll_seconds: float, members: Iterable[Member], grace_seconds:
         left = grace_left(member, now, grace_seconds)
         if left is not None:
             delay = min(delay, left + AFTER_GRACE_SECONDS)
-    if ironic_failed:
+    if failed:
         delay = min(delay, retry_seconds)
     if wake_after is not None:
         delay = min(delay, wake_after + AFTER_WAKE_SECONDS)

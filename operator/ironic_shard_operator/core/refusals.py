@@ -1,0 +1,44 @@
+"""Requests the Kubernetes API server refused, and how a pool reports them.
+
+A refusal (403 Forbidden: RBAC, ResourceQuota, Pod Security admission; 422 Invalid: an invalid
+pass-through affinity or probe; 400) gets the same answer every time until the object, the
+permissions or the cluster's policy change. So a cycle does not stop at one: it goes on with
+what does not depend on it (the Ironic side re-owns the free nodes of dead members), the
+pool's Degraded condition names it (reason `<Kind><Verb>Refused`, the object, the API's own
+message), and a Warning Event of that reason is posted once, when the refusal is news: the
+last status did not report it already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ironic_shard_operator.core.events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One refused request: `reason` (e.g. PodCreateRefused) for the condition and the Event,
+    `subject` the request in words ("create pod rack-a-0"), `message` the whole sentence."""
+
+    reason: str
+    subject: str
+    message: str
+
+
+def refused(verb: str, kind: str, name: str, status: int, api_message: str, consequence: str) -> Refusal:
+    """The Refusal of `verb` (create, delete, read, write) on the `kind` object `name`, which the
+    API server answered with `status` and `api_message`; `consequence` says what it holds up."""
+    subject = f"{verb} {kind} {name}"
+    return Refusal(f"{kind}{verb.capitalize()}Refused", subject,
+                   f"the API server refused to {subject} (HTTP {status}): {api_message}; {consequence}")
+
+
+def news(refusals: Iterable[Refusal], previous_status: Mapping[str, Any] | None) -> list[Event]:
+    """A Warning Event for each refusal the last status's Degraded condition did not report."""
+    degraded = next((c for c in (previous_status or {}).get("conditions") or () if c.get("type") == "Degraded"),
+                    {})
+    reported = str(degraded.get("message") or "") if degraded.get("status") == "True" else ""
+    return [Event(r.reason, r.message, "Warning") for r in refusals if f"refused to {r.subject} " not in reported]
