@@ -1,9 +1,11 @@
 """The Nova audit: findings (duplicate, unlisted, misplaced, unmapped) and the Nova writes it
 decides (service deletion, explicit handover of misplaced nodes). forced_down: test_fencing.py."""
 
+import json
+
 from ironic_shard_operator.core.nova_policy import (
-    DUPLICATE, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, UNLISTED, UNMAPPED,
-    Refusal, audit, summary, update_interval,
+    DUPLICATE, ENABLED, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, RETIRED_LIMIT, UNLISTED,
+    UNMAPPED, Refusal, audit, retired_after, status_section, summary, update_interval,
 )
 from ironic_shard_operator.core.model import Move, Node
 from ironic_shard_operator.adapters.nova import ComputeService, Hypervisor
@@ -40,10 +42,11 @@ def nodes_of(shards, instances=()):
 
 
 def run(nodes, hypervisors, *, since=None, now=NOW, identities=MEMBERS, nova_services=None,
-        repair=False, refused=None):
+        repair=False, refused=None, retired=()):
     return audit(pool=POOL, identities=identities, nodes=nodes, hypervisors=hypervisors,
                  services=nova_services if nova_services is not None else services(*identities),
-                 since=since or {}, now=now, interval=INTERVAL, repair=repair, refused=refused)
+                 since=since or {}, now=now, interval=INTERVAL, repair=repair, refused=refused,
+                 retired=retired)
 
 
 def kinds(report):
@@ -180,12 +183,12 @@ def test_the_service_of_a_removed_member_is_deleted_once_nova_lists_none_of_our_
     nodes = nodes_of({"n0": "rack-0", "n1": "rack-1"})
     everyone = services("rack-0", "rack-1", "rack-2", "other-3", "rack")
     taking_over = run(nodes, listing({"n0": "rack-0", "n1": "rack-2"}),
-                      identities=("rack-0", "rack-1"), nova_services=everyone)
+                      identities=("rack-0", "rack-1"), nova_services=everyone, retired=["rack-2"])
     assert taking_over.deletions == ()
     assert "lists 1 of the pool's nodes under rack-2" in taking_over.waiting["rack-2"]
 
     taken = run(nodes, listing({"n0": "rack-0", "n1": "rack-1", "x9": "rack-2"}),
-                identities=("rack-0", "rack-1"), nova_services=everyone)
+                identities=("rack-0", "rack-1"), nova_services=everyone, retired=["rack-2"])
     assert [d.service.host for d in taken.deletions] == ["rack-2"]  # not other-3, not "rack"
     assert taken.waiting == {}
 
@@ -193,20 +196,61 @@ def test_the_service_of_a_removed_member_is_deleted_once_nova_lists_none_of_our_
 def test_a_removed_member_that_still_owns_nodes_in_ironic_keeps_its_service():
     nodes = nodes_of({"n0": "rack-2"}, instances={"n0"})
     report = run(nodes, listing({"n0": "rack-2"}), identities=("rack-0",),
-                 nova_services=services("rack-0", "rack-2"))
+                 nova_services=services("rack-0", "rack-2"), retired=["rack-2"])
     assert report.deletions == ()
     assert "1 Ironic nodes still have shard rack-2" in report.waiting["rack-2"]
 
 
 def test_a_refused_deletion_waits_before_it_is_asked_again():
     refused = {"rack-2": Refusal(NOW - 10, "Unable to delete compute service that is hosting instances")}
-    kwargs = dict(identities=("rack-0",), nova_services=services("rack-0", "rack-2"), refused=refused)
+    kwargs = dict(identities=("rack-0",), nova_services=services("rack-0", "rack-2"), refused=refused,
+                  retired=["rack-2"])
     report = run([], [], **kwargs)
     assert report.deletions == ()
     assert "hosting instances" in report.waiting["rack-2"]
     later = run([], [], now=NOW - 10 + REFUSAL_RETRY_SECONDS, **kwargs)
     assert [d.service.host for d in later.deletions] == ["rack-2"]
     assert "hosting instances" in later.waiting["rack-2"], "still refused until Nova agrees"
+
+
+def test_a_host_named_like_a_member_that_this_pool_never_retired_is_left_alone():
+    """`rack-7` may be a same-named pool's member in another namespace, or a host someone
+    runs by hand: no nodes, not a member, yet not ours to delete, nor to report as waiting."""
+    foreign = services(*MEMBERS, "rack-7")
+    report = run([], [], nova_services=foreign)
+    assert report.deletions == () and report.waiting == {}
+    assert run([], [], nova_services=foreign, retired=["rack-4"]).deletions == (), "retired: another one"
+
+
+def test_a_member_this_pool_retired_is_deleted_also_after_a_restart():
+    """The record of retired identities lives in status.nova.retired: an operator restarted
+    after the scale-down (its memory gone, the CR's status read back) still deletes it."""
+    everyone = services("rack-0", "rack-1", "rack-2", "rack-7")
+    # the cycle that retires rack-2 (its pod and ConfigMap still exist)
+    retired = retired_after((), retiring={"rack-2"}, identities=MEMBERS, services=everyone)
+    written = json.loads(json.dumps(status_section(ENABLED, "ok", retired=retired)))  # the CR's status
+    # restart: a new process reads status.nova back; rack-2's pod and ConfigMap are gone
+    survivors = ("rack-0", "rack-1")
+    retired = retired_after(written["retired"], retiring=(), identities=survivors, services=everyone)
+    assert retired == ("rack-2",)
+    report = run([], [], identities=survivors, nova_services=everyone, retired=retired)
+    assert [d.service.host for d in report.deletions] == ["rack-2"], "rack-7 was never ours"
+    # once Nova lists no service for it, it leaves the record
+    gone = services("rack-0", "rack-1", "rack-7")
+    assert retired_after(retired, retiring=(), identities=survivors, services=gone) == ()
+
+
+def test_the_record_of_retired_identities_is_kept_while_unsure_and_bounded():
+    everyone = services("rack-0", "rack-3")
+    # Nova not read this cycle: nothing is dropped; a member (still retiring, or taken up
+    # again) is never dropped, and never deleted while a member
+    assert retired_after(("rack-3", "rack-5"), retiring=(), identities=("rack-0",), services=None) == \
+        ("rack-3", "rack-5")
+    assert retired_after(("rack-3",), retiring=(), identities=("rack-0", "rack-3"), services={}) == ("rack-3",)
+    assert run([], [], identities=("rack-0", "rack-3"), nova_services=everyone, retired=["rack-3"]).deletions == ()
+    many = [f"rack-{i}" for i in range(RETIRED_LIMIT + 5)]
+    kept = retired_after(many, retiring={"rack-999"}, identities=(), services=None)
+    assert len(kept) == RETIRED_LIMIT and kept[-1] == "rack-999" and "rack-0" not in kept, "the newest kept"
 
 
 # ---- the update interval --------------------------------------------------------------------
@@ -258,7 +302,8 @@ def test_the_status_section_has_one_shape_whatever_the_state():
                  identities=("rack-0",), nova_services=services("rack-0", "rack-5"))
     enabled = status_section(ENABLED, summary(report.findings), report, forced_down=["rack-1"])
     disabled = status_section(DISABLED, "cloud 'x' has no compute endpoint")
-    assert enabled.keys() == disabled.keys() == {"state", "message", "findings", "forcedDown", "waiting"}
+    assert enabled.keys() == disabled.keys() == {"state", "message", "findings", "forcedDown", "waiting",
+                                                 "retired"}
     assert enabled["findings"][DUPLICATE] == 1 and enabled["forcedDown"] == ["rack-1"]
     assert enabled["waiting"] == []  # rack-5 was deleted, not waiting
     assert disabled["findings"] == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0}

@@ -10,7 +10,8 @@ openstacksdk connection (one clouds.yaml, one cloud) through the Ironic adapter.
 - Once per update interval of the members (`update_resources_interval` of the nova.conf
   they run): Nova's hypervisor list against the pool's Ironic nodes as this cycle read
   them -> `nova_policy.audit()`: findings (status.nova, condition Degraded, Events, metrics),
-  the deletion of the services of members removed by scale-down, and, with
+  the deletion of the services of members this pool removed by scale-down (recorded in
+  status.nova.retired every cycle, Nova asked or not: `nova_policy.retired_after`), and, with
   `spec.nova.repairMisplaced`, the handover of misplaced nodes to their instance's host
   (`IronicAdapter.hand_over`: written only if a fresh re-read shows the node unchanged).
   Nova refusing a deletion (instances left, HTTP 409) is remembered and asked again only
@@ -58,7 +59,8 @@ class NovaRuntime:
 
     Losing it (an operator restart) costs little: the audit's clocks start again (an
     `unlisted` or `unmapped` finding shows two update intervals later) and a refused
-    deletion is asked again.
+    deletion is asked again. The retired identities live in status.nova.retired; `retired`
+    only bridges cycles whose section could not be written.
     """
 
     adapter: NovaAdapter | None = None
@@ -66,6 +68,7 @@ class NovaRuntime:
     refused: dict[str, nova_policy.Refusal] = field(default_factory=dict)
     report: nova_policy.AuditReport | None = None
     schedule: NovaSchedule = NovaSchedule()
+    retired: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,11 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     """
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
         state.adapter, state.schedule = None, state.schedule.for_new_cloud()  # a new clouds.yaml
+    recorded = (*((previous or {}).get("retired") or ()), *state.retired)
+    state.retired = nova_policy.retired_after(recorded, retiring=retiring, identities=identities, services=None)
     if not state.schedule.asks_nova(now, ironic_read=nodes is not None):
+        if previous and list(state.retired) != list(previous.get("retired") or ()):
+            return NovaOutcome({**previous, "retired": list(state.retired)})  # recorded, Nova or not
         return NovaOutcome(None)
     if state.adapter is None:
         state.adapter = NovaAdapter(ironic.connection, cloud_name=pool.cloud_name,
@@ -105,13 +112,15 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     try:
         services = nova.compute_services()
         state.schedule = state.schedule.answered_now()
+        state.retired = nova_policy.retired_after(recorded, retiring=retiring, identities=identities,
+                                                  services=services)
         changes = fencing.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now)
         deletions: tuple[nova_policy.ServiceDeletion, ...] = ()
         interval = nova_policy.update_interval(nova_conf)
         repairs: tuple[Move, ...] = ()
         if nodes is not None and state.schedule.audit_due(now, interval):
             state.report = nova_policy.audit(
-                pool=pool.name, identities=identities, retiring=retiring, nodes=nodes,
+                pool=pool.name, identities=identities, retiring=retiring, retired=state.retired, nodes=nodes,
                 hypervisors=nova.hypervisors(), services=services, since=state.since, now=now,
                 interval=interval, repair=pool.repair_misplaced, refused=state.refused)
             state.since, state.schedule = dict(state.report.since), state.schedule.audited(now)
@@ -127,19 +136,19 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                     _hand_over(ironic, key, repairs, nodes or (), metrics, events)
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         state.schedule = state.schedule.after(nova_policy.DISABLED, now)
-        section = nova_policy.status_section(nova_policy.DISABLED, str(error))
+        section = nova_policy.status_section(nova_policy.DISABLED, str(error), retired=state.retired)
     except NovaError as error:
         state.schedule = state.schedule.after(nova_policy.UNAVAILABLE, now)
         log.warning("pool %s: Nova: %s (next attempt in %.0fs)", key, error,
                     state.schedule.retry_at - now)
         section = nova_policy.status_section(nova_policy.UNAVAILABLE, str(error), state.report,
-                                       (previous or {}).get("forcedDown") or ())
+                                             (previous or {}).get("forcedDown") or (), state.retired)
     else:
         state.schedule = state.schedule.after(nova_policy.ENABLED, now)
         message = nova_policy.summary(state.report.findings) if state.report is not None else \
             "Nova answers; its hypervisor list is audited once Ironic has been read"
         section = nova_policy.status_section(nova_policy.ENABLED, message, state.report,
-                                       sorted(forced & identities))
+                                             sorted(forced & identities), state.retired)
     return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)))
 
 

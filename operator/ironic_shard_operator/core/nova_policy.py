@@ -29,9 +29,14 @@ Findings (`Finding.kind`):
   host discovery has not run for it).
 
 Decisions (forced_down, which follows the grace rule, is decided in fencing.py):
-- `AuditReport.deletions`: the service of a host that is a member name of this pool but no
-  member any more (removed by scale-down: no pod, no ConfigMap), once no managed node has it
-  as shard and Nova lists no managed node under it. Nova refusing (instances left, HTTP 409)
+- `AuditReport.deletions`: the service of an identity THIS pool created and retired
+  (scale-down: no pod, no ConfigMap any more), once no managed node has it as shard and
+  Nova lists no managed node under it. A host that merely looks like one of the pool's
+  (`<pool>-<n>`: a same-named pool in another namespace, a host someone runs by hand) is
+  never touched. The retired identities are recorded in status.nova.retired
+  (`retired_after()`), so an operator restart keeps the knowledge; an identity leaves the
+  record once it is no member and Nova lists no service for it (deleted, or never
+  registered). Nova refusing (instances left, HTTP 409)
   is remembered by the shell (`refused`) and retried only after `REFUSAL_RETRY_SECONDS`;
   until a retry succeeds the host stays in `waiting` (so ScaleDownBlocked does not blink
   each time Nova is asked again).
@@ -59,6 +64,10 @@ REFUSAL_RETRY_SECONDS = 300.0
 REFUSED = "Nova refused to delete its service"
 # How many findings the status and Events spell out (the counts cover all of them).
 EXAMPLES = 5
+# The most retired identities status.nova.retired remembers (the most recent kept): beyond
+# it the oldest is forgotten, and its service, if any is left, is left alone (never a
+# deletion without the record).
+RETIRED_LIMIT = 64
 
 DUPLICATE, UNLISTED, MISPLACED, UNMAPPED = "duplicate", "unlisted", "misplaced", "unmapped"
 FINDING_KINDS = (DUPLICATE, UNLISTED, MISPLACED, UNMAPPED)
@@ -147,15 +156,35 @@ def update_interval(nova_conf: str | None) -> float:
     return value if value > 0 else NOVA_DEFAULT_UPDATE_INTERVAL
 
 
+def retired_after(recorded: Iterable[str], *, retiring: Iterable[str], identities: Iterable[str],
+                  services: Mapping[str, ServiceRecord] | None) -> tuple[str, ...]:
+    """status.nova.retired after this cycle: the identities this pool retired whose Nova
+    service may still exist, oldest first, at most RETIRED_LIMIT (the newest kept).
+
+    `recorded`: the list so far (the last status, so it survives a restart); `retiring`: the
+    identities this cycle retires (added); `identities`: the current members; `services`:
+    Nova's services when this cycle read them, None otherwise. An identity whose pod and
+    ConfigMap are gone leaves the list once Nova lists no service for it: deleted, or never
+    registered (with no pod left, none can register any more). A member stays listed (its
+    retirement may span cycles, and one taken up again is never deleted while a member).
+    """
+    members = set(identities)
+    kept = [host for host in dict.fromkeys(recorded)
+            if host in members or services is None or host in services]
+    kept += [host for host in sorted(set(retiring)) if host not in kept]
+    return tuple(kept[-RETIRED_LIMIT:])
+
+
 def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
-          retiring: Iterable[str] = (),
+          retiring: Iterable[str] = (), retired: Iterable[str] = (),
           hypervisors: Iterable[HypervisorRecord], services: Mapping[str, ServiceRecord],
           since: Mapping[str, float], now: float, interval: float, repair: bool = False,
           refused: Mapping[str, Refusal] | None = None) -> AuditReport:
     """Compare Nova's hypervisor list with the pool's Ironic nodes; see the module doc.
 
     `identities` are the pool's current members (a pod or a ConfigMap exists), `retiring`
-    those of them being removed (never a repair's target); `nodes`
+    those of them being removed (never a repair's target), `retired` the identities this
+    pool retired (`retired_after`: only their services are ever deleted); `nodes`
     the pool's managed Ironic nodes; `services` every nova-compute service by host;
     `since` the memory returned by the previous audit; `interval` the members' update
     interval in seconds; `refused` the hosts whose service deletion Nova refused.
@@ -215,8 +244,9 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
 
     deletions: list[ServiceDeletion] = []
     waiting: dict[str, str] = {}
-    for host, service in sorted(services.items()):
-        if member_ordinal(pool, host) is None or host in members:
+    for host in sorted(set(retired)):
+        service = services.get(host)
+        if service is None or member_ordinal(pool, host) is None or host in members:
             continue
         if owned[host]:
             waiting[host] = (f"{owned[host]} Ironic nodes still have shard {host}; its Nova "
@@ -253,7 +283,7 @@ ENABLED, DISABLED, UNAVAILABLE = "Enabled", "Disabled", "Unavailable"
 
 
 def status_section(state: str, message: str, report: AuditReport | None = None,
-                   forced_down: Iterable[str] = ()) -> dict:
+                   forced_down: Iterable[str] = (), retired: Iterable[str] = ()) -> dict:
     """`status.nova`: always the same keys (the status is merge-patched: a key left out would
     linger), values that change only with the facts (no clock), so an unchanged pool's status
     is not rewritten.
@@ -261,6 +291,8 @@ def status_section(state: str, message: str, report: AuditReport | None = None,
     `state`: ENABLED (Nova answers; `message` summarises the last audit), DISABLED (the cloud
     has no usable Nova: `message` says why) or UNAVAILABLE (Nova did not answer; the last
     audit's findings are kept). `forced_down`: members whose service is forced down now.
+    `retired`: the identities this pool retired whose service may remain (`retired_after`),
+    in their order.
     """
     return {
         "state": state,
@@ -268,6 +300,7 @@ def status_section(state: str, message: str, report: AuditReport | None = None,
         "findings": report.counts() if report is not None else {kind: 0 for kind in FINDING_KINDS},
         "forcedDown": sorted(forced_down),
         "waiting": [f"{host}: {why}" for host, why in sorted((report.waiting if report else {}).items())],
+        "retired": list(retired),
     }
 
 
