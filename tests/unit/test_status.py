@@ -225,3 +225,80 @@ def test_turning_autoscale_off_removes_its_history_once():
     again, _ = build_status(facts(), without)
     assert again == without
     assert "autoscale" not in build_status(facts(), None)[0]
+
+
+# --- no member in the ring: scaled to zero, starting, lost ------------------------------------
+
+
+def no_ring(**kw):
+    return plan(ring_members=(), loads=(), counts=model.NodeCounts(total=20, free=15, pinned=5), **kw)
+
+
+def test_replicas_zero_is_not_ready_and_says_what_it_means_for_the_nodes():
+    status, events = build_status(facts(plan=no_ring(desired_replicas=0), members=(), states=(),
+                                        pods_existing=0, pods_ready=0), None)
+    cond = conditions(status)
+    assert (cond["Ready"]["status"], cond["Ready"]["reason"]) == ("False", "ScaledToZero")
+    assert cond["Ready"]["message"] == (
+        "no member is wanted (spec.replicas: 0): no nova-compute serves the pool's 20 Ironic nodes, 5 of them "
+        "pinned (an instance or work in progress); they keep their shard and are served again once members run")
+    assert (cond["Degraded"]["status"], cond["Degraded"]["reason"]) == ("False", "ScaledToZero")
+    assert cond["Progressing"]["message"] == "nothing to do: no member is wanted (spec.replicas: 0)"
+    assert [e for e in events if e.type == "Warning"] == []
+
+
+def test_a_pool_without_nodes_at_zero_members_is_ready():
+    empty = plan(desired_replicas=0, ring_members=(), loads=(), counts=model.NodeCounts())
+    status, _ = build_status(facts(plan=empty, members=(), states=(), pods_existing=0, pods_ready=0), None)
+    assert conditions(status)["Ready"]["status"] == "True"
+
+
+def starting(now, created, phases=("Creating", "Starting", "Starting")):
+    names = [f"p-{i}" for i in range(len(phases))]
+    return facts(plan=no_ring(desired_replicas=len(phases)), now=now, pods_ready=0, pods_existing=2,
+                 members=tuple(model.Member(n, False, None) for n in names),
+                 states=tuple(MemberState(n, phase, "pod is Pending") for n, phase in zip(names, phases)),
+                 oldest_pod_created=created, start_timeout_seconds=300.0)
+
+
+def test_the_first_start_of_a_pool_posts_no_warning_within_the_start_time():
+    first, events = build_status(starting(NOW, None, phases=("Creating", "Creating", "Creating")), None)
+    degraded = conditions(first)["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("False", "MembersStarting")
+    assert [e for e in events if e.type == "Warning"] == []
+    status = first
+    for now in (NOW + 5, NOW + 60, NOW + 299):
+        status, events = build_status(starting(now, NOW + 1), status)
+        assert conditions(status)["Degraded"]["status"] == "False"
+        assert [e for e in events if e.type == "Warning"] == []
+    ready = facts(now=NOW + 300)  # a member became Ready: the pool converges with no Warning on the way
+    _, events = build_status(ready, status)
+    assert [e.type for e in events] == ["Normal"]
+
+
+def test_a_first_start_that_takes_too_long_is_a_warning():
+    status, _ = build_status(starting(NOW, NOW - 10), None)
+    late, events = build_status(starting(NOW + 291, NOW - 10), status)
+    degraded = conditions(late)["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "NoReadyMember")
+    assert "no member has become Ready within failover.podPendingTimeoutSeconds, 300s" in degraded["message"]
+    assert [(e.reason, e.type) for e in events] == [("Degraded", "Warning")]
+
+
+def test_members_that_were_ready_and_are_lost_are_a_warning_at_once():
+    lost = facts(plan=no_ring(), pods_ready=0, now=NOW,
+                 members=(model.Member("p-0", False, NOW - 5), model.Member("p-1", False, NOW - 5)),
+                 states=(MemberState("p-0", "Starting", "pod is Pending"), MemberState("p-1", "Starting")),
+                 oldest_pod_created=NOW - 3)
+    status, events = build_status(lost, build_status(facts(), None)[0])
+    degraded = conditions(status)["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "NoReadyMember")
+    assert degraded["message"] == "no member is ready: free nodes stay with their current owner"
+    assert ("Degraded", "Warning") in [(e.reason, e.type) for e in events]
+
+
+def test_a_member_failing_during_the_first_start_is_a_warning():
+    failing = starting(NOW, NOW - 10, phases=("Starting", "Replacing"))
+    status, events = build_status(failing, None)
+    assert conditions(status)["Degraded"]["reason"] == "MemberFailing"
+    assert ("Degraded", "Warning") in [(e.reason, e.type) for e in events]

@@ -241,7 +241,10 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
     facts = dict(generation=pool.generation, pool=cycle.name, members=readiness, now=cycle.now,
                  paused=pool.paused, selector=selector,
                  pods_existing=sum(1 for p in member_pods.values() if not p.deleting),
-                 pods_ready=sum(1 for p in member_pods.values() if p.ready and not p.deleting))
+                 pods_ready=sum(1 for p in member_pods.values() if p.ready and not p.deleting),
+                 oldest_pod_created=min((p.created for p in member_pods.values()
+                                         if p.created and not p.deleting), default=None),
+                 start_timeout_seconds=pool.failover.pod_pending_timeout_seconds)
     return _Members(member_pods, overlays, identities, readiness, facts)
 
 

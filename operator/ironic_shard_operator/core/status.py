@@ -41,7 +41,10 @@ class CycleFacts:
     new status.nova (nova_policy.status_section), None when Nova was not asked this cycle: the
     last one is kept, and its findings keep counting towards Degraded. `secrets` are the
     credentials of the pool's clouds.yaml and nova.conf (redact.secrets_in_*), masked
-    wherever they would appear.
+    wherever they would appear. `oldest_pod_created` is when the oldest member pod that is
+    not being deleted was created (None: no pod); a pool whose members have never been ready
+    may take `start_timeout_seconds` (failover.podPendingTimeoutSeconds) from then to start
+    before Degraded says so.
     """
 
     generation: int
@@ -62,6 +65,8 @@ class CycleFacts:
     extra_events: Sequence[Event] = field(default_factory=tuple)
     nova: Mapping[str, Any] | None = None
     secrets: frozenset[str] = frozenset()
+    oldest_pod_created: float | None = None
+    start_timeout_seconds: float = 300.0
 
 
 def ring_digest(members: Sequence[str]) -> str:
@@ -86,13 +91,16 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
             status["autoscale"] = _autoscale(plan.autoscale.history)
         elif "autoscale" in previous:
             status["autoscale"] = None  # removed by the merge patch: autoscale is off
-        status["members"] = _members(facts, plan)
+        status["members"] = _members(facts, {load.name: (load.nodes, load.pinned) for load in plan.loads})
         status["ring"] = _ring(plan, previous.get("ring") or {})
         status["nodes"] = _counts(plan.counts)
     else:  # nothing new is known about size and ownership: keep the last report
         for key in ("desiredReplicas", "desiredReason", "autoscale", "members", "ring", "nodes"):
             if key in previous:
                 status[key] = previous[key]
+        if facts.members:  # the members' own state is known: each keeps its last node counts
+            status["members"] = _members(facts, {m.get("name"): (m.get("nodes", 0), m.get("pinnedNodes", 0))
+                                                 for m in previous.get("members") or ()})
     nova = facts.nova if facts.nova is not None else previous.get("nova")
     if nova is not None:
         status["nova"] = dict(nova)
@@ -161,19 +169,19 @@ def _redacted(value: Any, secrets: frozenset[str]) -> Any:
     return value
 
 
-def _members(facts: CycleFacts, plan: model.Plan) -> list[dict[str, Any]]:
-    loads = {load.name: load for load in plan.loads}
+def _members(facts: CycleFacts, loads: Mapping[str, tuple[int, int]]) -> list[dict[str, Any]]:
+    """status.members: each member's state as observed, with its (nodes, pinned nodes) from `loads`."""
     states = {state.name: state for state in facts.states}
     out = []
     for member in facts.members:
-        load = loads.get(member.name)
+        nodes, pinned = loads.get(member.name, (0, 0))
         state = states.get(member.name)
         entry: dict[str, Any] = {
             "name": member.name,
             "phase": state.phase if state else ("Ready" if member.ready else "NotReady"),
             "ready": member.ready,
-            "nodes": load.nodes if load else 0,
-            "pinnedNodes": load.pinned if load else 0,
+            "nodes": nodes,
+            "pinnedNodes": pinned,
         }
         if member.since is not None:
             entry["since"] = format_time(member.since)
@@ -236,8 +244,7 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
     elif troubled:
         degraded = _Condition("Degraded", True, "MemberFailing", _describe(troubled))
     elif plan is not None and plan.counts.total and not plan.ring_members:
-        degraded = _Condition("Degraded", True, "NoReadyMember",
-                              "no member is ready: free nodes stay with their current owner")
+        degraded = _no_ready_member(facts, plan)
     elif plan is not None and plan.counts.misplaced:
         degraded = _Condition("Degraded", True, "MisplacedNodes",
                               f"{plan.counts.misplaced} pinned nodes are owned by no member of "
@@ -261,6 +268,9 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
                                  f"{plan.counts.pending_moves} nodes to move to their owner")
     elif not_ready:
         progressing = _Condition("Progressing", True, "MembersChanging", _describe(not_ready))
+    elif plan is not None and plan.desired_replicas == 0:
+        progressing = _Condition("Progressing", False, "Converged",
+                                 f"nothing to do: no member is wanted ({desired_reason(plan)})")
     else:
         progressing = _Condition("Progressing", False, "Converged", "every node has a ready owner")
 
@@ -269,6 +279,8 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
         ready = _Condition("Ready", False, "Conflict", "this pool clashes with another and writes nothing")
     elif facts.error:
         ready = _Condition("Ready", False, facts.error_reason, facts.error)
+    elif plan is not None and desired == 0 and plan.counts.total:
+        ready = _Condition("Ready", False, "ScaledToZero", _scaled_to_zero(plan))
     elif desired is not None and facts.pods_ready < desired:
         ready = _Condition("Ready", False, "MembersNotReady",
                            f"{facts.pods_ready}/{desired} members ready")
@@ -279,6 +291,42 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
         ready = _Condition("Ready", True, "AllMembersReady",
                            f"{facts.pods_ready} members ready, every free node owned by a ready member")
     return [ready, progressing, degraded, blocked, conflict]
+
+
+def _scaled_to_zero(plan: model.Plan) -> str:
+    counts = plan.counts
+    pinned = f", {counts.pinned} of them pinned (an instance or work in progress)" if counts.pinned else ""
+    return (f"no member is wanted ({desired_reason(plan)}): no nova-compute serves the pool's "
+            f"{counts.total} Ironic node{'s' if counts.total != 1 else ''}{pinned}; they keep their shard "
+            "and are served again once members run")
+
+
+def _no_ready_member(facts: CycleFacts, plan: model.Plan) -> _Condition:
+    """Degraded when the pool has nodes and no member in the ring. Not degraded when no member
+    is wanted (ScaledToZero), nor while the members, none of which was ever ready, are being
+    created or started within the normal start time (a new pool, or one scaled up from zero,
+    is no news); degraded, with a Warning, once members that were ready are lost or the first
+    start takes longer."""
+    if plan.desired_replicas == 0:
+        return _Condition("Degraded", False, "ScaledToZero", f"no member is wanted ({desired_reason(plan)})")
+    never_ready = not any(m.ready or m.since is not None for m in facts.members)
+    starting = all(s.phase in _STARTING for s in facts.states if s.phase != "Ready")
+    timeout = f"failover.podPendingTimeoutSeconds, {facts.start_timeout_seconds:g}s"
+    if never_ready and starting:
+        created = facts.oldest_pod_created
+        if created is None or facts.now - created < facts.start_timeout_seconds:
+            return _Condition("Degraded", False, "MembersStarting",
+                              "no member has been Ready yet and the members are starting: free nodes get an "
+                              f"owner once one is Ready (Degraded if none is within {timeout}, of the first "
+                              "member pod's creation)")
+        return _Condition("Degraded", True, "NoReadyMember",
+                          f"no member has become Ready within {timeout}, of the first member pod's creation: "
+                          "free nodes wait for an owner; see the member pods' events and logs")
+    return _Condition("Degraded", True, "NoReadyMember", "no member is ready: free nodes stay with their current owner")
+
+
+# Member phases of a normal start (core/pods.py MemberState).
+_STARTING = ("Creating", "Starting")
 
 
 def _describe(states: Sequence[MemberState]) -> str:
