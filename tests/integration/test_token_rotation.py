@@ -27,7 +27,8 @@ POOL = "rot"
 
 
 def test_a_token_rotated_under_the_running_operator_is_read_again(
-        kube_api: KubeAPI, kube_namespace: str, kubelet, ironic_service: IronicService, tmp_path: Path) -> None:
+        kube_api: KubeAPI, kube_namespace: str, kubelet, ironic_service: IronicService,
+        tmp_path: Path) -> None:
     if kube_api.authn is None:
         pytest.skip("on a real cluster the namespace's ServiceAccount has no RBAC for the operator")
     client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
@@ -62,8 +63,8 @@ def test_a_token_rotated_under_the_running_operator_is_read_again(
 
         # The operator acts with the new token: a failed member is replaced...
         old_uid = kubelet.fail(f"{POOL}-0")["metadata"]["uid"]
-        wait(lambda: (p := member_pods(client, ns, POOL).get(f"{POOL}-0")) and p["metadata"]["uid"] != old_uid,
-             timeout=30, what="the failed member's replacement")
+        wait(lambda: (p := member_pods(client, ns, POOL).get(f"{POOL}-0"))
+             and p["metadata"]["uid"] != old_uid, timeout=30, what="the failed member's replacement")
         # ...and keeps leading past its renew deadline (10 s) without a leader change.
         settle(12)
         assert operator.process.poll() is None, operator.log()[-3000:]
