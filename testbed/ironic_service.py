@@ -20,12 +20,17 @@ Helpers:
 - `set_provision_state_directly_in_db`: a SETUP SHORTCUT that pins nodes in a transitional
   provision state (deploying, cleaning), which fake-hardware never stays in.
 - `shards_of`: every node's shard for a resource class, read through the API.
+
+A service can be made to misbehave as a real one does: `stop()`/`start()` (connections
+refused meanwhile), `freeze()`/`thaw()` (hung: connections accepted, nothing answered).
 """
 
 from __future__ import annotations
 
 import datetime
 import itertools
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -67,6 +72,18 @@ class IronicService:
 
     def stop(self) -> None:
         _run_starter("stop", self.state_dir)
+
+    def freeze(self) -> None:
+        """SIGSTOP the service's process group: it still accepts connections (the kernel
+        queues them) and answers nothing, as a hung Ironic does. `thaw()` resumes it."""
+        os.killpg(self._process_group(), signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT the service's process group (after `freeze()`); harmless when running."""
+        os.killpg(self._process_group(), signal.SIGCONT)
+
+    def _process_group(self) -> int:
+        return int((self.state_dir / "ironic.pid").read_text())  # the starter's group leader
 
     def connection(self) -> Any:
         """A fresh openstacksdk connection to this service."""

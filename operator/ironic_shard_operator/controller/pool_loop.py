@@ -7,10 +7,12 @@ decision falls due (core/schedule.py: a grace ending, a pending timeout, ForceAf
 loop per pool means one cycle per pool at a time; every trigger runs the same
 level-triggered cycle.
 
-A cycle's shard writes stop between two writes when something new happens (`wake()` sets
-the pool's interrupt; the next cycle starts at once and, being level-triggered, continues
-the writes after looking after the pods) or when the loop is stopped (CR deleted, operator
-stopping). So a failed member is replaced promptly even during a long rebalance.
+A pool's Ironic and Nova side runs in the background (cloud_side.py), so cycles go on
+looking after the pods while Ironic or Nova is slow, hung or refusing; the side wakes the
+pool when it ends after its cycle moved on. Its shard writes stop between two writes when
+something new happens (`wake()` sets the pool's interrupt; the next side, being
+level-triggered, re-plans with the new readiness and continues) or when the loop is stopped
+(CR deleted, operator stopping): the loop then waits for the side to end.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ironic_shard_operator.adapters.ironic import IronicError
 from ironic_shard_operator.adapters.kube import Kube, KubeError
+from ironic_shard_operator.controller.cloud_side import CloudSide
 from ironic_shard_operator.controller.ironic_cycle import AdapterCache
 from ironic_shard_operator.controller.nova_cycle import NovaRuntime
 from ironic_shard_operator.controller.reconcile import reconcile
 from ironic_shard_operator.core.claims import PoolClaim
+from ironic_shard_operator.core.model import Plan
 from ironic_shard_operator.core.schedule import RETRY_SECONDS
 
 log = logging.getLogger(__name__)
@@ -42,8 +46,9 @@ class PoolRuntime:
     """What the operator keeps in memory about one pool between its cycles.
 
     Nothing here is needed for correctness after a restart: the adapter is rebuilt (`ironic`
-    keeps it between cycles), the cloud identity re-read, and `last_status` falls back to the
-    CR's own status.
+    keeps it between cycles), the cloud identity re-read, `last_status` falls back to the
+    CR's own status, and the first Ironic and Nova side plans again (until it does, only the
+    existing members are looked after).
     """
 
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -51,9 +56,16 @@ class PoolRuntime:
     cloud: str | None = None
     last_status: dict[str, Any] | None = None
     generation: int | None = None
-    # Set when the running cycle should end its shard writes early (news, or stopping).
+    # Set when the running Ironic and Nova side should end its shard writes early (news, or
+    # stopping); each side gets a new one.
     interrupt: threading.Event = field(default_factory=threading.Event)
     nova: NovaRuntime = field(default_factory=NovaRuntime)
+    # The pool's Ironic and Nova side (cloud_side.py): the one under way, or the last one.
+    cloud_side: CloudSide | None = None
+    # The last plan and Ironic error a side found: what cycles act on and report while the
+    # side under way has not planned (a hung or refusing Ironic).
+    ironic_plan: Plan | None = None
+    ironic_error: IronicError | None = None
 
 
 class Operator:
@@ -99,12 +111,14 @@ class Operator:
         key = f"{meta['namespace']}/{meta['name']}"
         runtime = self.runtime(key)
         runtime.wake.set()
-        watcher = asyncio.ensure_future(_interrupt_when_stopped(stopped, runtime.interrupt))
+        watcher = asyncio.ensure_future(_interrupt_when_stopped(stopped, runtime))
         try:
             await self._loop(key, runtime, body, stopped, claims)
         finally:
             watcher.cancel()
             runtime.interrupt.set()
+            if runtime.cloud_side is not None:  # its writes stop at the interrupt; Ironic may hang
+                await asyncio.wait([runtime.cloud_side.task])
         log.info("pool %s: stopped; its pods go with the CR (owner references), "
                  "Ironic node shards are left as they are", key)
 
@@ -112,7 +126,6 @@ class Operator:
                     claims: Callable[[], Iterable[PoolClaim]]) -> None:
         while not stopped:
             runtime.wake.clear()
-            runtime.interrupt.clear()
             try:
                 delay = await reconcile(self, body, claims())
             except (KubeError, IronicError) as error:  # noqa: PERF203 - the loop must go on
@@ -126,9 +139,9 @@ class Operator:
                 await asyncio.sleep(DEBOUNCE_SECONDS)
 
 
-async def _interrupt_when_stopped(stopped: Any, flag: threading.Event) -> None:
+async def _interrupt_when_stopped(stopped: Any, runtime: PoolRuntime) -> None:
     await stopped.wait()
-    flag.set()
+    runtime.interrupt.set()
 
 
 async def _sleep_until(wake: asyncio.Event, stopped: Any, seconds: float) -> None:

@@ -11,22 +11,24 @@ passes on what the next step needs:
    clouds.yaml, neither Ironic nor Nova is asked;
 4. refuse to write when an earlier pool on the same cloud selects overlapping Ironic nodes
    or has the same name (Conflict, core/claims.py);
-5. plan Ironic: observe and plan with the members' readiness (ironic_cycle.py), no writes;
-6. decide the pod actions (core/pods.py, core/fencing.py);
+5. Ironic and Nova, in the background (cloud_side.py): a side started with this cycle's
+   readiness (observe and plan Ironic; write the moves; Nova), or the one under way; its plan
+   if it has one within PATIENCE_SECONDS of its start, else the last plan known;
+6. decide the pod actions (core/pods.py, core/fencing.py) with that plan: without any, only
+   the existing identities are looked after;
 7. act on pods (kube.py) unless paused; a write the API server refuses (403, 422) is
    reported (`<Kind><Verb>Refused`, core/refusals.py) and the cycle goes on;
-8. write shards: when the plan moves nodes and the pool is not paused, run the Ironic cycle
-   again with writes (it re-reads Ironic first: a second listing only in cycles that move
-   something);
-9. Nova's side, when the cloud has a compute endpoint (nova_cycle.py): forced_down during
-   failover, services of removed members deleted, Nova's hypervisor list audited;
-10. report: write `.status` only when it changed, post Events for actions and transitions;
-11. the next delay (core/schedule.py).
+8. the side's result, if it ended within its patience: the moves written, Nova's outcome;
+   else the side wakes the pool when it ends, and a later cycle reports it;
+9. report: write `.status` only when it changed, post Events for actions and transitions;
+10. the next delay (core/schedule.py).
 
-When Ironic cannot be read, pods are still looked after (replacements need no plan); only
-creating or retiring identities waits for a plan. Shard writes stop between two writes
-when something new happens or the loop is stopped (the pool's interrupt, pool_loop.py), so
-a failed member is replaced promptly even during a long rebalance.
+So the pod side never waits on Ironic or Nova beyond PATIENCE_SECONDS: a failed member is
+replaced, fenced or rolled, and the status shows its state, while Ironic hangs or refuses
+connections (the last plan known, and Ironic's last error, stand in meanwhile; a side silent
+for SILENT_SECONDS is reported as Ironic not answering). Only creating and retiring
+identities waits for a plan. Shard writes stop between two writes when something new
+happens or the loop is stopped (the pool's interrupt, pool_loop.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Mapping
 
@@ -41,10 +44,8 @@ from ironic_shard_operator.adapters.ironic import (
     IronicAdapter, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError, IronicTooOld,
 )
 from ironic_shard_operator.adapters.kube import KubeError, KubeRefused
-from ironic_shard_operator.controller.ironic_cycle import CycleReport, run_cycle
-from ironic_shard_operator.controller.leader import WriteStop
+from ironic_shard_operator.controller.cloud_side import CloudResult, CloudSide, CloudWork
 from ironic_shard_operator.controller.log_redaction import KNOWN
-from ironic_shard_operator.controller.nova_cycle import NovaOutcome, run_nova_cycle
 from ironic_shard_operator.core import model, pods, podspec
 from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
@@ -75,15 +76,14 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     secrets = await _read_secrets(cycle, pool)
     if conflict := await _refuse_on_conflict(cycle, pool, members, claims):
         return conflict.delay
-    ironic = await _plan_ironic(cycle, pool, members, secrets)
-    chosen = await _decide_pods(cycle, pool, members, secrets, ironic)
+    cloud = await _ironic_and_nova(cycle, pool, members, secrets)
+    chosen = await _decide_pods(cycle, pool, members, secrets, cloud)
     acted = await _act_on_pods(cycle, pool, chosen, secrets)
-    ironic = await _write_shards(cycle, pool, members, ironic)
-    nova = await _nova(cycle, pool, members, secrets, chosen, ironic)
-    failed = await _report(cycle, pool, members, secrets, chosen, acted, ironic, nova)
+    cloud = await _cloud_result(cycle, cloud)
+    failed = await _report(cycle, pool, members, secrets, chosen, acted, cloud)
     return next_delay(poll_seconds=pool.ironic.poll_interval_seconds, members=members.readiness,
-                      grace_seconds=pool.spec.rebalance_after_seconds, now=cycle.now,
-                      failed=failed, wake_after=chosen.decision.wake_after, moves_applied=ironic.applied)
+                      grace_seconds=pool.spec.rebalance_after_seconds, now=cycle.now, failed=failed,
+                      wake_after=chosen.decision.wake_after, moves_applied=cloud.applied)
 
 
 # --- what the steps pass on ------------------------------------------------------------
@@ -168,18 +168,22 @@ class _Acted:
 
 
 @dataclass(frozen=True, slots=True)
-class _Ironic:
-    """Ironic this cycle: the adapter (None when the cloud config is unusable), the last
-    report (None when Ironic could not be read), the last error, the moves written."""
+class _Cloud:
+    """Ironic and Nova as this cycle sees them: the side it follows (None without a usable
+    cloud configuration), the plan to act on and report (the side's, else the last one
+    known), the Ironic error to report (the side's, else the last one), how long the side has
+    been silent (cloud_side.CloudSide.silent_for), and the side's result once it ended and was
+    not reported yet (its writes, its Nova outcome)."""
 
-    adapter: IronicAdapter | None
-    report: CycleReport | None = None
+    side: CloudSide | None = None
+    plan: model.Plan | None = None
     error: IronicError | None = None
-    applied: int = 0
+    silent_for: float | None = None
+    result: CloudResult | None = None
 
     @property
-    def plan(self) -> model.Plan | None:
-        return self.report.plan if self.report is not None else None
+    def applied(self) -> int:
+        return self.result.applied if self.result is not None else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,30 +286,43 @@ async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members,
     return _Ended(pool.ironic.poll_interval_seconds)
 
 
-async def _plan_ironic(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets) -> _Ironic:
-    """Ironic, first look: observe and plan (ironic_cycle.py) with the members' readiness, no
-    writes. An Ironic failure is passed on: the pods are looked after all the same."""
-    adapter: IronicAdapter | None = None
+async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets) -> _Cloud:
+    """The pool's Ironic and Nova side (cloud_side.py): the one under way, or a new one started
+    with this cycle's observation once the last one was reported; its plan if it has one by
+    its deadline, else the last plan known. An unusable cloud configuration is passed on."""
+    runtime = cycle.runtime
     if secrets.clouds_yaml is None:
-        return _Ironic(None)
-    try:
-        adapter = _adapter(cycle.runtime, pool, secrets.clouds_yaml)
-        report = await asyncio.to_thread(run_cycle, adapter, pool.spec, members.readiness,
-                                         now=cycle.now, paused=True,
-                                         autoscale_history=autoscale_history_of(cycle.previous))
-    except IronicError as error:
-        cycle.record_ironic_error(error)
-        return _Ironic(adapter, error=error)
-    return _Ironic(adapter, report)
+        return _Cloud()
+    side = runtime.cloud_side
+    if side is None or (side.task.done() and side.reported):
+        try:
+            adapter = _adapter(runtime, pool, secrets.clouds_yaml)
+        except IronicError as error:
+            cycle.record_ironic_error(error)
+            return _Cloud(error=error)
+        runtime.interrupt = threading.Event()
+        side = runtime.cloud_side = CloudSide(CloudWork(
+            key=cycle.key, pool=pool, adapter=adapter, members=members.readiness,
+            identities=frozenset(members.identities),
+            nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key),
+            previous_nova=cycle.previous.get("nova"), autoscale_history=autoscale_history_of(cycle.previous),
+            now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write),
+            runtime.interrupt)
+    _remember(runtime, await side.plan_by(side.deadline))
+    return _Cloud(side, runtime.ironic_plan, runtime.ironic_error,
+                  side.silent_for(asyncio.get_running_loop().time()))
 
 
 async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets,
-                       ironic: _Ironic) -> _PodPlan:
+                       cloud: _Cloud) -> _PodPlan:
     """Pod actions: with a plan, create and retire identities; without, only look after the
-    existing ones. The Kubernetes nodes of pods that are not Ready are read for fencing."""
-    plan = ironic.plan
-    retire = set(plan.members_to_delete) if plan else set()
-    keep = [m for m in members.identities if m not in retire] + list(plan.members_to_create if plan else ())
+    existing ones. The plan may be an earlier cycle's (a side still under way): what it
+    creates or retires may have happened already. The Kubernetes nodes of pods that are not
+    Ready are read for fencing."""
+    plan = cloud.plan
+    retire = set(plan.members_to_delete if plan else ()) & set(members.identities)
+    keep = [m for m in members.identities if m not in retire]
+    keep += [m for m in (plan.members_to_create if plan else ()) if m not in members.identities]
     node_names = {p.node_name for p in members.pods.values() if p.node_name and (p.deleting or not p.ready)}
     nodes_raw = await asyncio.gather(*(cycle.op.kube.get_node(n) for n in sorted(node_names)))
     decision = pods.decide(
@@ -361,73 +378,71 @@ async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Se
     return _Acted(tuple(done_events), tuple(refusals))
 
 
-async def _write_shards(cycle: _Cycle, pool: Pool, members: _Members, ironic: _Ironic) -> _Ironic:
-    """Ironic, writes: only when the plan has moves and the pool is not paused. The Ironic cycle
-    re-reads and re-plans (level-triggered) and stops between two writes on news (the pool's
-    interrupt), so pods are never kept waiting, or once the leader may not write (WriteStop)."""
-    plan = ironic.plan
-    if plan is None or not plan.moves or pool.paused:
-        return ironic
-    try:
-        stop = WriteStop(cycle.runtime.interrupt, cycle.op.may_write)
-        report = await asyncio.to_thread(run_cycle, ironic.adapter, pool.spec, members.readiness,
-                                         now=cycle.now, stop=stop,
-                                         autoscale_history=autoscale_history_of(cycle.previous))
-    except IronicError as error:
-        cycle.record_ironic_error(error)
-        return replace(ironic, error=error)
-    if report.moves_applied and cycle.op.metrics is not None:
-        cycle.op.metrics.record_moves(cycle.key, report.moves_applied)
-    return replace(ironic, report=report, applied=report.moves_applied)
-
-
-async def _nova(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets, chosen: _PodPlan,
-                ironic: _Ironic) -> NovaOutcome | None:
-    """Nova's side (nova_cycle.py), over the cloud connection of the Ironic adapter; None
-    without one. Never raises for Nova."""
-    if ironic.adapter is None:
-        return None
-    return await asyncio.to_thread(
-        run_nova_cycle, cycle.runtime.nova, ironic.adapter, pool, members=members.readiness,
-        identities=set(members.identities) | set(chosen.keep), retiring=chosen.retire,
-        nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key),
-        nodes=ironic.report.nodes if ironic.report is not None else None,
-        previous=cycle.previous.get("nova"), now=cycle.now, metrics=cycle.op.metrics,
-        may_write=cycle.op.may_write)
+async def _cloud_result(cycle: _Cycle, cloud: _Cloud) -> _Cloud:
+    """The side's result, if it ends by its deadline and no cycle reported it yet (its plan
+    and error are then the ones to report); else the side wakes the pool when it ends."""
+    side = cloud.side
+    if side is None or side.reported:
+        return cloud
+    result = await side.result_by(side.deadline)
+    if result is None:
+        side.wake_when_done(cycle.runtime.wake)
+        return cloud
+    _remember(cycle.runtime, result)
+    return replace(cloud, plan=cycle.runtime.ironic_plan, error=cycle.runtime.ironic_error, silent_for=None,
+                   result=result)
 
 
 async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets, chosen: _PodPlan,
-                  acted: _Acted, ironic: _Ironic, nova: NovaOutcome | None) -> bool:
+                  acted: _Acted, cloud: _Cloud) -> bool:
     """The cycle's metrics, status and Events (what was done, what was refused, then what
     changed), a log line when something was written. True when something failed that the
-    next cycle tries again (a Secret, a refused write, Ironic)."""
-    report, plan, decision, metrics = ironic.report, ironic.plan, chosen.decision, cycle.op.metrics
+    next cycle tries again (a Secret, a refused write, Ironic). A side's result is reported
+    once."""
+    plan, decision, metrics, result = cloud.plan, chosen.decision, cycle.op.metrics, cloud.result
+    report, nova = (result.report, result.nova) if result is not None else (None, None)
     if report is not None and metrics is not None:
         metrics.record_cycle(cycle.key, model.Observation(pool.spec, members.readiness, (), cycle.now),
                              plan, report.duration_seconds)
     refusals = (*secrets.refusals, *acted.refusals)
     problems = [("ConfigurationMissing", secrets.missing)] if secrets.missing else []
     problems += [(r.reason, r.message) for r in refusals]
-    if ironic.error is not None:
-        problems.append((_ironic_reason(ironic.error), str(ironic.error)))
+    if cloud.error is not None:
+        problems.append((_ironic_reason(cloud.error), str(cloud.error)))
+    elif cloud.silent_for is not None:
+        problems.append(("IronicUnavailable", f"Ironic has not answered for {cloud.silent_for:.0f}s: member "
+                                              "pods are looked after meanwhile, no node changes owner"))
     events = [] if pool.paused else [*acted.events, *decision.events]
     events.extend(news(refusals, cycle.previous))
-    if ironic.applied and plan is not None:
-        events.append(moves_event(plan.moves, ironic.applied))
+    if cloud.applied and plan is not None:
+        events.append(moves_event(plan.moves, cloud.applied))
     events.extend(nova.events if nova is not None else ())
     await cycle.write(CycleFacts(
-        **members.facts, states=decision.states, plan=plan, moves_applied=ironic.applied,
+        **members.facts, states=decision.states, plan=plan, moves_applied=cloud.applied,
         extra_events=tuple(events), error="; ".join(m for _, m in problems) or None,
         error_reason=problems[0][0] if problems else "Error", nova=nova.section if nova is not None else None))
-    if ironic.applied or decision.writes:
+    if cloud.side is not None and result is not None:
+        cloud.side.reported = True
+    if cloud.applied or decision.writes:
         log.info("pool %s: %d/%d members ready, %d shard moves written (%.1fs in Ironic), pod actions: %s",
-                 cycle.key, sum(m.ready for m in members.readiness), len(chosen.keep), ironic.applied,
+                 cycle.key, sum(m.ready for m in members.readiness), len(chosen.keep), cloud.applied,
                  report.duration_seconds if report is not None else 0.0,
                  "; ".join(e.message for e in acted.events) or "none")
     return bool(problems)
 
 
 # --- helpers of the steps --------------------------------------------------------------
+
+
+def _remember(runtime: PoolRuntime, seen: CloudResult | None) -> None:
+    """Keep what a side found as the last plan and Ironic error known (PoolRuntime): a plan
+    clears the error; an error keeps the last plan (the last ownership known)."""
+    if seen is None:
+        return
+    if seen.plan is not None:
+        runtime.ironic_plan = seen.plan
+    if seen.error is not None or seen.plan is not None:
+        runtime.ironic_error = seen.error
 
 
 def _ironic_reason(error: IronicError | None) -> str:

@@ -1,0 +1,174 @@
+"""A pool's Ironic and Nova side, run in the background so that its pod side never waits on it.
+
+A cycle (reconcile.py) starts one `CloudSide` when none is under way, with what it observed:
+
+1. observe and plan Ironic with the members' readiness (ironic_cycle.py), no writes;
+2. when the plan moves nodes and the pool is not paused, run the Ironic cycle again with
+   writes (it re-reads Ironic first: a second listing only when something moves); the writes
+   stop between two writes on news or when stopping (`interrupt`), or once the leader may
+   not write;
+3. Nova's side, when the cloud has a compute endpoint (nova_cycle.py), also after an Ironic
+   failure (forced_down needs no node list).
+
+The cycle that starts it waits for its plan, and then for its end, only until `PATIENCE_SECONDS`
+after its start: a healthy Ironic answers well within that, and the cycle is the plain
+observe -> plan -> act -> report. A hung Ironic (a request waits out its timeout, up to 5 x
+30 s) or a refusing one (retries with backoff) keeps the side running on its own: the cycle,
+and every cycle after it, looks after the pods meanwhile with the last plan known, and
+reports. A side that ends after its cycle moved on wakes the pool (`wake_when_done`), and
+the next cycle reports what it found and did (`reported`). At most one side per pool runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Mapping, Set as AbstractSet
+from dataclasses import dataclass
+from typing import Any
+
+from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
+from ironic_shard_operator.controller.ironic_cycle import CycleReport, run_cycle
+from ironic_shard_operator.controller.leader import WriteStop
+from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
+from ironic_shard_operator.core import model
+from ironic_shard_operator.core.spec import Pool
+
+log = logging.getLogger(__name__)
+
+# How long a cycle waits for the side it follows (its plan, then its end), counted from the
+# side's start: longer than a healthy Ironic takes to list a pool, short beside a failover.
+PATIENCE_SECONDS = 2.0
+# A side that has not planned after this long is reported as Ironic not answering, before its
+# own requests time out (one request's timeout).
+SILENT_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class CloudResult:
+    """What a side found and did. `report`: Ironic's (after writes, the writing run's; None
+    when Ironic could not be read); `error`: the Ironic error that stopped it; `applied`:
+    shard moves written; `nova`: Nova's outcome (None: Nova was not asked)."""
+
+    report: CycleReport | None = None
+    error: IronicError | None = None
+    applied: int = 0
+    nova: NovaOutcome | None = None
+
+    @property
+    def plan(self) -> model.Plan | None:
+        return self.report.plan if self.report is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class CloudWork:
+    """What a side works from: the cycle that starts it observed `members` (readiness) and
+    `identities` (every member with a pod or a ConfigMap) at `now`; `previous_nova` is the
+    last status.nova, `autoscale_history` autoscale's memory from the last status."""
+
+    key: str
+    pool: Pool
+    adapter: IronicAdapter
+    members: tuple[model.Member, ...]
+    identities: AbstractSet[str]
+    nova_conf: str | None
+    previous_nova: Mapping[str, Any] | None
+    autoscale_history: model.AutoscaleHistory
+    now: float
+    nova: NovaRuntime
+    metrics: Any
+    may_write: Callable[[], bool]
+
+
+class CloudSide:
+    """One run of a pool's Ironic and Nova side (the module doc): its plan once known
+    (`planned`: a result without writes, or the error that stopped the observation), its
+    result once it ended (`task`), and whether a cycle reported that result (`reported`)."""
+
+    def __init__(self, work: CloudWork, interrupt: threading.Event) -> None:
+        loop = asyncio.get_running_loop()
+        self.started = loop.time()
+        self.planned: CloudResult | None = None
+        self.reported = False
+        self._planned = asyncio.Event()
+        self.task: asyncio.Task[CloudResult] = loop.create_task(self._run(work, interrupt))
+
+    @property
+    def deadline(self) -> float:
+        """The loop time until which a cycle waits for this side."""
+        return self.started + PATIENCE_SECONDS
+
+    def silent_for(self, now: float) -> float | None:
+        """Seconds this side has been observing Ironic without an answer, once past
+        SILENT_SECONDS (`now`: the loop's time); None otherwise."""
+        waited = now - self.started
+        return waited if self.planned is None and waited > SILENT_SECONDS else None
+
+    async def plan_by(self, deadline: float) -> CloudResult | None:
+        """The plan stage's result, waiting for it until `deadline` (loop time) at most."""
+        if self.planned is None:
+            left = deadline - asyncio.get_running_loop().time()
+            if left > 0:
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._planned.wait()), left)
+                except asyncio.TimeoutError:
+                    pass
+        return self.planned
+
+    async def result_by(self, deadline: float) -> CloudResult | None:
+        """The side's result, waiting for its end until `deadline` (loop time) at most."""
+        if not self.task.done():
+            left = deadline - asyncio.get_running_loop().time()
+            if left > 0:
+                await asyncio.wait([self.task], timeout=left)
+        return self.task.result() if self.task.done() else None
+
+    def wake_when_done(self, wake: asyncio.Event) -> None:
+        """Set `wake` (the pool's) when this side ends, so that a cycle reports it."""
+        self.task.add_done_callback(lambda _: wake.set())
+
+    async def _run(self, work: CloudWork, interrupt: threading.Event) -> CloudResult:
+        try:
+            return await self._stages(work, interrupt)
+        except Exception:  # a bug: say so loudly; the pool's next cycle starts a new side
+            log.exception("pool %s: the Ironic and Nova side failed unexpectedly", work.key)
+            return CloudResult()
+        finally:
+            self._planned.set()
+
+    async def _stages(self, work: CloudWork, interrupt: threading.Event) -> CloudResult:
+        pool, metrics = work.pool, work.metrics
+        try:
+            report = await asyncio.to_thread(run_cycle, work.adapter, pool.spec, work.members, now=work.now,
+                                             paused=True, autoscale_history=work.autoscale_history)
+            result = CloudResult(report)
+        except IronicError as error:
+            _record_error(metrics, work.key, error)
+            result = CloudResult(error=error)
+        self.planned = result
+        self._planned.set()
+        plan = result.plan
+        if plan is not None and plan.moves and not pool.paused:
+            try:
+                report = await asyncio.to_thread(
+                    run_cycle, work.adapter, pool.spec, work.members, now=work.now,
+                    stop=WriteStop(interrupt, work.may_write), autoscale_history=work.autoscale_history)
+                result = CloudResult(report, applied=report.moves_applied)
+                if report.moves_applied and metrics is not None:
+                    metrics.record_moves(work.key, report.moves_applied)
+            except IronicError as error:
+                _record_error(metrics, work.key, error)
+                result = CloudResult(result.report, error=error)
+        nova = await asyncio.to_thread(
+            run_nova_cycle, work.nova, work.adapter, pool, members=work.members,
+            identities=set(work.identities) | set(plan.members_to_create if plan else ()),
+            retiring=set(plan.members_to_delete if plan else ()), nova_conf=work.nova_conf,
+            nodes=result.report.nodes if result.report is not None else None,
+            previous=work.previous_nova, now=work.now, metrics=metrics, may_write=work.may_write)
+        return CloudResult(result.report, result.error, result.applied, nova)
+
+
+def _record_error(metrics: Any, key: str, error: IronicError) -> None:
+    if metrics is not None:
+        metrics.record_ironic_error(key, error)
