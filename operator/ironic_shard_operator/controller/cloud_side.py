@@ -107,13 +107,13 @@ class CloudSide:
 
     async def plan_by(self, deadline: float) -> CloudResult | None:
         """The plan stage's result, waiting for it until `deadline` (loop time) at most."""
-        if self.planned is None:
-            left = deadline - asyncio.get_running_loop().time()
-            if left > 0:
-                try:
-                    await asyncio.wait_for(asyncio.shield(self._planned.wait()), left)
-                except asyncio.TimeoutError:
-                    pass
+        left = deadline - asyncio.get_running_loop().time()
+        if self.planned is None and left > 0:
+            waiter = asyncio.ensure_future(self._planned.wait())
+            try:
+                await asyncio.wait([waiter], timeout=left)
+            finally:
+                waiter.cancel()
         return self.planned
 
     async def result_by(self, deadline: float) -> CloudResult | None:
