@@ -341,41 +341,57 @@ async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Se
     on; a member whose ConfigMap was refused gets no pod); metrics count deletions by kind."""
     if pool.paused or not secrets.nova_digest or not cycle.op.may_write():  # (kube.py checks each write too)
         return _Acted()
-    kube, metrics, decision = cycle.op.kube, cycle.op.metrics, chosen.decision
-    done_events: list[Event] = []
-    refusals: list[Refusal] = []
+    kube, decision, writes = cycle.op.kube, chosen.decision, _Writes()
+    for member in decision.configmaps:
+        if await writes.attempt(kube.put_configmap(pool.namespace, podspec.render_configmap(pool, member)),
+                                "write", "ConfigMap", podspec.configmap_name(member),
+                                f"member {member} gets no pod until it is written") is False:
+            decision = replace(decision, creates=tuple(c for c in decision.creates if c.member != member))
+    for create in decision.creates:
+        pod = podspec.render_pod(pool, create.member, secrets.nova_digest)
+        if await writes.attempt(kube.create_pod(pool.namespace, pod), "create", "Pod", create.member,
+                                f"member {create.member} has no pod until this is fixed"):
+            writes.done(create.event)
+    for delete in decision.deletes:
+        if await writes.attempt(kube.delete_pod(pool.namespace, delete.member, uid=delete.uid,
+                                                force=delete.force), "delete", "Pod", delete.member,
+                                "the pod stays"):
+            writes.done(delete.event)
+            _count_deletion(cycle.op.metrics, pool, delete)
+    for member in decision.configmap_deletes:
+        await writes.attempt(kube.delete_configmap(pool.namespace, podspec.configmap_name(member)),
+                             "delete", "ConfigMap", podspec.configmap_name(member), "it stays")
+    return _Acted(tuple(writes.events), tuple(writes.refusals))
 
-    async def attempt(write: Awaitable[Any], verb: str, kind: str, name: str, consequence: str) -> Any:
+
+class _Writes:
+    """The pod side's writes of one cycle: the Events of those that took effect, and the
+    ones the API server refused (each refusal recorded, never raised: the rest go on)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.refusals: list[Refusal] = []
+
+    async def attempt(self, write: Awaitable[Any], verb: str, kind: str, name: str,
+                      consequence: str) -> Any:
         """The write's result, or False when the API server refused it (recorded)."""
         try:
             return await write
         except KubeRefused as error:
-            refusals.append(refused(verb, kind, name, error.status, error.api_message, consequence))
+            self.refusals.append(refused(verb, kind, name, error.status, error.api_message, consequence))
             return False
 
-    for member in decision.configmaps:
-        if await attempt(kube.put_configmap(pool.namespace, podspec.render_configmap(pool, member)),
-                         "write", "ConfigMap", podspec.configmap_name(member),
-                         f"member {member} gets no pod until it is written") is False:
-            decision = replace(decision, creates=tuple(c for c in decision.creates if c.member != member))
-    for create in decision.creates:
-        pod = podspec.render_pod(pool, create.member, secrets.nova_digest)
-        if await attempt(kube.create_pod(pool.namespace, pod), "create", "Pod", create.member,
-                         f"member {create.member} has no pod until this is fixed"):
-            done_events.extend([create.event] if create.event else [])
-    for delete in decision.deletes:
-        if not await attempt(kube.delete_pod(pool.namespace, delete.member, uid=delete.uid, force=delete.force),
-                             "delete", "Pod", delete.member, "the pod stays"):
-            continue
-        done_events.extend([delete.event] if delete.event else [])
-        if metrics is not None and delete.kind is pods.PodActionKind.FENCE:
-            metrics.record_fence(pool.key, pool.failover.fencing.mode)
-        elif metrics is not None and delete.kind is pods.PodActionKind.REPLACE:
-            metrics.record_replacement(pool.key)
-    for member in decision.configmap_deletes:
-        await attempt(kube.delete_configmap(pool.namespace, podspec.configmap_name(member)), "delete",
-                      "ConfigMap", podspec.configmap_name(member), "it stays")
-    return _Acted(tuple(done_events), tuple(refusals))
+    def done(self, event: Event | None) -> None:
+        if event is not None:
+            self.events.append(event)
+
+
+def _count_deletion(metrics: Any, pool: Pool, delete: pods.DeletePod) -> None:
+    """Metrics count a deletion by its kind, never by its message."""
+    if metrics is not None and delete.kind is pods.PodActionKind.FENCE:
+        metrics.record_fence(pool.key, pool.failover.fencing.mode)
+    elif metrics is not None and delete.kind is pods.PodActionKind.REPLACE:
+        metrics.record_replacement(pool.key)
 
 
 async def _cloud_result(cycle: _Cycle, cloud: _Cloud) -> _Cloud:
@@ -405,13 +421,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
         metrics.record_cycle(cycle.key, model.Observation(pool.spec, members.readiness, (), cycle.now),
                              plan, report.duration_seconds)
     refusals = (*secrets.refusals, *acted.refusals)
-    problems = [("ConfigurationMissing", secrets.missing)] if secrets.missing else []
-    problems += [(r.reason, r.message) for r in refusals]
-    if cloud.error is not None:
-        problems.append((_ironic_reason(cloud.error), str(cloud.error)))
-    elif cloud.silent_for is not None:
-        problems.append(("IronicUnavailable", f"Ironic has not answered for {cloud.silent_for:.0f}s: member "
-                                              "pods are looked after meanwhile, no node changes owner"))
+    problems = _problems(secrets, refusals, cloud)
     events = [] if pool.paused else [*acted.events, *decision.events]
     events.extend(news(refusals, cycle.previous))
     if cloud.applied and plan is not None:
@@ -432,6 +442,19 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
 
 
 # --- helpers of the steps --------------------------------------------------------------
+
+
+def _problems(secrets: _Secrets, refusals: Iterable[Refusal], cloud: _Cloud) -> list[tuple[str, str]]:
+    """(reason, message) of what failed this cycle and is tried again: the first names the
+    condition's reason."""
+    problems = [("ConfigurationMissing", secrets.missing)] if secrets.missing else []
+    problems += [(r.reason, r.message) for r in refusals]
+    if cloud.error is not None:
+        problems.append((_ironic_reason(cloud.error), str(cloud.error)))
+    elif cloud.silent_for is not None:
+        problems.append(("IronicUnavailable", f"Ironic has not answered for {cloud.silent_for:.0f}s: member "
+                                              "pods are looked after meanwhile, no node changes owner"))
+    return problems
 
 
 def _remember(runtime: PoolRuntime, seen: CloudResult | None) -> None:
