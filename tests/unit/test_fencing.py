@@ -2,7 +2,7 @@
 
 from hypothesis import given, strategies as st
 
-from ironic_shard_operator.adapters.nova import ComputeService
+from tests.unit.nova_records import service, services
 from ironic_shard_operator.core.fencing import (
     FenceAction, NodeView, counts_as_ready, fence_verdict, forced_down_changes, grace_left, past_grace,
 )
@@ -120,17 +120,6 @@ def test_a_pod_is_forgotten_only_where_the_mode_allows_it(mode, deleting, ready,
 
 
 # ---- forced_down ----------------------------------------------------------------------------
-
-
-def service(host, *, up=True, forced_down=False):
-    return ComputeService(id=f"id-{host}", host=host, up=up and not forced_down, enabled=True,
-                          forced_down=forced_down)
-
-
-def services(*hosts, changed=()):
-    """Up services for `hosts`, with the ServiceRecords in `changed` instead where given."""
-    by_host = {s.host: s for s in changed}
-    return {h: by_host.get(h) or service(h) for h in hosts}
 
 
 def test_forced_down_is_set_only_once_the_grace_has_run_out():

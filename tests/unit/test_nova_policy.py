@@ -8,23 +8,13 @@ from ironic_shard_operator.core.nova_policy import (
     UNMAPPED, Refusal, audit, retired_after, status_section, summary, update_interval,
 )
 from ironic_shard_operator.core.model import Move, Node
-from ironic_shard_operator.adapters.nova import ComputeService, Hypervisor
+from ironic_shard_operator.adapters.nova import Hypervisor
+from tests.unit.nova_records import service, services
 
 NOW = 1_800_000_000.0
 INTERVAL = 10.0
 POOL = "rack"
 MEMBERS = ("rack-0", "rack-1", "rack-2")
-
-
-def service(host, *, up=True, forced_down=False):
-    return ComputeService(id=f"id-{host}", host=host, up=up and not forced_down, enabled=True,
-                          forced_down=forced_down)
-
-
-def services(*hosts, changed=()):
-    """Up services for `hosts`, with the ServiceRecords in `changed` instead where given."""
-    by_host = {s.host: s for s in changed}
-    return {h: by_host.get(h) or service(h) for h in hosts}
 
 
 def listing(owners):
