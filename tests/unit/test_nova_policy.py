@@ -5,7 +5,7 @@ import json
 
 from ironic_shard_operator.core.nova_policy import (
     DUPLICATE, ENABLED, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, RETIRED_LIMIT, UNLISTED,
-    UNMAPPED, Refusal, audit, retired_after, status_section, summary, update_interval,
+    UNMAPPED, ServiceDeletionRefusal, audit, retired_after, status_section, summary, update_interval,
 )
 from ironic_shard_operator.core.model import Move, Node
 from ironic_shard_operator.adapters.nova import Hypervisor
@@ -192,7 +192,7 @@ def test_a_removed_member_that_still_owns_nodes_in_ironic_keeps_its_service():
 
 
 def test_a_refused_deletion_waits_before_it_is_asked_again():
-    refused = {"rack-2": Refusal(NOW - 10, "Unable to delete compute service that is hosting instances")}
+    refused = {"rack-2": ServiceDeletionRefusal(NOW - 10, "Unable to delete compute service that is hosting instances")}
     kwargs = dict(identities=("rack-0",), nova_services=services("rack-0", "rack-2"), refused=refused,
                   retired=["rack-2"])
     report = run([], [], **kwargs)

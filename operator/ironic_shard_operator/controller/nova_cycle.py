@@ -65,7 +65,7 @@ class NovaRuntime:
 
     adapter: NovaAdapter | None = None
     since: dict[str, float] = field(default_factory=dict)
-    refused: dict[str, nova_policy.Refusal] = field(default_factory=dict)
+    refused: dict[str, nova_policy.ServiceDeletionRefusal] = field(default_factory=dict)
     report: nova_policy.AuditReport | None = None
     schedule: NovaSchedule = NovaSchedule()
     retired: tuple[str, ...] = ()
@@ -177,7 +177,7 @@ def _write(nova: NovaAdapter, key: str, changes: Sequence[fencing.ForcedDownChan
         try:
             nova.delete_service(deletion.service)
         except ServiceInUse as refusal:
-            state.refused[host] = nova_policy.Refusal(now, refusal.reason)
+            state.refused[host] = nova_policy.ServiceDeletionRefusal(now, refusal.reason)
             _set_waiting(state, host, f"{nova_policy.REFUSED}: {refusal.reason}")
             record("service_delete_refused")
             events.append(Event("NovaServiceInUse", f"{refusal}; asked again in "

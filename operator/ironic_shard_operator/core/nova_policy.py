@@ -115,7 +115,7 @@ class ServiceDeletion:
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
+class ServiceDeletionRefusal:
     """Nova refused to delete the service of a host at `at` (epoch seconds), saying `reason`."""
 
     at: float
@@ -179,7 +179,7 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
           retiring: Iterable[str] = (), retired: Iterable[str] = (),
           hypervisors: Iterable[HypervisorRecord], services: Mapping[str, ServiceRecord],
           since: Mapping[str, float], now: float, interval: float, repair: bool = False,
-          refused: Mapping[str, Refusal] | None = None) -> AuditReport:
+          refused: Mapping[str, ServiceDeletionRefusal] | None = None) -> AuditReport:
     """Compare Nova's hypervisor list with the pool's Ironic nodes; see the module doc.
 
     `identities` are the pool's current members (a pod or a ConfigMap exists), `retiring`
