@@ -64,6 +64,22 @@ class IronicSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class Handover:
+    """spec.handover: moving nodes that carry instances (core/handover.py).
+
+    `nova_manage_config` is the nova.conf with database access the Jobs mount;
+    `on_scale_down` hands over a retired member's nodes; `after_failure_seconds` (None:
+    never) those of a member not Ready that long whose pod is gone; `max_concurrent` bounds
+    the nodes in flight at once.
+    """
+
+    nova_manage_config: SecretKeyRef
+    on_scale_down: bool = True
+    after_failure_seconds: float | None = None
+    max_concurrent: int = 10
+
+
+@dataclass(frozen=True, slots=True)
 class PodSettings:
     """The user's pod settings, copied verbatim into every member pod.
 
@@ -105,6 +121,7 @@ class Pool:
     ironic: IronicSettings
     repair_misplaced: bool = False
     paused: bool = False
+    handover: Handover | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -149,6 +166,7 @@ def read_pool(body: Mapping[str, Any]) -> Pool:
                                "spec.nova.repairMisplaced"),
         paused=_bool(spec.get("paused", False), "spec.paused"),
         labels=dict(meta.get("labels") or {}),
+        handover=_handover(spec, failover),
     )
 
 
@@ -210,15 +228,16 @@ def _pod_settings(spec: Mapping[str, Any]) -> PodSettings:
     )
 
 
-def _secret_ref(spec: Mapping[str, Any], field_name: str, *, default_key: str) -> SecretKeyRef:
+def _secret_ref(spec: Mapping[str, Any], field_name: str, *, default_key: str, path: str = "spec") -> SecretKeyRef:
+    where = f"{path}.{field_name}"
     outer = spec.get(field_name)
     if outer is None:
-        raise InvalidSpec(f"spec.{field_name}.secretRef: required (a Secret holding {default_key})")
-    ref = _mapping(_mapping(outer, f"spec.{field_name}").get("secretRef"), f"spec.{field_name}.secretRef")
+        raise InvalidSpec(f"{where}.secretRef: required (a Secret holding {default_key})")
+    ref = _mapping(_mapping(outer, where).get("secretRef"), f"{where}.secretRef")
     name = ref.get("name")
     if not isinstance(name, str) or not name:
-        raise InvalidSpec(f"spec.{field_name}.secretRef.name: required (a Secret holding {default_key})")
-    return SecretKeyRef(name=name, key=_str(ref.get("key", default_key), f"spec.{field_name}.secretRef.key"))
+        raise InvalidSpec(f"{where}.secretRef.name: required (a Secret holding {default_key})")
+    return SecretKeyRef(name=name, key=_str(ref.get("key", default_key), f"{where}.secretRef.key"))
 
 
 def _selector(raw: Mapping[str, Any]) -> Selector:
@@ -247,6 +266,31 @@ def _failover(raw: Mapping[str, Any]) -> Failover:
         pod_pending_timeout_seconds=_number(raw.get("podPendingTimeoutSeconds", 300),
                                             "spec.failover.podPendingTimeoutSeconds", minimum=1),
         fencing=Fencing(mode=mode, force_after_seconds=force_after),
+    )
+
+
+def _handover(spec: Mapping[str, Any], failover: Failover) -> Handover | None:
+    """spec.handover, or None when it is absent (nodes with instances then block scale-down)."""
+    if spec.get("handover") is None:
+        return None
+    raw = _mapping(spec["handover"], "spec.handover")
+    after = raw.get("afterFailureSeconds")
+    if after is not None:
+        after = _number(after, "spec.handover.afterFailureSeconds", minimum=1)
+        if after <= failover.rebalance_after_seconds:
+            raise InvalidSpec(
+                f"spec.handover.afterFailureSeconds: {after:g} must be greater than "
+                f"spec.failover.rebalanceAfterSeconds ({failover.rebalance_after_seconds:g}): a member's "
+                "free nodes move first, its nodes with instances only after it stayed failed longer")
+    on_scale_down = _bool(raw.get("onScaleDown", True), "spec.handover.onScaleDown")
+    if not on_scale_down and after is None:
+        raise InvalidSpec("spec.handover: with onScaleDown false and no afterFailureSeconds it does "
+                          "nothing: set one of them, or remove spec.handover")
+    return Handover(
+        nova_manage_config=_secret_ref(raw, "novaManageConfig", default_key="nova.conf", path="spec.handover"),
+        on_scale_down=on_scale_down,
+        after_failure_seconds=after,
+        max_concurrent=_int(raw.get("maxConcurrent", 10), "spec.handover.maxConcurrent", minimum=1),
     )
 
 
