@@ -45,7 +45,28 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument("--join", type=int, default=0, help="members that join")
     sim.add_argument("--seed", type=int, default=0, help="seed for the synthetic node set")
 
+    check = commands.add_parser(
+        "preflight", help="check a pool's cloud, credentials and nova.conf before (or while) it runs",
+        description="Check Ironic, Nova, Placement, the nova.conf files and the member image; print a "
+                    "table of pass/warn/fail with a fix for each; exit 1 on any fail. Give the files, "
+                    "or --pool NAMESPACE/NAME to read them from the pool's Secrets through kubectl.")
+    check.add_argument("--pool", metavar="NAMESPACE/NAME", help="read everything from this pool and its Secrets")
+    check.add_argument("--kubeconfig", help="with --pool: kubeconfig file (default: kubectl's)")
+    check.add_argument("--context", help="with --pool: kubeconfig context")
+    check.add_argument("--clouds-yaml", metavar="FILE", help="the clouds.yaml of spec.cloud")
+    check.add_argument("--cloud", metavar="NAME", help="the cloud's name in it (spec.cloud.cloudName)")
+    check.add_argument("--nova-conf", metavar="FILE", help="the base nova.conf of spec.novaConfig")
+    check.add_argument("--handover-nova-conf", metavar="FILE",
+                       help="the nova.conf of spec.handover.novaManageConfig, when handover is used")
+    check.add_argument("--resource-class", help="spec.selector.resourceClass (the node the policy is proved on)")
+    check.add_argument("--conductor-group", help="spec.selector.conductorGroup")
+    check.add_argument("--image", help="the member image (spec.image)")
+    check.add_argument("--skip-image", action="store_true", help="do not ask the image's registry")
+    check.add_argument("--json", action="store_true", help="the checks as JSON")
+
     args = parser.parse_args(argv)
+    if args.command == "preflight":
+        return _preflight(check, args)
     if args.command == "simulate":
         try:
             print(simulate.run(simulate.Simulation(
@@ -57,6 +78,50 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def _preflight(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`preflight`: the checks of adapters/preflight.py on files, or on a pool's Secrets."""
+    from pathlib import Path
+
+    from ironic_shard_operator.adapters.kubectl import Kubectl, KubectlError
+    from ironic_shard_operator.adapters.preflight import Inputs, run_checks
+    from ironic_shard_operator.core import preflight
+    from ironic_shard_operator.core.model import Selector
+    from ironic_shard_operator.core.spec import InvalidSpec
+    from ironic_shard_operator.kubectl_ics import pool_inputs
+
+    def read(path: str | None) -> str | None:
+        if path is None:
+            return None
+        try:
+            return Path(path).read_text()
+        except OSError as error:
+            parser.error(f"cannot read {path}: {error.strerror}")
+        return None
+
+    if args.pool:
+        namespace, _, name = args.pool.rpartition("/")
+        if not namespace or not name:
+            parser.error("--pool takes NAMESPACE/NAME")
+        kubectl = Kubectl(kubeconfig=args.kubeconfig, context=args.context, namespace=namespace)
+        try:
+            inputs = pool_inputs(kubectl, kubectl.get_pool(name), check_image=not args.skip_image)
+        except (KubectlError, InvalidSpec) as error:
+            print(f"error: pool {args.pool}: {error}", file=sys.stderr)
+            return 2
+    else:
+        if not args.clouds_yaml or not args.cloud:
+            parser.error("give --clouds-yaml FILE and --cloud NAME (and --nova-conf FILE), or --pool NAMESPACE/NAME")
+        inputs = Inputs(clouds_yaml=read(args.clouds_yaml), cloud_name=args.cloud, nova_conf=read(args.nova_conf),
+                        selector=Selector(resource_class=args.resource_class or None,
+                                          conductor_group=args.conductor_group or None),
+                        handover=args.handover_nova_conf is not None,
+                        handover_nova_conf=read(args.handover_nova_conf), image=args.image,
+                        check_image=not args.skip_image)
+    checks = run_checks(inputs)
+    print(preflight.as_json(checks) if args.json else preflight.table(checks))
+    return 1 if preflight.any_failed(checks) else 0
 
 
 if __name__ == "__main__":

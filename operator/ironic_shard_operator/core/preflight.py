@@ -1,0 +1,339 @@
+"""Preflight: is a pool's configuration usable, before (and while) a pool runs on it?
+
+Each check is a pure verdict over text (a nova.conf) or over what an adapter was answered
+(adapters/preflight.py asks Ironic, Nova, Placement and the image registry and passes the
+answers here as plain data). Every check says pass, warn or fail, what it saw in one line,
+and for warn and fail a one-line fix. Invariants:
+- a check never raises: an unreadable input is that check's fail;
+- a fail means the pool cannot work as configured; a warn means it works but something is
+  ignored, unproven or not checkable from here;
+- no text quotes a credential: messages name keys and sections, never their values.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from enum import Enum
+
+SHARD_MICROVERSION = (1, 82)
+COMPUTE_MICROVERSION = (2, 53)
+# The field a no-op probe addresses: a path under /shard that Ironic's policy check matches
+# ("/shard..." needs baremetal:node:update:shard) and that no JSON patch can apply (a shard
+# is a string or null, never a container), so a permitted probe ends in HTTP 400 and a
+# refused one in 403, and neither writes the node.
+SHARD_PROBE_PATH = "/shard/ironic-shard-operator-preflight"
+
+
+class Verdict(str, Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One check's outcome: `name` is stable (scripts and the condition use it), `message`
+    says what was seen, `fix` what to do (empty on pass)."""
+
+    name: str
+    verdict: Verdict
+    message: str
+    fix: str = ""
+
+
+def passed(name: str, message: str) -> Check:
+    return Check(name, Verdict.PASS, message)
+
+
+def warned(name: str, message: str, fix: str) -> Check:
+    return Check(name, Verdict.WARN, message, fix)
+
+
+def failed(name: str, message: str, fix: str) -> Check:
+    return Check(name, Verdict.FAIL, message, fix)
+
+
+# --- answers the adapters got -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAnswer:
+    """What asking a service gave: its maximum API version on success, else the kind of
+    failure (adapters/preflight.py: 'config', 'unavailable', 'endpoint', 'auth', 'too_old',
+    'not_configured', 'request') and the adapter's own message."""
+
+    version: tuple[int, int] | None = None
+    failure: str | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    """One HTTP exchange's outcome: its status (None: nothing answered) and the service's text."""
+
+    status: int | None
+    text: str = ""
+
+
+def ironic_checks(answer: ServiceAnswer, shard_list: HttpAnswer | None) -> list[Check]:
+    """Ironic reachable; its API >= 1.82; a node list filtered by `shard` answers."""
+    fixes = {
+        "config": "fix the cloud's entry in clouds.yaml (auth_type, auth, endpoint override)",
+        "unavailable": "check that Ironic runs and that baremetal_endpoint_override (or the catalog) "
+                       "gives an address reachable from here",
+        "endpoint": "point baremetal_endpoint_override (or the catalog's baremetal entry) at Ironic's API",
+        "auth": "use credentials Ironic accepts: a system-scoped admin (or a role with the "
+                "baremetal:node:* policies)",
+        "request": "see Ironic's message; the API may have refused the node list",
+    }
+    if answer.failure == "too_old":
+        return [passed("ironic-reachable", "Ironic answers"),
+                failed("ironic-api-version", answer.message,
+                       "upgrade Ironic to 2023.1 (21.4) or newer: node shards need API 1.82")]
+    if answer.failure is not None:
+        return [failed("ironic-reachable", answer.message, fixes.get(answer.failure, fixes["request"]))]
+    version = answer.version or (0, 0)
+    checks = [passed("ironic-reachable", "Ironic answers and lists nodes with these credentials"),
+              passed("ironic-api-version", f"Ironic offers API {version[0]}.{version[1]} "
+                                           f"(shards need {SHARD_MICROVERSION[0]}.{SHARD_MICROVERSION[1]})")]
+    if shard_list is None or shard_list.status == 200:
+        checks.append(passed("ironic-shard-list", "a node list filtered by shard answers"))
+    else:
+        checks.append(failed("ironic-shard-list",
+                             f"a node list filtered by shard was refused: {_http(shard_list)}",
+                             "allow baremetal:node:list for these credentials at API 1.82"))
+    return checks
+
+
+def shard_update_check(probe: HttpAnswer | None, node: str | None) -> Check:
+    """May the credentials update shards (baremetal:node:update:shard)? Read from the answer
+    to the no-op probe PATCH (SHARD_PROBE_PATH) on `node`: 400 = the policy let it through
+    and the patch itself failed (nothing written), 403 = the policy refused it."""
+    name = "ironic-shard-update"
+    if node is None or probe is None:
+        return warned(name, "no node in the pool's selection to prove the shard-update policy on",
+                      "enrol a node (or widen the selector) and run preflight again; the operator "
+                      "needs baremetal:node:update:shard (a system-scoped admin by default)")
+    if probe.status == 400:
+        return passed(name, f"Ironic's policy allows baremetal:node:update:shard (proved on node {node} "
+                            "with a PATCH no JSON patch can apply: nothing was written)")
+    if probe.status in (401, 403):
+        return failed(name, f"Ironic refuses these credentials baremetal:node:update:shard: {_http(probe)}",
+                      "give the operator's user a system-scoped admin role (openstack role add --system "
+                      "all --user USER admin) or grant baremetal:node:update:shard in Ironic's policy")
+    if probe.status == 409:
+        return warned(name, f"node {node} is busy (locked or in a state transition): {_http(probe)}",
+                      "run preflight again once the node is idle")
+    return warned(name, f"the shard-update probe on node {node} got an unexpected answer: {_http(probe)}",
+                  "check by hand: openstack baremetal node set --shard <its current shard> NODE")
+
+
+def nova_check(answer: ServiceAnswer) -> Check:
+    """Nova at >= 2.53 with admin rights on os-services; a cloud without Nova is a warn."""
+    name = "nova"
+    if answer.failure is None:
+        version = answer.version or (0, 0)
+        return passed(name, f"Nova offers compute API {version[0]}.{version[1]} and lists compute services")
+    if answer.failure == "not_configured":
+        return warned(name, answer.message, "without Nova the operator does not force failed members "
+                      "down nor delete retired services; add compute_endpoint_override or a catalog "
+                      "entry to turn them on")
+    fixes = {"too_old": "upgrade Nova: the operator needs compute API 2.53 (Nova 2024.1 for shards)",
+             "auth": "give the credentials the admin role (os-services and os-hypervisors need it)",
+             "unavailable": "check that Nova's API runs and its endpoint is reachable from here"}
+    return failed(name, answer.message, fixes.get(answer.failure, "see Nova's message"))
+
+
+def placement_check(answer: ServiceAnswer) -> Check:
+    """Placement reachable: Nova's resource providers for Ironic nodes live there."""
+    name = "placement"
+    if answer.failure is None:
+        version = answer.version or (0, 0)
+        return passed(name, f"Placement answers (API up to {version[0]}.{version[1]})")
+    if answer.failure == "not_configured":
+        return warned(name, answer.message, "add placement_endpoint_override or a catalog entry so "
+                      "moves can be checked against Placement")
+    return failed(name, answer.message, "check that Placement runs and its endpoint is reachable from here")
+
+
+def image_check(image: str | None, answer: HttpAnswer | None) -> Check:
+    """The member image's manifest, asked from its registry anonymously."""
+    name = "image"
+    if not image:
+        return warned(name, "no member image given", "pass --image (or --pool) to check it")
+    if answer is None or answer.status is None:
+        return warned(name, f"cannot check {image} from here: {answer.text if answer else 'no registry'}",
+                      "make sure the nodes can pull it (imagePullSecrets, registry mirror)")
+    if answer.status == 200:
+        return passed(name, f"{image} exists in its registry")
+    if answer.status in (401, 403):
+        return warned(name, f"{image}: the registry wants credentials ({_http(answer)})",
+                      "give the pool's pods an imagePullSecret for this registry")
+    if answer.status == 404:
+        return failed(name, f"{image} does not exist in its registry", "fix spec.image (repository and tag)")
+    return warned(name, f"{image}: the registry answered {_http(answer)}", "check the image by hand")
+
+
+# --- nova.conf --------------------------------------------------------------------------
+
+
+def nova_conf_checks(text: str | None) -> list[Check]:
+    """The base nova.conf every member runs: it parses; compute_driver is Ironic's; [ironic]
+    has auth; peer_list is absent (warn: shards ignore it); host and [ironic]shard are not
+    set (warn: each member's overlay overrides them)."""
+    if text is None:
+        return [failed("nova-conf", "no base nova.conf given", "create the Secret of spec.novaConfig "
+                       "with key nova.conf (or pass --nova-conf FILE)")]
+    parser = _ini(text)
+    if isinstance(parser, str):
+        return [failed("nova-conf", f"the base nova.conf does not parse: {parser}",
+                       "fix the file's INI syntax (sections in [brackets], key = value)")]
+    checks = [passed("nova-conf", "the base nova.conf parses")]
+    driver = parser.get("DEFAULT", "compute_driver", fallback="").strip()
+    if driver.endswith("IronicDriver"):
+        checks.append(passed("nova-conf-driver", f"compute_driver = {driver}"))
+    else:
+        checks.append(failed("nova-conf-driver",
+                             f"[DEFAULT]compute_driver is {driver or 'not set'}, not ironic.IronicDriver",
+                             "set compute_driver = ironic.IronicDriver in [DEFAULT]"))
+    checks.append(_ironic_auth(parser))
+    if parser.has_option("ironic", "peer_list"):
+        checks.append(warned("nova-conf-peer-list", "[ironic]peer_list is set: with [ironic]shard, Nova "
+                             "ignores it (one nova-compute per shard)", "remove peer_list from [ironic]"))
+    else:
+        checks.append(passed("nova-conf-peer-list", "[ironic]peer_list is not set"))
+    overridden = [f"[{section}]{key}" for section, key in (("DEFAULT", "host"), ("ironic", "shard"))
+                  if _has_own(parser, section, key)]
+    if overridden:
+        checks.append(warned("nova-conf-identity", f"{' and '.join(overridden)} set in the base nova.conf: "
+                             "each member's own file overrides them with its identity",
+                             f"remove {' and '.join(overridden)} from the base nova.conf"))
+    else:
+        checks.append(passed("nova-conf-identity", "[DEFAULT]host and [ironic]shard are left to the members"))
+    return checks
+
+
+def handover_conf_check(text: str | None, configured: bool) -> Check | None:
+    """The handover nova.conf (nova-manage runs with it) has [database] and [api_database]
+    connections; None when no handover is configured."""
+    name = "handover-nova-conf"
+    if not configured:
+        return None
+    if text is None:
+        return failed(name, "handover is configured but its nova.conf cannot be read",
+                      "create the Secret spec.handover.novaManageConfig names (or pass --handover-nova-conf)")
+    parser = _ini(text)
+    if isinstance(parser, str):
+        return failed(name, f"the handover nova.conf does not parse: {parser}", "fix the file's INI syntax")
+    missing = [f"[{s}]connection" for s in ("database", "api_database")
+               if not parser.get(s, "connection", fallback="").strip()]
+    if missing:
+        return failed(name, f"the handover nova.conf has no {' and no '.join(missing)}",
+                      "nova-manage needs both database connections: add them to the handover nova.conf")
+    return passed(name, "the handover nova.conf has [database] and [api_database] connections")
+
+
+_IRONIC_AUTH_KEYS = {
+    "password": ("auth_url", "username", "password"),
+    "v3password": ("auth_url", "username", "password"),
+    "http_basic": ("username", "password"),
+    "token": ("auth_url", "token"),
+    "v3applicationcredential": ("auth_url", "application_credential_secret"),
+    "none": ("endpoint_override",),
+    "noauth": ("endpoint_override",),
+}
+
+
+def _ironic_auth(parser: configparser.ConfigParser) -> Check:
+    name = "nova-conf-ironic-auth"
+    if not parser.has_section("ironic"):
+        return failed(name, "the base nova.conf has no [ironic] section",
+                      "add [ironic] with auth_type and its credentials (see examples/secrets.yaml)")
+    auth_type = parser.get("ironic", "auth_type", fallback="").strip()
+    if not auth_type:
+        return failed(name, "[ironic] has no auth_type", "set [ironic]auth_type (password, http_basic, ...)")
+    missing = [key for key in _IRONIC_AUTH_KEYS.get(auth_type, ())
+               if not parser.get("ironic", key, fallback="").strip()]
+    if auth_type in ("password", "v3password") and "application_credential_id" not in parser["ironic"] \
+            and not parser.get("ironic", "project_name", fallback="").strip() \
+            and not parser.get("ironic", "system_scope", fallback="").strip():
+        missing.append("project_name or system_scope")
+    if missing:
+        return failed(name, f"[ironic] auth_type = {auth_type} lacks {', '.join(missing)}",
+                      f"add {', '.join(missing)} to [ironic]")
+    return passed(name, f"[ironic] authenticates with auth_type = {auth_type}")
+
+
+def _ini(text: str) -> configparser.ConfigParser | str:
+    """The parsed file, or the parser's complaint on one line (no line content quoted)."""
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.MissingSectionHeaderError as error:
+        return f"line {error.lineno} comes before any [section]"
+    except configparser.ParsingError as error:
+        return "unparsable line" + ("s " if len(error.errors) > 1 else " ") + \
+            ", ".join(str(lineno) for lineno, _ in error.errors)
+    except configparser.Error as error:
+        return type(error).__name__
+    return parser
+
+
+def _has_own(parser: configparser.ConfigParser, section: str, key: str) -> bool:
+    """`key` set in `section` itself ([DEFAULT] values otherwise leak into every section)."""
+    if section == "DEFAULT":
+        return bool(parser.defaults().get(key, "").strip())
+    return parser.has_section(section) and key in parser._sections.get(section, {})  # type: ignore[attr-defined]
+
+
+def _http(answer: HttpAnswer) -> str:
+    if answer.status is None:
+        return f"no answer ({answer.text})" if answer.text else "no answer"
+    return f"HTTP {answer.status}: {answer.text}" if answer.text else f"HTTP {answer.status}"
+
+
+# --- the report -------------------------------------------------------------------------
+
+
+def any_failed(checks: Iterable[Check]) -> bool:
+    return any(c.verdict is Verdict.FAIL for c in checks)
+
+
+def table(checks: Sequence[Check]) -> str:
+    """The checks as a terminal table: verdict, check, what was seen, and the fix below it."""
+    width = max((len(c.name) for c in checks), default=5)
+    lines = [f"{'RESULT':<6}  {'CHECK':<{width}}  DETAIL"]
+    for check in checks:
+        lines.append(f"{check.verdict.value.upper():<6}  {check.name:<{width}}  {check.message}")
+        if check.fix:
+            lines.append(f"{'':<6}  {'':<{width}}  fix: {check.fix}")
+    counts = {v: sum(c.verdict is v for c in checks) for v in Verdict}
+    lines.append(f"{counts[Verdict.PASS]} passed, {counts[Verdict.WARN]} warnings, {counts[Verdict.FAIL]} failed")
+    return "\n".join(lines)
+
+
+def as_json(checks: Sequence[Check]) -> str:
+    return json.dumps({"ok": not any_failed(checks),
+                       "checks": [{**asdict(c), "verdict": c.verdict.value} for c in checks]}, indent=2)
+
+
+def condition(checks: Sequence[Check]) -> tuple[bool, str, str]:
+    """The `Preflight` condition: (status, reason, message). True when nothing failed
+    (reason Passed, or PassedWithWarnings naming them); False names the failed checks and
+    their fixes."""
+    failures = [c for c in checks if c.verdict is Verdict.FAIL]
+    if failures:
+        return False, "ChecksFailed", "; ".join(f"{c.name}: {c.message} (fix: {c.fix})" for c in failures)
+    warnings = [c for c in checks if c.verdict is Verdict.WARN]
+    if warnings:
+        return True, "PassedWithWarnings", "; ".join(f"{c.name}: {c.message}" for c in warnings)
+    return True, "Passed", f"all {len(checks)} checks passed"
+
+
+def from_json(text: str | Mapping) -> list[Check]:
+    """Checks back from `as_json` output (what `kubectl ics preflight` prints as a table)."""
+    body = json.loads(text) if isinstance(text, str) else text
+    return [Check(c["name"], Verdict(c["verdict"]), c["message"], c.get("fix", "")) for c in body["checks"]]
