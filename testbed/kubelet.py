@@ -17,13 +17,25 @@ It writes only what a real API server accepts from a kubelet and a scheduler:
 A node can be made unreachable (its kubelet is gone): its heartbeats stop, the node turns
 Ready=Unknown with the unreachable taints, its pods turn NotReady (what the node lifecycle
 controller does), and its pods are neither updated nor finished until it is reachable again.
+
+Run-to-completion pods (restartPolicy Never or OnFailure, e.g. a Job's): once bound they turn
+Running, then their container "exits" as the test chose with `run_outcomes(job_name, ...)` (one
+RunOutcome per pod of that Job, in creation order; RunOutcome() = exit 0 with an empty log, the
+default): exit 0 -> phase Succeeded (reason Completed); non-zero with Never -> phase Failed with
+that exit code; non-zero with OnFailure -> the container restarts in place (restartCount + 1,
+lastState terminated) and the pod's next outcome applies. An outcome with exit_code None keeps
+the container running until `finish(pod_name, exit_code, log)`. The log is handed to the fake
+API server (testbed/kube_emulator/pod_logs.py) before the status says the container ended, so
+`kubectl logs` shows it as soon as the pod has ended. Against a real API server there is no log.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import enum
 import hashlib
 import threading
+from collections import deque
 from typing import Any
 
 from testbed.kube_client import KubeAPIError, KubeClient
@@ -43,6 +55,24 @@ class PodState(enum.Enum):
     NOT_READY = 'NotReady'  # Running, readiness probe failing
     CRASH_LOOP = 'CrashLoopBackOff'  # Running, container restarting
     FAILED = 'Failed'  # terminal: phase Failed
+    SUCCEEDED = 'Succeeded'  # terminal: phase Succeeded (a run-to-completion pod's container exited 0)
+
+
+TERMINAL_STATES = (PodState.FAILED, PodState.SUCCEEDED)
+JOB_NAME_LABEL = 'batch.kubernetes.io/job-name'
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """How the container of a run-to-completion pod ends: its exit code (None: it keeps running
+    until `FakeKubelet.finish`) and what it printed."""
+    exit_code: int | None = 0
+    log: str = ''
+
+
+def runs_to_completion(pod: dict[str, Any]) -> bool:
+    """A pod whose containers are not restarted once they succeed (a Job's pod)."""
+    return pod['spec'].get('restartPolicy') in ('Never', 'OnFailure')
 
 
 def _now() -> str:
@@ -63,6 +93,8 @@ def state_of(pod: dict[str, Any]) -> PodState:
     status = pod.get('status') or {}
     if status.get('phase') == 'Failed':
         return PodState.FAILED
+    if status.get('phase') == 'Succeeded':
+        return PodState.SUCCEEDED
     if status.get('phase') != 'Running':
         return PodState.PENDING
     containers = status.get('containerStatuses') or []
@@ -130,6 +162,47 @@ def pod_status(pod: dict[str, Any], state: PodState) -> dict[str, Any]:
     return status
 
 
+def ended_status(pod: dict[str, Any], exit_code: int) -> dict[str, Any]:
+    """The status a kubelet writes when a run-to-completion pod's container exited with
+    `exit_code`: phase Succeeded (0, reason Completed) or Failed (reason Error), Ready False."""
+    status = pod_status(pod, PodState.FAILED)
+    status.pop('reason', None)
+    status.pop('message', None)
+    why = 'PodCompleted' if exit_code == 0 else 'PodFailed'
+    for condition in status['conditions']:
+        if condition['type'] in ('Ready', 'ContainersReady'):
+            condition['reason'] = why
+    for item in status['containerStatuses']:
+        item['state']['terminated'].update(exitCode=exit_code, reason='Completed' if exit_code == 0 else 'Error')
+    status['phase'] = 'Succeeded' if exit_code == 0 else 'Failed'
+    return status
+
+
+def restarted_status(pod: dict[str, Any], exit_code: int) -> dict[str, Any]:
+    """The status after a container of a restartPolicy OnFailure pod exited with `exit_code`
+    and was restarted in place: Running again, restartCount + 1, lastState terminated."""
+    status = pod_status(pod, PodState.READY)
+    now = _now()
+    for item in status['containerStatuses']:
+        started = item['state']['running']['startedAt']
+        item['lastState'] = {'terminated': {'exitCode': exit_code, 'reason': 'Error', 'startedAt': started,
+                                            'finishedAt': now, 'containerID': item['containerID']}}
+        item['restartCount'] += 1
+        item['state'] = {'running': {'startedAt': now}}
+    return status
+
+
+def hand_in_log(client: KubeClient, pod: dict[str, Any], container: str, text: str) -> None:
+    """Give the fake API server a container's whole output so far (pod_logs.py's test-only
+    route); a real API server has no such route (404) and gets its logs from real kubelets."""
+    try:
+        client.request('PUT', f'/testbed/kubelet/pods/{pod["metadata"]["uid"]}/containers/{container}/log',
+                       {'log': text})
+    except KubeAPIError as e:
+        if e.status not in (403, 404):
+            raise
+
+
 class FakeKubelet:
     """Plays kubelet and scheduler for the pods of one namespace on `nodes` fake nodes.
 
@@ -148,6 +221,9 @@ class FakeKubelet:
         self._wanted: dict[str, PodState] = {}  # by pod uid: commanded states
         self._held: set[str] = set()  # pod names kept Pending
         self._pods: dict[str, dict[str, Any]] = {}  # by uid: the latest seen pods
+        self._outcomes: dict[str, deque[RunOutcome]] = {}  # by Job name: for its pods not yet seen
+        self._runs: dict[str, deque[RunOutcome]] = {}  # by pod uid: what its container does next
+        self._logs: dict[str, str] = {}  # by pod uid: what its container printed so far
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._stream: Any = None
@@ -208,6 +284,20 @@ class FakeKubelet:
             self._held.discard(pod_name)
         return self._command(pod_name, PodState.READY)
 
+    def run_outcomes(self, job_name: str, *outcomes: RunOutcome) -> None:
+        """How the containers of the next pods of Job `job_name` end, one outcome per pod (for a
+        restartPolicy OnFailure pod, one per run of its container); after them, exit 0."""
+        with self._lock:
+            self._outcomes.setdefault(job_name, deque()).extend(outcomes)
+
+    def finish(self, pod_name: str, exit_code: int, log: str = '') -> dict[str, Any]:
+        """End the running container of run-to-completion pod `pod_name` (held by an outcome with
+        exit_code None) with `exit_code`, having printed `log`."""
+        pod = self.client.get(f'/api/v1/namespaces/{self.namespace}/pods/{pod_name}')
+        with self._lock:
+            self._runs.setdefault(pod['metadata']['uid'], deque()).appendleft(RunOutcome(exit_code, log))
+            return self._reconcile(pod) or pod
+
     def hold(self, pod_name: str) -> None:
         """Pods with this name (now and replacements) stay Pending until `ready(pod_name)`."""
         with self._lock:
@@ -228,13 +318,13 @@ class FakeKubelet:
                     self._reconcile(pod)
                 return
             for pod in self._list_pods():  # the node lifecycle controller marks its pods NotReady
-                if pod['spec'].get('nodeName') == node and state_of(pod) != PodState.FAILED:
+                if pod['spec'].get('nodeName') == node and state_of(pod) not in TERMINAL_STATES:
                     self._patch_status(pod, {'conditions': pod_status(pod, PodState.NOT_READY)['conditions']})
 
     def _command(self, pod_name: str, state: PodState) -> dict[str, Any]:
         pod = self.client.get(f'/api/v1/namespaces/{self.namespace}/pods/{pod_name}')
-        if state_of(pod) == PodState.FAILED and state != PodState.FAILED:
-            raise ValueError(f'pod {pod_name} has failed: a failed pod never runs again, it is replaced')
+        if state_of(pod) in TERMINAL_STATES and state != state_of(pod):
+            raise ValueError(f'pod {pod_name} has ended: an ended pod never runs again, it is replaced')
         with self._lock:
             self._wanted[pod['metadata']['uid']] = state
             return self._reconcile(pod) or pod
@@ -264,8 +354,9 @@ class FakeKubelet:
                         since = event['object']['metadata']['resourceVersion']
                         if event['type'] == 'DELETED':
                             with self._lock:
-                                self._pods.pop(event['object']['metadata']['uid'], None)
-                                self._wanted.pop(event['object']['metadata']['uid'], None)
+                                uid = event['object']['metadata']['uid']
+                                for known in (self._pods, self._wanted, self._runs, self._logs):
+                                    known.pop(uid, None)
                         elif event['type'] in ('ADDED', 'MODIFIED'):
                             self._reconcile(event['object'])
         except BaseException as e:  # reported by stop()
@@ -292,9 +383,38 @@ class FakeKubelet:
             if wanted is None:
                 wanted = PodState.PENDING if meta['name'] in self._held else self.default_state
             current = state_of(pod)
-            if current == wanted or current == PodState.FAILED:
+            if current in TERMINAL_STATES:
+                return None
+            if runs_to_completion(pod) and meta['name'] not in self._held and meta['uid'] not in self._wanted:
+                return self._run_to_completion(pod, current)
+            if current == wanted:
                 return None
             return self._patch_status(pod, pod_status(pod, wanted))
+
+    def _run_to_completion(self, pod: dict[str, Any], current: PodState) -> dict[str, Any] | None:
+        """Start the container (Running), then end it as its next RunOutcome says."""
+        uid = pod['metadata']['uid']
+        if current != PodState.READY:
+            return self._patch_status(pod, pod_status(pod, PodState.READY))
+        runs = self._runs.get(uid)
+        if runs is None:
+            job = (pod['metadata'].get('labels') or {}).get(JOB_NAME_LABEL, '')
+            queued = self._outcomes.get(job)
+            runs = self._runs[uid] = deque([queued.popleft()] if queued else [])
+        outcome = runs[0] if runs else RunOutcome()
+        if outcome.exit_code is None:
+            return None  # keeps running until finish()
+        if runs:
+            runs.popleft()
+        self._logs[uid] = self._logs.get(uid, '') + outcome.log
+        hand_in_log(self.client, pod, pod['spec']['containers'][0]['name'], self._logs[uid])
+        if outcome.exit_code != 0 and pod['spec'].get('restartPolicy') == 'OnFailure':
+            job = (pod['metadata'].get('labels') or {}).get(JOB_NAME_LABEL, '')
+            queued = self._outcomes.get(job)
+            if queued and not runs:
+                runs.append(queued.popleft())
+            return self._patch_status(pod, restarted_status(pod, outcome.exit_code))
+        return self._patch_status(pod, ended_status(pod, outcome.exit_code))
 
     def _bind(self, pod: dict[str, Any]) -> None:
         load = {node: 0 for node in self.nodes if self._reachable[node]}

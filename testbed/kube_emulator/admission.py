@@ -11,6 +11,7 @@ from typing import Any
 from testbed.kube_emulator.builtin_schema import builtin_errors, definition_of, prune_unknown_fields
 from testbed.kube_emulator.crd_schema import cel_errors, prune_and_default
 from testbed.kube_emulator.errors import ApiError, bad_request, invalid, validation_causes
+from testbed.kube_emulator.jobs import job_defaults, job_errors
 from testbed.kube_emulator.resources import ResourceType
 
 
@@ -49,23 +50,14 @@ def _builtin_defaults(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any]
             obj['status'] = {'phase': 'Active'}
     if rt.kind == 'Pod' and rt.group == '' and old is None:
         spec = obj.setdefault('spec', {})
-        for key, value in (('restartPolicy', 'Always'), ('terminationGracePeriodSeconds', 30),
-                           ('dnsPolicy', 'ClusterFirst'), ('schedulerName', 'default-scheduler'),
-                           ('serviceAccountName', 'default'), ('serviceAccount', 'default'),
-                           ('securityContext', {}), ('enableServiceLinks', True), ('priority', 0),
-                           ('preemptionPolicy', 'PreemptLowerPriority')):
+        _pod_spec_defaults(spec)
+        for key, value in (('serviceAccountName', 'default'), ('serviceAccount', 'default'), ('priority', 0),
+                           ('preemptionPolicy', 'PreemptLowerPriority')):  # admission plugins, pods only
             spec.setdefault(key, value)
         tolerations = spec.setdefault('tolerations', [])
         for taint in ('node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable'):
             if not any(t.get('key') == taint for t in tolerations):
                 tolerations.append({'key': taint, 'operator': 'Exists', 'effect': 'NoExecute', 'tolerationSeconds': 300})
-        for container in spec.get('containers') or []:
-            image = container.get('image') or ''
-            latest = ':' not in image.rsplit('/', 1)[-1] or image.endswith(':latest')
-            container.setdefault('imagePullPolicy', 'Always' if latest else 'IfNotPresent')
-            container.setdefault('terminationMessagePath', '/dev/termination-log')
-            container.setdefault('terminationMessagePolicy', 'File')
-            container.setdefault('resources', {})
         requests = [c.get('resources') or {} for c in spec.get('containers') or []]
         qos = ('BestEffort' if not any(r.get('requests') or r.get('limits') for r in requests) else
                'Guaranteed' if all(r.get('limits') and all(r['limits'].get(k) and (r.get('requests') or r['limits']).get(k) == r['limits'][k]
@@ -73,7 +65,25 @@ def _builtin_defaults(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any]
         obj['status'] = {'phase': 'Pending', 'qosClass': qos}
     if rt.kind == 'Service' and old is None:
         obj['status'] = {'loadBalancer': {}}
+    if rt.kind == 'Job' and rt.group == 'batch':
+        _pod_spec_defaults(obj.setdefault('spec', {}).setdefault('template', {}).setdefault('spec', {}))
+        obj = job_defaults(obj, created=old is None)
     return obj
+
+
+def _pod_spec_defaults(spec: dict[str, Any]) -> None:
+    """The defaults of a PodSpec (SetDefaults_PodSpec, SetDefaults_Container): pods and pod templates."""
+    for key, value in (('restartPolicy', 'Always'), ('terminationGracePeriodSeconds', 30),
+                       ('dnsPolicy', 'ClusterFirst'), ('schedulerName', 'default-scheduler'),
+                       ('securityContext', {}), ('enableServiceLinks', True)):
+        spec.setdefault(key, value)
+    for container in spec.get('containers') or []:
+        image = container.get('image') or ''
+        latest = ':' not in image.rsplit('/', 1)[-1] or image.endswith(':latest')
+        container.setdefault('imagePullPolicy', 'Always' if latest else 'IfNotPresent')
+        container.setdefault('terminationMessagePath', '/dev/termination-log')
+        container.setdefault('terminationMessagePolicy', 'File')
+        container.setdefault('resources', {})
 
 
 _MUTABLE_POD_SPEC = ('activeDeadlineSeconds', 'tolerations', 'schedulingGates')
@@ -100,6 +110,8 @@ def _builtin_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | 
                                        '`spec.containers[*].image`, `spec.initContainers[*].image`, '
                                        '`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to '
                                        'existing tolerations), `spec.terminationGracePeriodSeconds`'))
+    if rt.kind == 'Job' and rt.group == 'batch':
+        errors += job_errors(obj, old)
     if rt.kind in ('RoleBinding', 'ClusterRoleBinding') and old is not None and obj.get('roleRef') != old.get('roleRef'):
         ref = obj.get('roleRef') or {}
         errors.append(('roleRef', f'Invalid value: rbac.RoleRef{{APIGroup:"{ref.get("apiGroup", "")}", '

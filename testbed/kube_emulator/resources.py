@@ -1,6 +1,6 @@
 """Resource types: what the fake serves. One ResourceType per group/version/plural (its scope,
 names, subresources, field selectors and, for custom resources, schema), the built-in kinds
-served from the start (BUILTIN_TYPES, and no others: no apps/v1), the types a CRD
+served from the start (BUILTIN_TYPES, and no others: no apps/v1, no CronJobs), the types a CRD
 adds (custom_resource_types), and the few constants of a fresh server (its Kubernetes release,
 initial namespaces, the CRD cleanup finalizer, the verbs discovery lists).
 """
@@ -22,7 +22,7 @@ class ResourceType:
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    subresources: frozenset[str] = frozenset()  # of 'status', 'scale', 'binding'
+    subresources: frozenset[str] = frozenset()  # of 'status', 'scale', 'binding', 'log', 'token'
     scale: dict[str, str] | None = None  # a CRD's subresources.scale (the replicas paths)
     schema: dict[str, Any] | None = None  # a CRD's openAPIV3Schema; None for built-in kinds
     printer_columns: tuple[dict[str, Any], ...] = ()
@@ -60,7 +60,7 @@ BUILTIN_TYPES = (
     _builtin('', 'v1', 'nodes', 'Node', namespaced=False, short_names=('no',),
              subresources={'status'}, field_selectors=('spec.unschedulable',)),
     _builtin('', 'v1', 'pods', 'Pod', short_names=('po',), categories=('all',),
-             subresources={'status', 'binding'},
+             subresources={'status', 'binding', 'log'},
              field_selectors=('spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName',
                               'spec.serviceAccountName', 'status.phase', 'status.podIP',
                               'status.nominatedNodeName')),
@@ -76,6 +76,8 @@ BUILTIN_TYPES = (
                               'involvedObject.resourceVersion', 'involvedObject.fieldPath',
                               'reason', 'reportingComponent', 'source', 'type')),
     _builtin('coordination.k8s.io', 'v1', 'leases', 'Lease'),
+    _builtin('batch', 'v1', 'jobs', 'Job', categories=('all',), subresources={'status'},
+             field_selectors=('status.successful',), tracks_generation=True),
     _builtin('scheduling.k8s.io', 'v1', 'priorityclasses', 'PriorityClass', namespaced=False, short_names=('pc',)),
     _builtin('events.k8s.io', 'v1', 'events', 'Event', short_names=('ev',)),
     _builtin('rbac.authorization.k8s.io', 'v1', 'roles', 'Role'),

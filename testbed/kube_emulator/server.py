@@ -73,7 +73,9 @@ from testbed.kube_emulator.errors import (
     ApiError, already_exists, bad_request, conflict, invalid, not_found, status_details, unknown_resource)
 from testbed.kube_emulator.patches import json_patch, merge_patch, strategic_merge_patch
 from testbed.kube_emulator.paths import ApiPath, LabelSelector, dig, field_selector, matches, set_at
+from testbed.kube_emulator.job_controller import JobController, JobStore
 from testbed.kube_emulator.pod_gc import PodGarbageCollector
+from testbed.kube_emulator.pod_logs import UPLOAD_ROUTE, PodLogs
 from testbed.kube_emulator.protobuf import decode_protobuf
 from testbed.kube_emulator.resources import (
     BUILTIN_TYPES, CRD_CLEANUP_FINALIZER, INITIAL_NAMESPACES, ResourceType, custom_resource_types)
@@ -124,6 +126,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
     authn: Authenticator = attrs.field(factory=Authenticator, init=False)
     authz: Authorizer = attrs.field(init=False)
     pod_gc: PodGarbageCollector = attrs.field(init=False)
+    job_controller: JobController = attrs.field(init=False)
+    pod_logs: PodLogs = attrs.field(factory=PodLogs, init=False)
     # The stored RBAC objects by (plural, namespace, name), kept by _commit: authz reads them per request.
     _rbac: dict[tuple[str, str, str], dict[str, Any]] = attrs.field(factory=dict, init=False)
 
@@ -132,6 +136,11 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         self.authz = Authorizer(self._rbac_objects)
         self.pod_gc = PodGarbageCollector(lambda: self._all('', 'pods'), lambda: self._all('', 'nodes'),
                                           self._fail_and_force_delete)
+        self.job_controller = JobController(JobStore(
+            version=lambda: self._resource_version, jobs=lambda: self._all('batch', 'jobs'),
+            pods=lambda: self._all('', 'pods'), create_pod=self._create_job_pod, delete_pod=self._delete_job_pod,
+            remove_finalizer=self._remove_finalizer_now, write_status=self._write_job_status,
+            record_event=self._record_event))
         for rt in BUILTIN_TYPES:
             self._types[rt.group, rt.version, rt.plural] = rt
         for name in INITIAL_NAMESPACES:
@@ -167,6 +176,10 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         try:
             user = self.authn.authenticate(raw_request.headers.get('Authorization'), self._uid_of)
             self.authz.authorize(user, raw_request.method, raw_request.path, dict(raw_request.query))
+            logs = await self._serve_pod_logs(raw_request)
+            if logs is not None:
+                self.authn.record(user, raw_request.method, raw_request.path_qs, logs.status)
+                return logs
             request = await self._parse_request(raw_request)
             self._requests.append(request)
             del self._requests[:-REQUESTS_KEPT]
@@ -178,9 +191,26 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         self.authn.record(user, raw_request.method, raw_request.path_qs, response.status)
         return response
 
+    async def _serve_pod_logs(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.Response | None:
+        """A pod's log (GET pods/NAME/log, text/plain) or a fake kubelet handing one in (the
+        test-only UPLOAD_ROUTE); None for every other request (see pod_logs.py)."""
+        upload = UPLOAD_ROUTE.fullmatch(raw.path)
+        if upload is not None and raw.method == 'PUT':
+            body = json.loads(await raw.read() or b'{}')
+            self.pod_logs.put(upload['uid'], upload['container'], str(body.get('log', '')).encode())
+            return aiohttp.web.json_response({})
+        path = ApiPath.parse(raw.path)
+        if path is None or (path.group, path.plural, path.subresource) != ('', 'pods', 'log') or raw.method != 'GET':
+            return None
+        rt = self._type('', 'v1', 'pods')
+        pod = self._get(rt, path.namespace, path.name or '')
+        text = self.pod_logs.read(pod, dict(raw.query), rt)
+        return aiohttp.web.Response(body=text, content_type='text/plain', charset='utf-8')
+
     async def __aenter__(self) -> 'FakeKubeAPI':
         await super().__aenter__()
         self._spawn(self.pod_gc.run())  # the controllers that run on their own, until close()
+        self._spawn(self.job_controller.run())
         return self
 
     def _rbac_objects(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
@@ -278,6 +308,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             raise unknown_resource()
         if path.subresource is not None and path.subresource not in rt.subresources:
             raise unknown_resource()
+        if path.subresource == 'log':  # a GET is served by _serve_pod_logs
+            raise ApiError(405, 'MethodNotAllowed', f'the server does not allow this method on {rt.qualified}/log', {})
         namespace = path.namespace if rt.namespaced else None
         method, params, data = request.method.value, request.params, request.data
         dry_run = 'dryRun' in params
@@ -677,7 +709,10 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
                                          f'{field} in object meta: {meta[field]}')
         grace = options.get('gracePeriodSeconds', params.get('gracePeriodSeconds'))
         grace = int(grace) if grace is not None else None
-        policy = options.get('propagationPolicy') or params.get('propagationPolicy') or 'Background'
+        # batch/v1 Jobs orphan their pods unless asked otherwise (the Job strategy's
+        # DefaultGarbageCollectionPolicy; a real server also sends a Warning header then).
+        default_policy = 'Orphan' if (rt.group, rt.plural) == ('batch', 'jobs') else 'Background'
+        policy = options.get('propagationPolicy') or params.get('propagationPolicy') or default_policy
         if dry_run:
             return obj
         if policy == 'Orphan':
@@ -725,6 +760,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         return stored
 
     def _after_removal(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        if rt.kind == 'Pod' and rt.group == '':
+            self.pod_logs.forget(obj['metadata']['uid'])
         if rt.kind == 'CustomResourceDefinition' and rt.group == 'apiextensions.k8s.io':
             for key in [k for k, t in self._types.items() if t.is_custom and t.store_key == (obj['spec']['group'], obj['spec']['names']['plural'])]:
                 del self._types[key]
@@ -848,6 +885,53 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             self._commit(rt, 'MODIFIED', new, current)
         with contextlib.suppress(ApiError):
             self._delete(rt, meta['namespace'], meta['name'], {'gracePeriodSeconds': 0}, {})
+
+    # -- the Job controller's writes (job_controller.py) -------------------------------------
+
+    def _create_job_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+        return self._create(self._type('', 'v1', 'pods'), namespace, pod, {})
+
+    def _delete_job_pod(self, pod: dict[str, Any]) -> None:
+        with contextlib.suppress(ApiError):
+            self._delete(self._type('', 'v1', 'pods'), pod['metadata']['namespace'], pod['metadata']['name'],
+                         {'preconditions': {'uid': pod['metadata']['uid']}, 'propagationPolicy': 'Background'}, {})
+
+    def _remove_finalizer_now(self, obj: dict[str, Any], finalizer: str) -> None:
+        """A finalizer removed by a controller: the object goes if it was waiting only for that."""
+        meta = obj['metadata']
+        rt = self._type('', 'v1', 'pods') if obj.get('kind', 'Pod') == 'Pod' else self._type('batch', 'v1', 'jobs')
+        current = self._objects.get((rt.group, rt.plural, meta.get('namespace') or '', meta['name']))
+        if current is None or current['metadata']['uid'] != meta['uid'] \
+                or finalizer not in (current['metadata'].get('finalizers') or []):
+            return
+        new = copy.deepcopy(current)
+        new['metadata']['finalizers'] = [f for f in new['metadata']['finalizers'] if f != finalizer]
+        if not new['metadata']['finalizers']:
+            del new['metadata']['finalizers']
+        gone = new['metadata'].get('deletionTimestamp') and new['metadata'].get('deletionGracePeriodSeconds') == 0 \
+            and not self._blocking_finalizers(rt, new)
+        self._commit(rt, 'DELETED' if gone else 'MODIFIED', new, current)
+
+    def _write_job_status(self, job: dict[str, Any], status: dict[str, Any]) -> None:
+        rt = self._type('batch', 'v1', 'jobs')
+        meta = job['metadata']
+        current = self._objects.get(('batch', 'jobs', meta['namespace'], meta['name']))
+        if current is not None and current['metadata']['uid'] == meta['uid'] and current.get('status') != status:
+            self._commit(rt, 'MODIFIED', dict(current, status=status), current)
+
+    def _record_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """A core/v1 Event about `involved`, as a controller of kube-controller-manager posts it."""
+        meta, now = involved['metadata'], now_timestamp()
+        event = {'metadata': {'name': f'{meta["name"]}.{uuid.uuid4().hex[:16]}', 'namespace': meta['namespace']},
+                 'involvedObject': {'kind': involved.get('kind', 'Job'), 'namespace': meta['namespace'],
+                                    'name': meta['name'], 'uid': meta['uid'],
+                                    'apiVersion': involved.get('apiVersion', 'batch/v1'),
+                                    'resourceVersion': meta.get('resourceVersion', '')},
+                 'reason': reason, 'message': message, 'type': kind, 'count': 1,
+                 'source': {'component': 'job-controller'}, 'reportingComponent': 'job-controller',
+                 'reportingInstance': '', 'firstTimestamp': now, 'lastTimestamp': now}
+        with contextlib.suppress(ApiError):  # e.g. the namespace is being deleted
+            self._create(self._type('', 'v1', 'events'), meta['namespace'], event, {})
 
     # -- controllers that react to creations -----------------------------------------------
 
