@@ -22,24 +22,31 @@ LAST_MOVES = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # kubectl's connection flags, accepted before or after the command as kubectl accepts them.
+    connection = argparse.ArgumentParser(add_help=False)
+    connection.add_argument("-n", "--namespace", default=argparse.SUPPRESS,
+                            help="the pool's namespace (default: the context's)")
+    connection.add_argument("--kubeconfig", default=argparse.SUPPRESS,
+                            help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    connection.add_argument("--context", default=argparse.SUPPRESS, help="kubeconfig context (default: the current one)")
     parser = argparse.ArgumentParser(
-        prog="kubectl ics", description="IronicComputeShard pools: status, pause, resume, preflight.")
-    parser.add_argument("-n", "--namespace", help="the pool's namespace (default: the context's)")
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+        prog="kubectl ics", parents=[connection],
+        description="IronicComputeShard pools: status, pause, resume, preflight.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("status", help="members, nodes, Nova, handover, last moves and Events") \
-        .add_argument("pool")
-    commands.add_parser("pause", help="set spec.paused: the operator stops writing, keeps reporting") \
-        .add_argument("pool")
-    commands.add_parser("resume", help="clear spec.paused").add_argument("pool")
-    check = commands.add_parser("preflight", help="check the pool's cloud and Secrets from here, and show "
-                                                  "the operator's own Preflight condition")
+    commands.add_parser("status", parents=[connection],
+                        help="members, nodes, Nova, handover, last moves and Events").add_argument("pool")
+    commands.add_parser("pause", parents=[connection],
+                        help="set spec.paused: the operator stops writing, keeps reporting").add_argument("pool")
+    commands.add_parser("resume", parents=[connection], help="clear spec.paused").add_argument("pool")
+    check = commands.add_parser("preflight", parents=[connection],
+                                help="check the pool's cloud and Secrets from here, and show the operator's "
+                                     "own Preflight condition")
     check.add_argument("pool")
     check.add_argument("--json", action="store_true", help="the checks as JSON")
     check.add_argument("--skip-image", action="store_true", help="do not ask the image's registry")
     args = parser.parse_args(argv)
-    kubectl = Kubectl(kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace)
+    kubectl = Kubectl(kubeconfig=getattr(args, "kubeconfig", None), context=getattr(args, "context", None),
+                      namespace=getattr(args, "namespace", None))
     try:
         if args.command == "status":
             pool = kubectl.get_pool(args.pool)
