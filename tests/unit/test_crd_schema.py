@@ -356,7 +356,8 @@ def test_minimal_pool_is_fully_spelled_out_by_defaults():
         "podPendingTimeoutSeconds": 300,
         "fencing": {"mode": "Wait"},
     }
-    assert spec["ironic"] == {"pollIntervalSeconds": 30, "maxConcurrentWrites": 4, "writesPerSecond": 20}
+    assert spec["ironic"] == {"pollIntervalSeconds": 30, "maxConcurrentWrites": 4, "writesPerSecond": 20,
+                              "fullResyncSeconds": 600}
     assert spec["nova"] == {"repairMisplaced": False}
     assert spec["paused"] is False
     assert "autoscale" not in spec and "affinity" not in spec

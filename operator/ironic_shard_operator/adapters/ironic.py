@@ -296,6 +296,33 @@ class IronicAdapter:
         self.check()
         return tuple(self._list(selector_filters(self.selector), marker=None, until=None).values())
 
+    @redacting
+    def shard_summary(self) -> dict[str, int]:
+        """Ironic's node count per shard value over ALL its nodes (`GET /v1/shards`, one
+        request; the count of nodes without a shard is named "None", as Ironic names it)."""
+        self.check()
+        response = self._send("GET", self._url("/shards"))
+        self._raise_for_status(response, "read the shard summary")
+        return {str(item["name"]): int(item["count"]) for item in response.json()["shards"]}
+
+    @redacting
+    def has_unsharded_node(self) -> bool:
+        """Whether any node of the pool's selector has no shard (`sharded=false`, limit 1:
+        one request whatever the node count)."""
+        self.check()
+        params = {**selector_filters(self.selector), "sharded": "false", "fields": "uuid", "limit": 1}
+        response = self._send("GET", self._url("/nodes", params))
+        self._raise_for_status(response, "look for unsharded nodes")
+        return bool(response.json()["nodes"])
+
+    @redacting
+    def unassociated_nodes_of(self, owner: str) -> tuple[Node, ...]:
+        """The nodes of the selector whose shard is `owner` and that carry no instance
+        (`associated=false`): one request unless there are more than a page of them."""
+        self.check()
+        filters = {**selector_filters(self.selector), "shard": owner, "associated": "false"}
+        return tuple(self._list(filters, marker=None, until=None).values())
+
     def _list(self, filters: Mapping[str, str], *, marker: str | None, until: str | None,
               limit: int = PAGE_LIMIT, retry: bool = True) -> dict[str, Node]:
         """Nodes matching `filters` after `marker`, stopping past `until`: every page

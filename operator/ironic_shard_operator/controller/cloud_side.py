@@ -2,9 +2,10 @@
 
 A cycle (reconcile.py) starts one `CloudSide` when none is under way, with what it observed:
 
-1. observe and plan Ironic with the members' readiness (ironic_cycle.py), no writes;
+1. observe (by need: a full listing or two cheap requests, ironic_cycle.py) and plan Ironic
+   with the members' readiness, no writes;
 2. when the plan moves nodes and the pool is not paused, run the Ironic cycle again with
-   writes (it re-reads Ironic first: a second listing only when something moves); the writes
+   writes (it lists Ironic in full first: a second listing only when something moves); the writes
    stop between two writes on news or when stopping (`interrupt`), or once the leader may
    not write;
 3. Nova's side, when the cloud has a compute endpoint (nova_cycle.py), also after an Ironic
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
-from ironic_shard_operator.controller.ironic_cycle import CycleReport, run_cycle
+from ironic_shard_operator.controller.ironic_cycle import CycleReport, ObservationMemory, run_cycle
 from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
 from ironic_shard_operator.core import model
@@ -65,7 +66,8 @@ class CloudResult:
 class CloudWork:
     """What a side works from: the cycle that starts it observed `members` (readiness) and
     `identities` (every member with a pod or a ConfigMap) at `now`; `previous_nova` is the
-    last status.nova, `autoscale_history` autoscale's memory from the last status."""
+    last status.nova, `autoscale_history` autoscale's memory from the last status; `memory`
+    the pool's last full listing (ironic_cycle.ObservationMemory; None: list every time)."""
 
     key: str
     pool: Pool
@@ -79,6 +81,7 @@ class CloudWork:
     nova: NovaRuntime
     metrics: Any
     may_write: Callable[[], bool]
+    memory: ObservationMemory | None = None
 
 
 class CloudSide:
@@ -141,7 +144,9 @@ class CloudSide:
         pool, metrics = work.pool, work.metrics
         try:
             report = await asyncio.to_thread(run_cycle, work.adapter, pool.spec, work.members, now=work.now,
-                                             paused=True, autoscale_history=work.autoscale_history)
+                                             paused=True, autoscale_history=work.autoscale_history,
+                                             memory=work.memory,
+                                             full_resync_seconds=pool.ironic.full_resync_seconds)
             result = CloudResult(report)
         except IronicError as error:
             _record_error(metrics, work.key, error)
@@ -153,7 +158,8 @@ class CloudSide:
             try:
                 report = await asyncio.to_thread(
                     run_cycle, work.adapter, pool.spec, work.members, now=work.now,
-                    stop=WriteStop(interrupt, work.may_write), autoscale_history=work.autoscale_history)
+                    stop=WriteStop(interrupt, work.may_write), autoscale_history=work.autoscale_history,
+                    memory=work.memory, full_resync_seconds=pool.ironic.full_resync_seconds)
                 result = CloudResult(report, applied=report.moves_applied)
                 if report.moves_applied and metrics is not None:
                     metrics.record_moves(work.key, report.moves_applied)

@@ -1,15 +1,24 @@
 """One reconcile cycle of a pool's node ownership: observe -> plan -> apply -> report.
 
 Callable without Kubernetes: members come from the caller (the kopf handler reads them
-from pods; tests and benchmarks name them). The cycle keeps no state between runs: it
-re-reads Ironic every time (level-triggered), so a cycle interrupted after any write (or
-killed) leaves every node with either its old owner or its new one, and the next cycle
-plans from what Ironic shows and finishes the job. Re-running a converged pool makes no
+from pods; tests and benchmarks name them). Level-triggered: a cycle interrupted after any
+write (or killed) leaves every node with either its old owner or its new one, and the next
+cycle plans from what Ironic shows and finishes the job. Re-running a converged pool makes no
 write.
+
+Observation by need (core/observation.py): with an `ObservationMemory` (one per pool, in
+memory only), a cycle plans from the pool's last full listing when Ironic's cheap answers
+(shard summary, an unsharded probe, one probe per owner outside the ring) say it still
+stands: 2 requests whatever the node count. It lists in full when they do not, when the ring
+changed, on the slow timer, and always before writing: every shard write is planned from a
+listing made in the same cycle (and re-checked in bulk by the adapter). Without a memory
+(benchmarks, tests of one cycle) every cycle lists in full. A restart starts with a full
+listing: nothing of this is persisted.
 
 `AdapterCache` keeps a pool's adapter from one cycle to the next: rebuilt when its
 configuration changes, and a configuration that cannot be used is neither tried nor logged
-again until it changes.
+again until it changes. It also keeps the pool's `ObservationMemory`, which starts empty with
+every new adapter (a new cloud or selector is listed in full first).
 """
 
 from __future__ import annotations
@@ -18,12 +27,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ironic_shard_operator.adapters.ironic import ApplyResult, IronicAdapter, IronicConfigError
+from ironic_shard_operator.core import observation
 from ironic_shard_operator.core.model import (
     AutoscaleHistory, Member, Node, NodeCounts, Observation, Plan, PoolSpec,
 )
+from ironic_shard_operator.core.observation import CheapAnswers, FullObservation
 from ironic_shard_operator.core.planner import plan
 
 log = logging.getLogger(__name__)
@@ -31,8 +42,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class CycleReport:
-    """What one cycle saw, decided and did. `nodes`: the pool's nodes as this cycle read
-    them, before its own writes (the Nova audit reuses them instead of listing again)."""
+    """What one cycle saw, decided and did. `nodes`: the pool's nodes as its last full
+    listing read them, before this cycle's writes (the Nova audit reuses them instead of
+    listing again), at `nodes_observed_at` (seconds since the epoch). When the cycle did not
+    list (`full_listing` None: the cheap answers confirmed the last listing), they are up to
+    spec.ironic.fullResyncSeconds old: their owners are confirmed by Ironic's shard summary
+    count for count, their instances and provision states are as they were then.
+    `full_listing` says why this cycle listed in full."""
 
     nodes: tuple[Node, ...]
     plan: Plan
@@ -40,6 +56,8 @@ class CycleReport:
     observe_requests: int       # Ironic requests to read the pool
     ironic_requests: int        # all Ironic requests of the cycle (reads, re-reads, writes)
     duration_seconds: float
+    nodes_observed_at: float = 0.0
+    full_listing: str | None = "every cycle lists (no ObservationMemory)"
 
     @property
     def moves_planned(self) -> int:
@@ -72,10 +90,11 @@ class AdapterCache:
         self.key: Hashable = None
         self.adapter: IronicAdapter | None = None
         self.error: IronicConfigError | None = None
+        self.memory = ObservationMemory()
 
     def get(self, key: Hashable, build: Callable[[], IronicAdapter], *, label: str = "") -> IronicAdapter:
         if self.key is None or key != self.key:
-            self.key, self.adapter, self.error = key, None, None
+            self.key, self.adapter, self.error, self.memory = key, None, None, ObservationMemory()
             try:
                 self.adapter = build()
             except IronicConfigError as error:
@@ -88,6 +107,14 @@ class AdapterCache:
         return self.adapter
 
 
+class ObservationMemory:
+    """A pool's last full listing between cycles (`last`), for observation by need. In
+    memory only: a new operator process, or a new adapter, starts with a full listing."""
+
+    def __init__(self) -> None:
+        self.last: FullObservation | None = None
+
+
 def run_cycle(
     adapter: IronicAdapter,
     spec: PoolSpec,
@@ -97,27 +124,57 @@ def run_cycle(
     paused: bool = False,
     stop: threading.Event | None = None,
     autoscale_history: AutoscaleHistory = AutoscaleHistory(),
+    memory: ObservationMemory | None = None,
+    full_resync_seconds: float = observation.DEFAULT_FULL_RESYNC_SECONDS,
 ) -> CycleReport:
-    """Observe the pool in Ironic, plan with the pure planner, write the moves, report.
+    """Observe the pool in Ironic (by need, with `memory`; see the module doc), plan with
+    the pure planner, write the moves, report.
 
     `paused` plans and reports but writes nothing (every move counts as not attempted).
     `stop` ends the writing early (see IronicAdapter.apply_moves). `autoscale_history` is what
     autoscale kept from earlier cycles (status.autoscale). Ironic errors propagate
     as IronicError subclasses, after which Ironic holds a consistent, partial result.
     The adapter's one-time check() (first use) is not counted in the report's requests.
+    Moves are written only when planned from a full listing made by this cycle.
     """
     adapter.check()  # once per adapter (endpoint, version, credentials): not a cycle cost
     started = time.monotonic()
     first_request = adapter.requests_made
-    nodes = adapter.list_nodes()
+    now = time.time() if now is None else now
+
+    def planned(nodes: tuple[Node, ...], observed_at: float) -> Plan:
+        return plan(Observation(spec=spec, members=tuple(members), nodes=nodes, now=now,
+                                autoscale_history=autoscale_history, nodes_observed_at=observed_at))
+
+    last = memory.last if memory is not None else None
+    reason: str | None = "every cycle lists (no ObservationMemory)"
+    if last is not None:
+        decision = planned(last.nodes, last.observed_at)
+        reason = observation.reason_before_asking(last, decision.ring_members, now, full_resync_seconds)
+        if reason is None and decision.moves and not paused:
+            reason = "moves are planned: writes follow a full listing"
+        if reason is None:
+            reason = observation.reason_from_answers(
+                spec.name, last, _cheap_answers(adapter, last.owners_outside(decision.ring_members)),
+                decision.ring_members)
+    if reason is not None:
+        summary = adapter.shard_summary() if memory is not None else {}  # before the listing
+        nodes, observed_at = adapter.list_nodes(), now
+        decision = planned(nodes, observed_at)
+        if memory is not None:
+            memory.last = FullObservation(nodes, observed_at, decision.ring_members, summary)
+    else:
+        assert last is not None
+        nodes, observed_at = last.nodes, last.observed_at
     observe_requests = adapter.requests_made - first_request
-    observation = Observation(spec=spec, members=tuple(members), nodes=nodes,
-                              now=time.time() if now is None else now, autoscale_history=autoscale_history)
-    decision = plan(observation)
-    if paused:
+    if paused or not decision.moves:
         applied = ApplyResult(planned=len(decision.moves), not_attempted=len(decision.moves))
     else:
-        applied = adapter.apply_moves(decision.moves, nodes, stop)
+        try:
+            applied = adapter.apply_moves(decision.moves, nodes, stop)
+        finally:
+            if memory is not None and memory.last is not None:
+                memory.last = replace(memory.last, wrote_since=True)
     return CycleReport(
         nodes=nodes,
         plan=decision,
@@ -125,4 +182,13 @@ def run_cycle(
         observe_requests=observe_requests,
         ironic_requests=adapter.requests_made - first_request,
         duration_seconds=time.monotonic() - started,
+        nodes_observed_at=observed_at,
+        full_listing=reason,
     )
+
+
+def _cheap_answers(adapter: IronicAdapter, owners_outside: Sequence[str]) -> CheapAnswers:
+    """The cheap questions of a poll (core/observation.py): 2 requests, plus one per owner
+    outside the ring."""
+    return CheapAnswers(summary=adapter.shard_summary(), unsharded=adapter.has_unsharded_node(),
+                        unassociated={owner: adapter.unassociated_nodes_of(owner) for owner in owners_outside})

@@ -146,13 +146,16 @@ class PoolSpec:
 @dataclass(frozen=True, slots=True)
 class Observation:
     """Everything the planner sees of one pool at one instant, and what autoscale kept from
-    earlier cycles (`autoscale_history`, read back from the last status)."""
+    earlier cycles (`autoscale_history`, read back from the last status). `nodes` were listed
+    in full at `nodes_observed_at` (None: at `now`); observation by need plans from an
+    earlier listing that Ironic's cheap answers confirmed (core/observation.py)."""
 
     spec: PoolSpec
     members: tuple[Member, ...]
     nodes: tuple[Node, ...]
     now: float
     autoscale_history: AutoscaleHistory = AutoscaleHistory()
+    nodes_observed_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -180,7 +183,8 @@ class NodeCounts:
 
     `pending_moves` counts the plan's moves, `misplaced` the pinned nodes whose owner is
     no member of the pool (no compute of this pool serves them, and the ring may not
-    move them).
+    move them). `observed_at`: when the nodes counted were listed in full (seconds since the
+    epoch; None: unknown), so the counts are never presented as fresher than they are.
     """
 
     total: int = 0
@@ -189,6 +193,7 @@ class NodeCounts:
     unassigned: int = 0
     pending_moves: int = 0
     misplaced: int = 0
+    observed_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

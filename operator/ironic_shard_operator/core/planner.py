@@ -98,6 +98,7 @@ def plan(observation: Observation) -> Plan:
         unassigned=sum(1 for node in nodes if node.shard is None),
         pending_moves=len(moves),
         misplaced=sum(c for owner, c in pinned_by_owner.items() if owner not in identities),
+        observed_at=observation.now if observation.nodes_observed_at is None else observation.nodes_observed_at,
     )
     return Plan(
         desired_replicas=desired,

@@ -61,6 +61,7 @@ class IronicSettings:
     poll_interval_seconds: float = 30.0
     max_concurrent_writes: int = 4
     writes_per_second: float = 20.0
+    full_resync_seconds: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +303,8 @@ def _ironic(raw: Mapping[str, Any]) -> IronicSettings:
                                    "spec.ironic.maxConcurrentWrites", minimum=1),
         writes_per_second=_number(raw.get("writesPerSecond", 20),
                                   "spec.ironic.writesPerSecond", minimum=0.1),
+        full_resync_seconds=_number(raw.get("fullResyncSeconds", 600),
+                                    "spec.ironic.fullResyncSeconds", minimum=1),
     )
 
 

@@ -199,12 +199,16 @@ def _ring(plan: model.Plan, previous: Mapping[str, Any]) -> dict[str, Any]:
     return {"members": list(plan.ring_members), "generation": generation, "digest": digest}
 
 
-def _counts(counts: model.NodeCounts) -> dict[str, int]:
-    return {
+def _counts(counts: model.NodeCounts) -> dict[str, Any]:
+    """status.nodes; `observedAt` says when the counted nodes were listed in full."""
+    section: dict[str, Any] = {
         "total": counts.total, "free": counts.free, "pinned": counts.pinned,
         "unassigned": counts.unassigned, "pendingMoves": counts.pending_moves,
         "misplaced": counts.misplaced,
     }
+    if counts.observed_at is not None:
+        section["observedAt"] = format_time(counts.observed_at)
+    return section
 
 
 @dataclass(frozen=True, slots=True)
