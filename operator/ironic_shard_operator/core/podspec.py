@@ -120,19 +120,24 @@ def _metadata(pool: Pool, name: str, member: str) -> dict[str, Any]:
         "name": name,
         "namespace": pool.namespace,
         "labels": {APP_LABEL: APP_NAME, POOL_LABEL: pool.name, MEMBER_LABEL: member},
-        "ownerReferences": [{
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": KIND,
-            "name": pool.name,
-            "uid": pool.uid,
-            "controller": True,
-            # No blockOwnerDeletion. It only makes a *foreground* deletion of the pool wait for
-            # this object, which nothing here relies on, and setting it needs `update` on
-            # ironiccomputeshards/finalizers where the OwnerReferencesPermissionEnforcement
-            # admission plugin runs (OpenShift, hardened clusters): a permission kept only to
-            # satisfy that check, which every hand-written Role (rbac.create=false) would also
-            # have to carry, or every pod create is refused. docs/operating.md, Permissions.
-        }],
+        "ownerReferences": [owner_reference(pool)],
+    }
+
+
+def owner_reference(pool: Pool) -> dict[str, Any]:
+    """The controller reference to the pool that every object the operator creates carries."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": pool.name,
+        "uid": pool.uid,
+        "controller": True,
+        # No blockOwnerDeletion. It only makes a *foreground* deletion of the pool wait for
+        # this object, which nothing here relies on, and setting it needs `update` on
+        # ironiccomputeshards/finalizers where the OwnerReferencesPermissionEnforcement
+        # admission plugin runs (OpenShift, hardened clusters): a permission kept only to
+        # satisfy that check, which every hand-written Role (rbac.create=false) would also
+        # have to carry, or every pod create is refused. docs/operating.md, Permissions.
     }
 
 

@@ -1,0 +1,136 @@
+"""A handover's Kubernetes Job, rendered and read back, and the check of its nova.conf. Pure.
+
+The Job runs `nova-manage db ironic_compute_node_move --ironic-node-uuid U --destination-host H`
+for each node of its batch, one after the other, in the pool's image, with the nova.conf of
+`spec.handover.novaManageConfig` (database access) mounted read-only. `set -e`: the first
+refusal ends the pod, so nothing after it runs. Its name is derived from its batch
+(core/handover.py::job_name), it is owned by the pool (garbage-collected with it), its pod is
+never restarted in place and the Job retries at most BACKOFF_LIMIT times. A pod that runs a
+batch again cannot move a node twice: nova-manage refuses a node whose compute node's service
+is not forced down, which a node already at its (live) destination is not.
+
+The batch is also recorded in an annotation, so the operator reads back which nodes a Job
+moves without parsing its command.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobBatch, JobView
+from ironic_shard_operator.core.pods import parse_time
+from ironic_shard_operator.core.podspec import MEMBER_LABEL, POOL_LABEL, owner_reference
+from ironic_shard_operator.core.spec import GROUP, Pool
+
+COMPONENT_LABEL = f"{GROUP}/component"
+COMPONENT = "handover"
+MOVES_ANNOTATION = f"{GROUP}/handover-moves"
+CONTAINER_NAME = "nova-manage"
+CONFIG_PATH = "/etc/nova/handover/nova.conf"
+BACKOFF_LIMIT = 2
+# A Job that hangs (a database that does not answer) is failed by Kubernetes after this long.
+ACTIVE_DEADLINE_SECONDS = 900
+
+
+def job_selector(pool: str) -> str:
+    """The label selector of a pool's handover Jobs."""
+    return f"{POOL_LABEL}={pool},{COMPONENT_LABEL}={COMPONENT}"
+
+
+def script(moves: Sequence[Any]) -> str:
+    """The shell script of a batch: one nova-manage per node, stop at the first refusal."""
+    steps = [" ".join(shlex.quote(word) for word in (
+        "nova-manage", "--config-file", CONFIG_PATH, "db", "ironic_compute_node_move",
+        "--ironic-node-uuid", move.node_uuid, "--destination-host", move.target)) for move in moves]
+    return "; ".join(["set -e", *steps])
+
+
+def render_job(pool: Pool, batch: JobBatch) -> dict[str, Any]:
+    """The batch's Job (module doc)."""
+    assert pool.handover is not None
+    labels = {POOL_LABEL: pool.name, MEMBER_LABEL: batch.source, COMPONENT_LABEL: COMPONENT}
+    secret = pool.handover.nova_manage_config
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{
+            "name": CONTAINER_NAME,
+            "image": pool.pod.image,
+            "command": ["/bin/sh", "-c", script(batch.moves)],
+            "volumeMounts": [{"name": "nova-manage-conf", "mountPath": CONFIG_PATH, "subPath": "nova.conf",
+                              "readOnly": True}],
+            **({"imagePullPolicy": pool.pod.image_pull_policy} if pool.pod.image_pull_policy else {}),
+        }],
+        "volumes": [{"name": "nova-manage-conf",
+                     "secret": {"secretName": secret.name, "items": [{"key": secret.key, "path": "nova.conf"}]}}],
+    }
+    for key, value in (("nodeSelector", pool.pod.node_selector), ("priorityClassName", pool.pod.priority_class_name),
+                       ("serviceAccountName", pool.pod.service_account_name)):
+        if value:
+            pod_spec[key] = dict(value) if isinstance(value, Mapping) else value
+    if pool.pod.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in pool.pod.tolerations]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": batch.name,
+            "namespace": pool.namespace,
+            "labels": labels,
+            "annotations": {MOVES_ANNOTATION: json.dumps([[m.node_uuid, m.target] for m in batch.moves])},
+            "ownerReferences": [owner_reference(pool)],
+        },
+        "spec": {
+            "backoffLimit": BACKOFF_LIMIT,
+            "activeDeadlineSeconds": ACTIVE_DEADLINE_SECONDS,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def read_job(raw: Mapping[str, Any], log_tail: str = "") -> JobView | None:
+    """A JobView of a Job as the API returns it; None when it is no handover Job of ours."""
+    meta = raw.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        moves = tuple((str(uuid), str(dest)) for uuid, dest in
+                      json.loads((meta.get("annotations") or {}).get(MOVES_ANNOTATION, "")))
+    except (ValueError, TypeError):
+        return None
+    source = labels.get(MEMBER_LABEL)
+    if not source or labels.get(COMPONENT_LABEL) != COMPONENT:
+        return None
+    state, finished = ACTIVE, None
+    for condition in (raw.get("status") or {}).get("conditions") or ():
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            state, finished = SUCCEEDED, parse_time(condition.get("lastTransitionTime"))
+        elif condition.get("type") == "Failed":
+            state, finished = FAILED, parse_time(condition.get("lastTransitionTime"))
+    if meta.get("deletionTimestamp") and state == ACTIVE:
+        state = FAILED  # being deleted: its pod is stopped, nothing more runs
+    return JobView(name=meta.get("name", ""), source=source, moves=moves, state=state, finished=finished,
+                   log_tail=log_tail)
+
+
+def config_problem(text: str | None, secret: str, key: str) -> str | None:
+    """Why the nova.conf of novaManageConfig cannot run nova-manage's move: it is missing, or
+    lacks [database] or [api_database] connection; None when it can."""
+    if text is None:
+        return f"Secret {secret} has no key {key} (spec.handover.novaManageConfig): no handover can run"
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error as error:
+        return f"Secret {secret} key {key} (spec.handover.novaManageConfig) is no readable nova.conf: {error}"
+    missing = [section for section in ("database", "api_database")
+               if not parser.get(section, "connection", fallback="").strip()]
+    if missing:
+        return (f"Secret {secret} key {key} (spec.handover.novaManageConfig) has no "
+                + " and no ".join(f"[{s}] connection" for s in missing)
+                + ": nova-manage needs database access to move compute nodes; no handover runs")
+    return None

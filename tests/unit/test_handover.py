@@ -1,0 +1,282 @@
+"""The pure handover planning (core/handover.py): examples of each step, and hypothesis
+properties over a simulated Nova + Ironic whose nova-manage refuses what the real one refuses
+(nova 34, nova/cmd/manage.py: source not forced down, destination forced down, more than one
+instance), with Jobs interrupted at random and the planner re-run from scratch every cycle."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ironic_shard_operator.core import handover
+from ironic_shard_operator.core.handover import (
+    ACTIVE, FAILED, SUCCEEDED, JobView, NovaView, decide, pods_to_stop, sources,
+)
+from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec
+from ironic_shard_operator.core.planner import plan
+from ironic_shard_operator.core.shard_write import Verdict, handover_verdict
+from ironic_shard_operator.core.spec import Handover, SecretKeyRef
+from tests.unit.nova_records import service
+
+POOL = "rack"
+SETTINGS = Handover(SecretKeyRef("nova-manage", "nova.conf"), max_concurrent=4)
+NOW = 10_000.0
+
+
+def m(i: int) -> str:
+    return f"{POOL}-{i}"
+
+
+def ready(*ordinals: int) -> tuple[Member, ...]:
+    return tuple(Member(m(i), ready=True, since=0.0) for i in ordinals)
+
+
+def with_instance(uuid: str, shard: str) -> Node:
+    return Node(uuid, shard=shard, instance_uuid=f"i-{uuid}", provision_state="active")
+
+
+# --- examples, one per step ---------------------------------------------------------------
+
+
+def _decide(nodes, *, services, hosts, pods=(), jobs=(), members=ready(0, 1, 2), retiring=(m(2),),
+            instances=None, settings_=SETTINGS):
+    ring = [x.name for x in members if x.ready and x.name not in retiring]
+    return decide(pool=POOL, settings=settings_, members=members, retiring=retiring, ring_members=ring,
+                  pods=pods, nodes=nodes, nova=NovaView(services, hosts, instances or {}), jobs=jobs, now=NOW)
+
+
+def test_a_retiring_source_goes_step_by_step_free_nodes_pod_forced_down_then_jobs():
+    pinned = [with_instance(f"n{i}", m(2)) for i in range(6)]
+    hosts = {n.uuid: m(2) for n in pinned}
+    up = {h: service(h) for h in (m(0), m(1), m(2))}
+    step = _decide([*pinned, Node("free-1", shard=m(2))], services=up, hosts=hosts, pods=[m(2)])
+    assert step.progress[0].phase == handover.MOVING_FREE and not step.writes
+
+    step = _decide(pinned, services=up, hosts=hosts, pods=[m(2)])
+    assert step.progress[0].phase == handover.STOPPING_POD and not step.writes
+
+    step = _decide(pinned, services=up, hosts=hosts)
+    assert step.force_down == (m(2),) and not step.create_jobs
+
+    down = {**up, m(2): service(m(2), forced_down=True)}
+    step = _decide(pinned, services=down, hosts=hosts)
+    (job,) = step.create_jobs
+    assert len(job.moves) == SETTINGS.max_concurrent  # bounded, the rest waits
+    assert {mv.target for mv in job.moves} <= {m(0), m(1)} and all(mv.source == m(2) for mv in job.moves)
+    assert step.progress[0].in_flight == 4 and step.progress[0].job == job.name
+    assert job.name == handover.job_name(m(2), job.moves)  # deterministic: the same after a restart
+
+
+def test_nodes_nova_already_moved_are_resharded_and_never_put_in_a_job_again():
+    pinned = [with_instance(f"n{i}", m(2)) for i in range(3)]
+    services = {m(0): service(m(0)), m(1): service(m(1)), m(2): service(m(2), forced_down=True)}
+    hosts = {"n0": m(0), "n1": m(2), "n2": m(2)}
+    running = JobView("rack-2-handover-x", m(2), (("n2", m(1)),), ACTIVE)
+    step = _decide(pinned, services=services, hosts=hosts, jobs=[running])
+    assert step.shard_writes == (handover.Move("n0", m(2), m(0)),)
+    assert not step.create_jobs  # one Job per source at a time: n1 waits for it
+    assert step.progress[0].done == 1 and step.progress[0].in_flight == 1
+
+
+def test_a_failed_job_with_no_progress_is_reported_with_its_log_and_retried_only_after_the_backoff():
+    pinned = [with_instance("n0", m(2))]
+    services = {m(0): service(m(0)), m(1): service(m(1)), m(2): service(m(2), forced_down=True)}
+    failed = JobView("rack-2-handover-x", m(2), (("n0", m(0)),), FAILED, finished=NOW - 5,
+                     log_tail="Destination compute is forced down!")
+    step = _decide(pinned, services=services, hosts={"n0": m(2)}, jobs=[failed])
+    assert [p.reason for p in step.problems] == ["HandoverFailed"]
+    assert "Destination compute is forced down!" in step.problems[0].message
+    assert not step.delete_jobs and not step.create_jobs
+    later = replace(failed, finished=NOW - handover.RETRY_SECONDS)
+    assert _decide(pinned, services=services, hosts={"n0": m(2)}, jobs=[later]).delete_jobs == (failed.name,)
+
+
+def test_a_job_interrupted_after_some_moves_is_no_failure_and_the_rest_is_batched_again():
+    pinned = [with_instance(f"n{i}", m(2)) for i in range(2)]
+    services = {m(0): service(m(0)), m(1): service(m(1)), m(2): service(m(2), forced_down=True)}
+    killed = JobView("j", m(2), (("n0", m(0)), ("n1", m(1))), FAILED, finished=NOW,
+                     log_tail="Source service is not yet forced down!")
+    step = _decide(pinned, services=services, hosts={"n0": m(0), "n1": m(2)}, jobs=[killed])
+    assert step.delete_jobs == ("j",) and not step.problems
+    assert step.shard_writes == (handover.Move("n0", m(2), m(0)),)
+
+
+def test_refusals_change_nothing_and_say_why():
+    pinned = [with_instance("two", m(2)), with_instance("busy", m(2))]
+    busy = replace(pinned[1], reservation="conductor-1")
+    services = {m(0): service(m(0)), m(1): service(m(1)), m(2): service(m(2), forced_down=True)}
+    step = _decide([pinned[0], busy], services=services, hosts={"two": m(2), "busy": m(2)},
+                   instances={"two": 2})
+    assert not step.create_jobs and not step.shard_writes
+    assert [p.reason for p in step.problems] == ["HandoverRefused"]
+    assert "more than one instance" in step.problems[0].message
+    assert "locked by conductor-1" in step.progress[0].message
+
+    no_destination = {**services, m(0): service(m(0), forced_down=True), m(1): service(m(1), up=False)}
+    step = _decide([pinned[0]], services=no_destination, hosts={"two": m(2)})
+    assert not step.create_jobs
+    assert step.problems[0].reason == "HandoverNoDestination"
+    assert "rack-0's Nova service is forced down" in step.problems[0].message
+
+
+def test_without_handover_settings_or_with_on_scale_down_off_nothing_hands_over():
+    members = ready(0, 1)
+    assert sources(settings=None, members=members, retiring={m(1)}, pods=(), pinned={m(1): 3}, now=NOW) == {}
+    off = replace(SETTINGS, on_scale_down=False, after_failure_seconds=600)
+    assert sources(settings=off, members=members, retiring={m(1)}, pods=(), pinned={m(1): 3}, now=NOW) == {}
+
+
+def test_a_failed_member_hands_over_only_after_the_delay_and_once_its_pod_is_gone():
+    after = replace(SETTINGS, after_failure_seconds=600)
+    failed = (*ready(0), Member(m(1), ready=False, since=NOW - 601))
+    kw = dict(settings=after, members=failed, retiring=(), pinned={m(1): 2}, now=NOW)
+    assert sources(pods=[m(1)], **kw) == {}
+    assert sources(pods=[], **kw) == {m(1): handover.FAILURE}
+    recent = (*ready(0), Member(m(1), ready=False, since=NOW - 599))
+    assert sources(**{**kw, "members": recent}, pods=[]) == {}
+
+
+def test_the_pod_side_stops_a_retiring_source_only_once_its_free_nodes_are_gone_and_holds_a_failed_one():
+    after = replace(SETTINGS, after_failure_seconds=600)
+    members = (*ready(0, 1), Member(m(2), ready=False, since=NOW - 700), Member(m(3), ready=True, since=0))
+    nodes = (with_instance("a", m(3)), Node("b", shard=m(3)), with_instance("c", m(2)), Node("d", shard=m(0)))
+    obs = Observation(PoolSpec(POOL, replicas=3), members, nodes, NOW)
+    first = plan(obs)
+    stop, held = pods_to_stop(first, after, members, pods=[m(0), m(1), m(3)], now=NOW)
+    assert stop == frozenset() and held == {m(2)}  # m(3)'s free node moves first
+    moved = plan(replace(obs, nodes=(*nodes[:1], Node("b", shard=m(0)), *nodes[2:])))
+    stop, held = pods_to_stop(moved, after, members, pods=[m(0), m(1), m(3)], now=NOW)
+    assert stop == {m(3)} and held == {m(2)}
+
+
+# --- properties over a simulated Nova and Ironic ---------------------------------------------
+
+
+@dataclass
+class World:
+    """Ironic nodes, Nova's compute nodes, services and instances, pods and Jobs: what a real
+    cloud would show. `moves` counts each node's successful nova-manage moves."""
+
+    members: tuple[Member, ...]
+    retiring: frozenset[str]
+    nodes: dict[str, Node]
+    host: dict[str, str]
+    forced_down: set[str]
+    down: set[str]
+    pods: set[str]
+    jobs: dict[str, JobView] = field(default_factory=dict)
+    moves: Counter = field(default_factory=Counter)
+    instances: dict[str, int] = field(default_factory=dict)
+
+    def services(self):
+        return {x.name: service(x.name, up=x.name not in self.down, forced_down=x.name in self.forced_down)
+                for x in self.members}
+
+    def nova_manage(self, uuid: str, destination: str) -> str | None:
+        """The real command's checks, in its order; None on success."""
+        if destination in self.forced_down:
+            return "Destination compute is forced down!"
+        if self.host[uuid] not in self.forced_down:
+            return "Source service is not yet forced down!"
+        if self.instances.get(uuid, 1) > 1:
+            return "Found an ironic host with more than one instance!"
+        self.host[uuid] = destination
+        self.moves[uuid] += 1
+        return None
+
+
+@st.composite
+def worlds(draw):
+    count = draw(st.integers(2, 5))
+    leaving = draw(st.integers(1, count - 1))
+    members = ready(*range(count))
+    retiring = frozenset(m(i) for i in range(count - leaving, count))
+    nodes, host = {}, {}
+    for i in range(draw(st.integers(1, 30))):
+        owner = m(draw(st.integers(0, count - 1)))
+        uuid = f"node-{i:03d}"
+        nodes[uuid] = with_instance(uuid, owner)
+        host[uuid] = owner
+    down = {m(i) for i in range(count - leaving) if draw(st.booleans()) and draw(st.booleans())}
+    return World(members, retiring, nodes, host, forced_down=set(), down=down, pods=set(retiring))
+
+
+def _cycle(world: World, rng: random.Random, settings_: Handover) -> handover.HandoverPlan:
+    ring = [x.name for x in world.members if x.name not in world.retiring]
+    step = decide(pool=POOL, settings=settings_, members=world.members, retiring=world.retiring, ring_members=ring,
+                  pods=world.pods, nodes=tuple(world.nodes.values()),
+                  nova=NovaView(world.services(), dict(world.host), world.instances),
+                  jobs=tuple(world.jobs.values()), now=NOW)
+    in_flight = sum(len(j.moves) for j in world.jobs.values() if j.state == ACTIVE)
+    assert in_flight + sum(len(b.moves) for b in step.create_jobs) <= settings_.max_concurrent
+    for source in step.force_down:
+        world.forced_down.add(source)
+    for name in step.delete_jobs:
+        del world.jobs[name]
+    usable = {x for x in ring if x not in world.down and x not in world.forced_down}
+    for batch in step.create_jobs:
+        # invariant 9: a Job only from a source whose pod is gone and whose service is forced down
+        assert batch.source not in world.pods and batch.source in world.forced_down
+        assert all(mv.target in usable for mv in batch.moves)
+        assert batch.name not in world.jobs
+        assert not any(mv.node_uuid == uuid for j in world.jobs.values() if j.state == ACTIVE
+                       for uuid, _ in j.moves for mv in batch.moves)
+        world.jobs[batch.name] = JobView(batch.name, batch.source,
+                                         tuple((mv.node_uuid, mv.target) for mv in batch.moves), ACTIVE)
+    for move in step.shard_writes:  # Ironic second, and only after Nova
+        assert world.host[move.node_uuid] == move.target
+        current = world.nodes[move.node_uuid]
+        if handover_verdict(move, current, current.instance_uuid) is Verdict.WRITE:
+            world.nodes[move.node_uuid] = replace(current, shard=move.target)
+    for name, job in list(world.jobs.items()):  # Jobs run; some pods are killed and run again
+        if job.state != ACTIVE:
+            continue
+        runs = 1 + (rng.random() > 0.7)  # (a shrunk random() is 0: no interruption)
+        error = None
+        for _ in range(runs):
+            stop_after = rng.randrange(len(job.moves) + 1) if rng.random() > 0.7 else len(job.moves)
+            for uuid, dest in job.moves[:stop_after]:
+                if (error := world.nova_manage(uuid, dest)) is not None:
+                    break
+            else:
+                error = None if stop_after == len(job.moves) else "killed"
+        world.jobs[name] = replace(job, state=SUCCEEDED if error is None else FAILED, finished=NOW - 3600,
+                                   log_tail=error or "")
+    if rng.random() < 0.5:  # the pod of a retiring member goes at some point (pod side)
+        world.pods.clear()
+    return step
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds(), st.randoms(use_true_random=False), st.integers(1, 12))
+def test_a_retire_converges_with_each_node_moved_once_nova_first_and_loads_bounded(world, rng, limit):
+    settings_ = replace(SETTINGS, max_concurrent=limit)
+    kept = [x.name for x in world.members if x.name not in world.retiring]
+    destinations = [x for x in kept if x not in world.down]
+    original = {uuid: node.shard for uuid, node in world.nodes.items()}
+    before = Counter(original.values())
+    for _ in range(200):
+        stuck = not destinations and not world.pods and world.forced_down >= world.retiring
+        step = _cycle(world, rng, settings_)
+        if all(p.phase == handover.DONE for p in step.progress) and not world.jobs and not step.writes:
+            break
+        if stuck and step.progress:
+            assert not step.create_jobs
+            assert any(p.reason == "HandoverNoDestination" for p in step.problems)
+            return
+    else:
+        raise AssertionError("the handover did not converge")
+    # a pinned node moves only through a handover (Nova first, Ironic second), and exactly once
+    for uuid, node in world.nodes.items():
+        assert world.moves[uuid] == (1 if original[uuid] in world.retiring else 0)
+        assert node.shard == world.host[uuid] and node.shard not in world.retiring
+    # bounded loads: pinned nodes spread over the destinations as evenly as their start allowed
+    after = Counter(n.shard for n in world.nodes.values())
+    if not destinations:
+        return
+    spread_before = max(before[d] for d in destinations) - min(before[d] for d in destinations)
+    assert max(after[d] for d in destinations) - min(after[d] for d in destinations) <= max(1, spread_before)
