@@ -103,25 +103,40 @@ class KubeClient:
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
         return f'{self._prefix}{path}' + (f'?{query}' if query else '')
 
-    def request(self, method: str, path: str, body: Any = None, *, params: dict[str, Any] | None = None,
-                content_type: str = 'application/json', timeout: float = 30.0) -> Any:
-        """One request; the decoded JSON answer, or KubeAPIError for an error status."""
+    def _send(self, method: str, path: str, body: Any, params: dict[str, Any] | None, content_type: str,
+              timeout: float) -> tuple[int, bytes]:
         connection = self._connect(timeout)
         try:
             headers = dict(self._headers, Accept='application/json', **{'Content-Type': content_type})
             connection.request(method, self._url(path, params),
                                body=None if body is None else json.dumps(body), headers=headers)
             response = connection.getresponse()
-            data = response.read()
+            return response.status, response.read()
         finally:
             connection.close()
+
+    @staticmethod
+    def _decoded(data: bytes) -> Any:
         try:
-            payload = json.loads(data) if data else None
+            return json.loads(data) if data else None
         except ValueError:
-            payload = data.decode(errors='replace')
-        if response.status >= 400:
-            raise KubeAPIError(response.status, payload)
-        return payload
+            return data.decode(errors='replace')
+
+    def request(self, method: str, path: str, body: Any = None, *, params: dict[str, Any] | None = None,
+                content_type: str = 'application/json', timeout: float = 30.0) -> Any:
+        """One request; the decoded JSON answer, or KubeAPIError for an error status."""
+        status, data = self._send(method, path, body, params, content_type, timeout)
+        if status >= 400:
+            raise KubeAPIError(status, self._decoded(data))
+        return self._decoded(data)
+
+    def pod_log(self, namespace: str, name: str, **params: Any) -> str:
+        """A pod's log as text (`container`, `tailLines`, `limitBytes`), or KubeAPIError."""
+        status, data = self._send('GET', f'/api/v1/namespaces/{namespace}/pods/{name}/log', None, params,
+                                  'application/json', 30.0)
+        if status >= 400:
+            raise KubeAPIError(status, self._decoded(data))
+        return data.decode(errors='replace')
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request('GET', path, params=params)

@@ -36,6 +36,7 @@ import enum
 import hashlib
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from testbed.kube_client import KubeAPIError, KubeClient
@@ -212,8 +213,12 @@ class FakeKubelet:
     """
 
     def __init__(self, client: KubeClient, namespace: str, *, nodes: int = 3,
-                 default_state: PodState = PodState.READY) -> None:
+                 default_state: PodState = PodState.READY,
+                 runs_elsewhere: Callable[[dict[str, Any]], bool] = lambda pod: False) -> None:
+        """`runs_elsewhere(pod)`: pods whose containers another component runs (the process
+        kubelet's): this one only binds them and writes the states it is commanded to."""
         self.client = client
+        self._runs_elsewhere = runs_elsewhere
         self.namespace = namespace
         self.default_state = default_state
         self.nodes = [f'fake-kubelet-{namespace}-{i}' for i in range(nodes)]
@@ -385,7 +390,8 @@ class FakeKubelet:
             current = state_of(pod)
             if current in TERMINAL_STATES:
                 return None
-            if runs_to_completion(pod) and meta['name'] not in self._held and meta['uid'] not in self._wanted:
+            if runs_to_completion(pod) and not self._runs_elsewhere(pod) and meta['name'] not in self._held \
+                    and meta['uid'] not in self._wanted:
                 return self._run_to_completion(pod, current)
             if current == wanted:
                 return None

@@ -28,7 +28,19 @@ the test compute image (`PROCESS_IMAGE`, "nova-compute:process") has, by running
   runs next to the old process; a replacement's process is started only once the old one
   has ended.
 
-Pods with any other image follow FakeKubelet's usual policy (Running and Ready once bound).
+Task pods (testbed/task_pods.py): a pod of that image whose container runs `nova-manage ...`
+or `sh -c SCRIPT` (a Job's pod, restartPolicy Never or OnFailure) runs that command FOR REAL:
+every volume mount of its container is materialised from its Secret or ConfigMap (all keys, or
+the `items`; a subPath as one file; missing ones keep the pod Pending), mount paths in the
+command, args and script are mapped to those local paths, and `nova-manage` is the Nova venv's.
+Running -> Ready while the process lives; its output (stdout and stderr) is the pod's log, handed
+to the fake API server every round and before the end is reported. Exit 0 -> Succeeded; non-zero
+-> Failed with that exit code (Never), or a restart in place (OnFailure: restartCount + 1, a new
+run, a new log). `kill(name)` crashes it (exit 137); deleting the pod stops it (SIGTERM, SIGKILL
+after the grace period) before the pod object may go, as for nova-compute.
+
+Pods with any other image follow FakeKubelet's usual policy (Running and Ready once bound; Job
+pods run to the outcome set with `fake.run_outcomes`).
 Every process started here is stopped by `stop()` (also on errors), finalizers included.
 """
 
@@ -48,9 +60,12 @@ from keystoneauth1.exceptions import ClientException
 
 from testbed import nova_starter
 from testbed.kube_client import KubeAPIError, KubeClient
-from testbed.kubelet import FakeKubelet, PodState, pod_status, state_of
+from testbed.kubelet import (
+    TERMINAL_STATES, FakeKubelet, PodState, ended_status, hand_in_log, pod_status, restarted_status, runs_to_completion,
+    state_of)
 from testbed.nova_stack import ComputeProcess, NovaStack
 from testbed.nova_starter import StackError
+from testbed.task_pods import TaskProcess, is_task, map_mount_paths, start_task
 
 PROCESS_IMAGE = "nova-compute:process"
 FINALIZER = "process-kubelet.tests.ironicshards.io/container"
@@ -67,11 +82,11 @@ class CannotRun(Exception):
 
 @dataclass
 class Container:
-    """The nova-compute process of one pod (by pod uid)."""
+    """The process of one pod (by pod uid): its nova-compute, or one run of its task."""
 
     pod_name: str
     pod_uid: str
-    process: ComputeProcess
+    process: ComputeProcess | TaskProcess
     started_at: float  # epoch seconds
     stopping: threading.Thread | None = None
     stopped: bool = False
@@ -79,6 +94,7 @@ class Container:
     exit_code: int | None = None
     failure_reported: bool = False
     ready_since: float | None = None
+    grace: int = 30  # the pod's terminationGracePeriodSeconds (a task's stop)
     files: tuple[Path, ...] = field(default_factory=tuple)
 
     def ended(self) -> bool:
@@ -100,7 +116,8 @@ class ProcessKubelet:
         self.stack = stack
         self.workdir = Path(workdir)
         self.image = image
-        self.fake = FakeKubelet(client, namespace, nodes=nodes, default_state=PodState.PENDING)
+        self.fake = FakeKubelet(client, namespace, nodes=nodes, default_state=PodState.PENDING,
+                                runs_elsewhere=self._ours)
         self._containers: dict[str, Container] = {}  # by pod uid
         self._held: set[str] = set()
         self._unrunnable: set[str] = set()  # pod uids whose container this kubelet cannot run
@@ -126,8 +143,11 @@ class ProcessKubelet:
         for container in containers:
             if container.stopping is not None:
                 container.stopping.join(timeout=60)
-        names = sorted({c.pod_name for c in containers if not c.stopped})
+        names = sorted({c.pod_name for c in containers if not c.stopped and isinstance(c.process, ComputeProcess)})
         nova_starter.terminate(self.stack.run_dir, names, sig=signal.SIGTERM)
+        for container in containers:
+            if isinstance(container.process, TaskProcess) and container.process.alive():
+                container.process.terminate(grace=10.0)
         try:
             for pod in self._pods():
                 self._remove_finalizer(pod)
@@ -159,6 +179,9 @@ class ProcessKubelet:
         if container is None:
             raise ValueError(f"pod {pod_name} runs no process")
         container.killed_with = signal.SIGKILL
+        if isinstance(container.process, TaskProcess):  # its exit code says 137 itself
+            container.process.kill()
+            return container
         container.process.kill()
         return container
 
@@ -215,7 +238,7 @@ class ProcessKubelet:
         name, uid = meta["name"], meta["uid"]
         if not self._ours(pod):
             if spec.get("nodeName") in self.fake.nodes and not meta.get("deletionTimestamp") \
-                    and state_of(pod) == PodState.PENDING:
+                    and state_of(pod) == PodState.PENDING and not runs_to_completion(pod):
                 self.fake.ready(name)  # FakeKubelet's usual policy for everything else
             return
         with self._lock:
@@ -233,10 +256,13 @@ class ProcessKubelet:
                 "finalizers": list(meta.get("finalizers") or []) + [FINALIZER],
                 "resourceVersion": meta["resourceVersion"]}})
             return  # start on the next round, from the object that carries the finalizer
-        if state_of(pod) == PodState.FAILED:
+        if state_of(pod) in TERMINAL_STATES:
             return
         if container is None:
             self._start(pod)
+            return
+        if isinstance(container.process, TaskProcess):
+            self._tend_task(pod, container)
             return
         self._collect_exit(container)
         if container.ended():
@@ -262,6 +288,9 @@ class ProcessKubelet:
                     c.pod_name == name and (not c.ended() or (c.stopping and c.stopping.is_alive()))
                     for c in self._containers.values()):
                 return  # the old pod's process is still there: never two with one identity
+        if is_task(self._container_spec(pod)):
+            self._start_task(pod)
+            return
         try:
             files = self._config_files(pod)
         except NotYet:
@@ -274,6 +303,81 @@ class ProcessKubelet:
         process = self.stack.start_compute(name, list(files))
         with self._lock:
             self._containers[uid] = Container(name, uid, process, started_at, files=files)
+
+    def _container_spec(self, pod: dict[str, Any]) -> dict[str, Any]:
+        return next(c for c in pod["spec"]["containers"] if c.get("image") == self.image)
+
+    # -- task pods (testbed/task_pods.py) ---------------------------------------------------------
+
+    def _start_task(self, pod: dict[str, Any], restarts: int = 0) -> None:
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        spec = self._container_spec(pod)
+        target = self.workdir / f"{name}-{uid[:8]}"
+        try:
+            mounts = self._materialise_mounts(pod, spec, target / "volumes")
+        except NotYet:
+            return
+        except CannotRun as error:
+            self._unrunnable.add(uid)
+            self.errors.append(error)
+            return
+        argv = map_mount_paths(list(spec.get("command") or []) + list(spec.get("args") or []), mounts)
+        process = start_task(argv, Path(self.stack.state["venv"]) / "bin", target / f"run-{restarts}.log", target)
+        with self._lock:
+            self._containers[uid] = Container(name, uid, process, time.time(),
+                                              grace=pod["spec"].get("terminationGracePeriodSeconds", 30))
+        self.fake.ready(name)
+
+    def _materialise_mounts(self, pod: dict[str, Any], container: dict[str, Any], target: Path) -> dict[str, Path]:
+        """Every volume mount of `container` as local files: {mount path: local path}."""
+        mounts = {}
+        for index, mount in enumerate(container.get("volumeMounts") or []):
+            volume = next(v for v in pod["spec"].get("volumes") or [] if v["name"] == mount["name"])
+            local = target / f"{index}-{mount['name']}"
+            if mount.get("subPath"):
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.write_bytes(self._volume_item(volume, mount["subPath"], pod["metadata"]["name"]))
+            else:
+                local.mkdir(parents=True, exist_ok=True)
+                for item in self._volume_paths(volume, pod["metadata"]["name"]):
+                    (local / item).parent.mkdir(parents=True, exist_ok=True)
+                    (local / item).write_bytes(self._volume_item(volume, item, pod["metadata"]["name"]))
+            mounts[mount["mountPath"]] = local
+        return mounts
+
+    def _volume_paths(self, volume: dict[str, Any], pod_name: str) -> list[str]:
+        """The file names a Secret or ConfigMap volume shows (its `items`, else every key)."""
+        source = volume.get("secret") or volume.get("configMap")
+        if source is None:
+            raise CannotRun(f"pod {pod_name}: volume {volume['name']} is neither a Secret nor a ConfigMap")
+        if source.get("items"):
+            return [item["path"] for item in source["items"]]
+        kind, name = ("secrets", source["secretName"]) if "secret" in volume else ("configmaps", source["name"])
+        try:
+            obj = self.client.get(f"/api/v1/namespaces/{self.namespace}/{kind}/{name}")
+        except KubeAPIError as error:
+            if error.status == 404:
+                raise NotYet(f"{kind} {name}") from None
+            raise
+        return sorted(obj.get("data") or {})
+
+    def _tend_task(self, pod: dict[str, Any], container: Container) -> None:
+        """Hand in the task's output; once it has ended, report the end (or restart it)."""
+        process = container.process
+        assert isinstance(process, TaskProcess)
+        code = process.exit_code()
+        hand_in_log(self.client, pod, self._container_spec(pod)["name"], process.output())
+        if code is None or container.failure_reported:
+            return
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}/status"
+        if code != 0 and pod["spec"].get("restartPolicy") == "OnFailure":
+            self.client.patch(path, {"metadata": {"uid": container.pod_uid}, "status": restarted_status(pod, code)})
+            restarts = 1 + max((c.get("restartCount", 0) for c in (pod.get("status") or {}).get("containerStatuses") or []),
+                               default=0)
+            self._start_task(pod, restarts)
+            return
+        self.client.patch(path, {"metadata": {"uid": container.pod_uid}, "status": ended_status(pod, code)})
+        container.failure_reported = True
 
     def _config_files(self, pod: dict[str, Any]) -> tuple[Path, ...]:
         """The pod's `--config-file` paths, materialised from its volumes, in argument order."""
@@ -391,7 +495,12 @@ class ProcessKubelet:
                 container.stopped = True
                 return
 
+            process = container.process
+
             def stop() -> None:
+                if isinstance(process, TaskProcess):
+                    process.terminate(grace=float(container.grace))
+                    return
                 nova_starter.terminate(self.stack.run_dir, container.pod_name, sig=signal.SIGTERM,
                                     timeout=30.0)
 

@@ -1,0 +1,101 @@
+"""Run-to-completion containers of the process kubelet (testbed/process_kubelet.py): a Job pod's
+`nova-manage ...` or `/bin/sh -c SCRIPT` run FOR REAL on this machine, as a container would run it.
+
+- What runs: the container's command + args. `nova-manage` (and any other tool) resolves to the
+  Nova venv's bin directory first (PATH), so `nova-manage` is Nova's real one; `sh -c SCRIPT`
+  runs the script with /bin/sh. Mount paths in the arguments (and so in the script) are mapped
+  to the local files the kubelet materialised from the pod's Secret and ConfigMap volumes
+  (`map_mount_paths`): `--config-file /etc/nova-manage/nova.conf` reads the Secret's key.
+- Output: stdout and stderr together, in one file per run: the pod's log.
+- End: the exit code (128 + N after signal N). `kill()` is SIGKILL of the whole process group
+  (a container crash or a node losing power), `terminate(grace)` is SIGTERM, SIGKILL after
+  `grace` seconds (what a kubelet does when the pod is deleted).
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SHELLS = ('sh', 'bash')
+
+
+def is_task(container: dict[str, Any]) -> bool:
+    """Whether the container runs a task (nova-manage, or a shell script), not nova-compute."""
+    argv = list(container.get('command') or []) + list(container.get('args') or [])
+    if not argv:
+        return False
+    program = Path(argv[0]).name
+    return program == 'nova-manage' or (program in SHELLS and '-c' in argv[1:])
+
+
+def map_mount_paths(argv: list[str], mounts: dict[str, Path]) -> list[str]:
+    """`argv` with every mount path (the longest that matches, as a whole path prefix) replaced
+    by the local path it was materialised at."""
+    if not mounts:
+        return list(argv)
+    ordered = sorted(mounts, key=len, reverse=True)
+    pattern = re.compile('|'.join(re.escape(path.rstrip('/')) for path in ordered) + r'(?![\w.-])')
+    local = {path.rstrip('/'): str(target) for path, target in mounts.items()}
+    return [pattern.sub(lambda match: local[match.group(0)], argument) for argument in argv]
+
+
+@dataclass
+class TaskProcess:
+    """One run of a task container: its process group, its output file, its exit code."""
+
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    killed_with: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def exit_code(self) -> int | None:
+        """None while it runs; 128 + N when signal N ended it, as a container runtime reports."""
+        code = self.popen.poll()
+        if code is None:
+            return None
+        return 128 - code if code < 0 else code
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors='replace') if self.log_path.exists() else ''
+
+    def kill(self) -> None:
+        self.killed_with = signal.SIGKILL
+        self._signal(signal.SIGKILL)
+        self.popen.wait()
+
+    def terminate(self, grace: float) -> None:
+        self._signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.alive():
+            self.kill()
+        self.popen.wait()
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def start_task(argv: list[str], tools: Path, log_path: Path, cwd: Path) -> TaskProcess:
+    """Start `argv` in its own session, tools from `tools` first on PATH, output to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open('wb') as log:
+        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 cwd=cwd, start_new_session=True,
+                                 env={**os.environ, 'PATH': f'{tools}{os.pathsep}{os.environ.get("PATH", "")}'})
+    return TaskProcess(popen, log_path)
