@@ -10,12 +10,15 @@ What it emulates, and what it does not, is listed in server.py. The modules, eac
 - builtin_schema.py the real OpenAPI schema of built-in kinds: pruning, merge keys, validation
 - patches.py        merge patch, JSON patch, strategic merge patch
 - protobuf.py       the protobuf bodies kubectl's `create namespace|secret|configmap` send
+- jobs.py           batch/v1 Jobs as the registry admits them: defaults, generated selector, refusals
 - admission.py      defaults and validation before an object is stored
 - tables.py         server-side Table output for `kubectl get`
 - discovery.py      /version, /apis, APIResourceLists, /openapi/v2 and /openapi/v3
 - authn.py          ServiceAccount tokens (TokenRequest), the check of bearer tokens, the audit of writes
 - authz.py          RBAC: each token holder's request authorized as a real server does; the record
 - pod_gc.py         PodGarbageCollector: the pod GC's force-deletions (out-of-service nodes, deleted nodes)
+- job_controller.py JobController: a Job's pods created, counted, replaced; its end (Complete, Failed)
+- pod_logs.py       PodLogs: pods/log as a real server answers it, from what the fake kubelets hand in
 - server.py         FakeKubeAPI: the store, requests, watches, writes, deletion and controllers
 - runner.py         serving it (EmulatorThread) and a kubeconfig for it (kubeconfig_text)
 """

@@ -12,7 +12,13 @@ make it answer like a real kube-apiserver (v1.32) where our operator, kopf and k
   410 Expired, sendInitialEvents, bookmarks tolerated, timeoutSeconds) with label selectors
   (=, ==, !=, in, notin, exists, !exists) and the field selectors a real server accepts per kind;
 - the status subresource (status writes change only .status; main writes never change .status),
-  the scale subresource of CRDs (autoscaling/v1 Scale) and pods/binding;
+  the scale subresource of CRDs (autoscaling/v1 Scale), pods/binding and pods/log (pod_logs.py:
+  text/plain, container, tailLines, limitBytes, the errors of a container not started; the fake
+  kubelets hand the output in over a test-only route);
+- batch/v1 Jobs (jobs.py: the registry's defaults, generated selector and labels, refusals and
+  immutable fields) and their controller (job_controller.py: pods from the template with the
+  job-tracking finalizer, counts, backoff, BackoffLimitExceeded, DeadlineExceeded, Complete);
+  deleting a Job without a propagationPolicy orphans its pods, as batch/v1 does;
 - merge patch, JSON patch (with `test`), strategic merge patch for built-in kinds (merge keys taken
   from the real OpenAPI schema shipped with kubernetes-validate), PUT with resourceVersion -> 409;
 - DELETE with finalizers, grace periods (bound pods wait for their kubelet), preconditions,
@@ -29,16 +35,21 @@ make it answer like a real kube-apiserver (v1.32) where our operator, kopf and k
 What it does not do (answered with a clear error where a client could ask for it):
 - server-side apply (`kubectl apply --server-side`: 415), protobuf bodies other than the
   Namespace/ConfigMap/Secret that kubectl's `create` generators send, deletecollection, the
-  `/finalize`, eviction, exec/log/attach/portforward subresources;
+  `/finalize`, eviction, exec/attach/portforward subresources, `follow`/`previous`/`sinceTime`
+  of pods/log (400), the Warning header of a Job deleted with the default policy;
+- of Jobs: Indexed completion, podFailurePolicy, successPolicy, backoffLimitPerIndex, suspend
+  beyond "no new pods", ttlSecondsAfterFinished, adoption by selector; the controller's backoff
+  and period are compressed (job_controller.py), like the pod GC's;
 - CRD conversion webhooks (all versions share one stored object), messageExpression of CEL rules
   (their message is used), admission webhooks, managedFields, the event TTL, watch bookmarks other
   than the initial-events-end one;
 - core v1 Events and events.k8s.io/v1 Events are separate stores here (one store, two views on a
   real server); only the kinds listed in BUILTIN_TYPES (resources.py) are served (no apps/v1);
-- no controllers but the garbage collector, the namespace and CRD cleanup and the pod garbage
-  collector (pod_gc.py: pods of deleted nodes, terminating pods of out-of-service nodes): no
-  scheduler, no kubelet (testbed/kubelet.py plays both), no node lifecycle or taint eviction, no
-  Deployments/ReplicaSets (a `default` ServiceAccount per namespace).
+- no controllers but the garbage collector, the namespace and CRD cleanup, the pod garbage
+  collector (pod_gc.py: pods of deleted nodes, terminating pods of out-of-service nodes) and the
+  Job controller (job_controller.py): no scheduler, no kubelet (testbed/kubelet.py plays both;
+  testbed/process_kubelet.py runs nova-compute and Job pods' nova-manage for real), no node
+  lifecycle or taint eviction, no Deployments/ReplicaSets (a `default` ServiceAccount per namespace).
 
 Who may do what, as a real server decides it: a bearer token is checked (authn.py: issued by
 TokenRequest, bound to a ServiceAccount) and its holder authorized by RBAC over the stored Roles,
