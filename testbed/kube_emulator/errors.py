@@ -79,6 +79,12 @@ def validation_causes(validator: Any, instance: Any) -> list[tuple[str, str]]:
         elif error.validator in ('minimum', 'maximum'):
             relation = 'greater' if error.validator == 'minimum' else 'less'
             message = f'Invalid value: {json.dumps(error.instance)}: {path} in body should be {relation} than or equal to {error.validator_value}'
+        elif error.validator == 'pattern':
+            message = f'Invalid value: {json.dumps(error.instance)[:80]}: {path} in body should match {error.validator_value!r}'
+        elif error.validator == 'minLength':
+            message = f'Invalid value: {json.dumps(error.instance)[:80]}: {path} in body should be at least {error.validator_value} chars long'
+        elif error.validator == 'maxLength':  # a TooLong field error
+            message = f'Too long: may not be more than {error.validator_value} bytes'
         elif error.validator == 'type':
             message = f'Invalid value: "{type(error.instance).__name__}": {path} in body must be of type {error.validator_value}'
         else:

@@ -138,7 +138,7 @@ def test_the_operator_writes_no_password_anywhere(kube_api: KubeAPI, kube_namesp
         "unreachable": (yaml.safe_dump({"clouds": {"c": basic(nowhere)}}), "IronicUnavailable"),
         "refused": (yaml.safe_dump({"clouds": {"c": basic(ironic_service.url)}}), "IronicAuthFailed"),
         "keystone": (yaml.safe_dump({"clouds": {"c": keystone(nowhere + "/v3")}}), "IronicUnavailable"),
-        "notyaml": (f"clouds:\n  c:\n    auth:\n      password: {PW}: x\n", "ConfigurationMissing"),
+        "notyaml": (f"clouds:\n  c:\n    auth:\n      password: {PW}: x\n", "CloudConfigInvalid"),
         "authtype": (yaml.safe_dump({"clouds": {"c": {**basic(nowhere), "auth_type": "passwrod"}}}),
                      "CloudConfigInvalid"),
         "nova": (yaml.safe_dump({"clouds": {"c": working_ironic}}), "NovaUnavailable"),

@@ -149,13 +149,15 @@ class _Members:
 class _Secrets:
     """The two Secrets as far as they can be used: nova.conf (its digest rolls members; "" when
     it cannot be used: then no pod is written), clouds.yaml to talk to the cloud (None when it
-    cannot be used: then neither Ironic nor Nova is asked); `missing` says why one cannot be
-    used (ConfigurationMissing), `refusals` which reads the API server refused."""
+    cannot be used: then neither Ironic nor Nova is asked); `unusable` is the reason and message
+    of why one cannot be used (ConfigurationMissing: a Secret or its key is missing;
+    CloudConfigInvalid: the clouds.yaml names no usable cloud), `refusals` which reads the API
+    server refused."""
 
     nova_secret: Mapping[str, Any] | None
     nova_digest: str
     clouds_yaml: str | None
-    missing: str | None = None
+    unusable: tuple[str, str] | None = None
     refusals: tuple[Refusal, ...] = ()
 
 
@@ -266,13 +268,14 @@ async def _read_secrets(cycle: _Cycle, pool: Pool) -> _Secrets:
                                                    "member pods cannot start")) \
         or (None if cloud_refused else _unusable(cloud_secret, pool.cloud, cycle.namespace, "spec.cloud",
                                                  "clouds.yaml", "the operator cannot reach Ironic"))
+    unusable = ("ConfigurationMissing", missing) if missing else None
     if clouds_yaml is not None:
         try:
             cycle.runtime.cloud = cloud_identity(clouds_yaml, pool.cloud_name)
         except InvalidSpec as error:
-            missing, clouds_yaml = missing or str(error), None
+            unusable, clouds_yaml = unusable or ("CloudConfigInvalid", str(error)), None
     return _Secrets(nova_secret, podspec.secret_digest(nova_secret, pool.nova_config.key), clouds_yaml,
-                    missing, tuple(r for r in (nova_refused, cloud_refused) if r is not None))
+                    unusable, tuple(r for r in (nova_refused, cloud_refused) if r is not None))
 
 
 async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members,
@@ -447,7 +450,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
 def _problems(secrets: _Secrets, refusals: Iterable[Refusal], cloud: _Cloud) -> list[tuple[str, str]]:
     """(reason, message) of what failed this cycle and is tried again: the first names the
     condition's reason."""
-    problems = [("ConfigurationMissing", secrets.missing)] if secrets.missing else []
+    problems = [secrets.unusable] if secrets.unusable else []
     problems += [(r.reason, r.message) for r in refusals]
     if cloud.error is not None:
         problems.append((_ironic_reason(cloud.error), str(cloud.error)))
@@ -498,8 +501,9 @@ def _unusable(secret: Mapping[str, Any] | None, ref: SecretKeyRef, namespace: st
 
 
 def _secret_text(secret: Mapping[str, Any] | None, key: str) -> str | None:
+    """The text under `key` ("" for a key with an empty value), None when the key is absent."""
     value = ((secret or {}).get("data") or {}).get(key)
-    if not value:
+    if value is None:
         return None
     return base64.b64decode(value).decode("utf-8", errors="replace")
 
