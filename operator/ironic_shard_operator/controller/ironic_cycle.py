@@ -147,7 +147,7 @@ def run_cycle(
                                 autoscale_history=autoscale_history, nodes_observed_at=observed_at))
 
     last = memory.last if memory is not None else None
-    reason: str | None = "every cycle lists (no ObservationMemory)"
+    reason: str | None = "every cycle lists (no ObservationMemory)" if memory is None else "no full listing yet"
     if last is not None:
         decision = planned(last.nodes, last.observed_at)
         reason = observation.reason_before_asking(last, decision.ring_members, now, full_resync_seconds)
