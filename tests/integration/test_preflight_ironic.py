@@ -95,3 +95,31 @@ def test_a_bad_nova_conf_fails_through_the_command(ironic_service: IronicService
     assert status == 1
     assert checks["nova-conf-driver"]["verdict"] == "fail"
     assert checks["nova-conf-ironic-auth"]["verdict"] == "fail"
+
+
+def test_the_operator_reports_preflight_when_a_pool_starts_and_when_its_secret_changes(
+        kube_api, kube_namespace: str, ironic_service: IronicService, tmp_path: Path) -> None:
+    import base64
+
+    from testbed.operator_objects import create_secrets, install_crd
+    from tests.support.operator_harness import POOLS, OperatorProcess, condition, events, get_pool, pool_manifest
+
+    client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
+    install_crd(client)
+    create_secrets(client, ns, ironic_service.clouds_yaml, GOOD_CONF.replace("ironic.IronicDriver", "fake.FakeDriver"))
+    with OperatorProcess(kube_api, ns, "op-a", tmp_path):
+        client.create(POOLS.format(ns=ns), pool_manifest("rack-p", cloud_name=ironic_service.cloud_name,
+                                                         resource_class=unique_resource_class("preflight-op")))
+        failed = wait(lambda: (c := condition(get_pool(client, ns, "rack-p"), "Preflight")) and c, timeout=60,
+                      what="the Preflight condition")
+        assert failed["status"] == "False" and failed["reason"] == "ChecksFailed"
+        assert "nova-conf-driver" in failed["message"] and "fix: set compute_driver" in failed["message"]
+        [warning] = events(client, ns, "PreflightFailed")
+        assert warning["type"] == "Warning" and warning["message"] == failed["message"]
+
+        client.patch(f"/api/v1/namespaces/{ns}/secrets/nova-config", {"data": {
+            "nova.conf": base64.b64encode(GOOD_CONF.encode()).decode()}})
+        passed = wait(lambda: (c := condition(get_pool(client, ns, "rack-p"), "Preflight"))["status"] == "True" and c,
+                      timeout=60, what="Preflight passing after the Secret is fixed")
+        assert passed["reason"] == "PassedWithWarnings"  # no Nova in this cloud, an image no registry has
+        assert [e["type"] for e in events(client, ns, "PreflightPassed")] == ["Normal"]

@@ -136,3 +136,27 @@ def test_the_status_screen_shows_members_forced_down_moves_and_events() -> None:
     recent = screen.split("RECENT EVENTS")[1].splitlines()
     assert "Degraded" in recent[1] and "MovedNodes" in recent[2]  # newest first
     assert len(lines) < 40  # one screen
+
+
+def test_the_preflight_condition_warns_when_it_first_fails_and_is_kept_between_verdicts() -> None:
+    from ironic_shard_operator.core.status import CycleFacts, build_status
+
+    def preflight_of(status):
+        return next(c for c in status["conditions"] if c["type"] == "Preflight")
+
+    failing = (False, "ChecksFailed", "nova-conf-driver: not Ironic's (fix: set compute_driver)")
+    status, events = build_status(CycleFacts(generation=1, pool="p", preflight=failing, now=10.0), None)
+    assert preflight_of(status)["status"] == "False" and preflight_of(status)["reason"] == "ChecksFailed"
+    assert [(e.reason, e.type) for e in events if e.reason.startswith("Preflight")] == [("PreflightFailed", "Warning")]
+
+    kept, events = build_status(CycleFacts(generation=1, pool="p", now=20.0), status)
+    assert preflight_of(kept) == preflight_of(status) and not [e for e in events if "Preflight" in e.reason]
+
+    fixed, events = build_status(CycleFacts(generation=1, pool="p", preflight=(True, "Passed", "all 9"), now=30.0),
+                                 kept)
+    assert preflight_of(fixed)["status"] == "True"
+    assert [(e.reason, e.type) for e in events if e.reason.startswith("Preflight")] == [("PreflightPassed", "Normal")]
+
+    fresh, events = build_status(CycleFacts(generation=1, pool="q", preflight=(True, "Passed", "all 9"), now=1.0),
+                                 None)
+    assert preflight_of(fresh)["status"] == "True" and not [e for e in events if "Preflight" in e.reason]

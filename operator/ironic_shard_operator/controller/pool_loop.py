@@ -29,6 +29,7 @@ from ironic_shard_operator.adapters.kube import Kube, KubeError
 from ironic_shard_operator.controller.cloud_side import CloudSide
 from ironic_shard_operator.controller.ironic_cycle import AdapterCache
 from ironic_shard_operator.controller.nova_cycle import NovaRuntime
+from ironic_shard_operator.controller.preflight_side import PreflightSide
 from ironic_shard_operator.controller.reconcile import reconcile
 from ironic_shard_operator.core.claims import PoolClaim
 from ironic_shard_operator.core.model import Plan
@@ -66,6 +67,8 @@ class PoolRuntime:
     # side under way has not planned (a hung or refusing Ironic).
     ironic_plan: Plan | None = None
     ironic_error: IronicError | None = None
+    # The pool's preflight: the run for its current Secrets and its verdict (Preflight condition).
+    preflight: PreflightSide = field(default_factory=PreflightSide)
 
 
 class Operator:

@@ -44,6 +44,7 @@ from ironic_shard_operator.adapters.ironic import (
     IronicAdapter, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError, IronicTooOld,
 )
 from ironic_shard_operator.adapters.kube import KubeError, KubeRefused
+from ironic_shard_operator.adapters.preflight import Inputs
 from ironic_shard_operator.controller.cloud_side import CloudResult, CloudSide, CloudWork
 from ironic_shard_operator.controller.log_redaction import KNOWN
 from ironic_shard_operator.core import model, pods, podspec
@@ -74,6 +75,7 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
         return pool.delay
     members = await _observe_members(cycle, pool)
     secrets = await _read_secrets(cycle, pool)
+    _follow_preflight(cycle, pool, secrets)
     if conflict := await _refuse_on_conflict(cycle, pool, members, claims):
         return conflict.delay
     cloud = await _ironic_and_nova(cycle, pool, members, secrets)
@@ -115,7 +117,9 @@ class _Cycle:
     async def write(self, facts: CycleFacts) -> None:
         """Write the cycle's status (only when it changed) and post its Events, with the
         credentials of the pool's Secrets masked (log_redaction.KNOWN)."""
-        status, events = build_status(replace(facts, secrets=facts.secrets | KNOWN.of(self.key)), self.previous)
+        status, events = build_status(replace(facts, secrets=facts.secrets | KNOWN.of(self.key),
+                                              preflight=facts.preflight or self.runtime.preflight.verdict),
+                                      self.previous)
         if status != _comparable(self.previous, status):
             await self.op.kube.patch_pool_status(self.namespace, self.name, status)
         self.runtime.last_status = status
@@ -519,6 +523,16 @@ def _adapter(runtime: PoolRuntime, pool: Pool, clouds_yaml: str) -> IronicAdapte
             max_concurrent_writes=pool.ironic.max_concurrent_writes,
             writes_per_second=pool.ironic.writes_per_second),
         label=f"pool {pool.key}")
+
+
+def _follow_preflight(cycle: _Cycle, pool: Pool, secrets: _Secrets) -> None:
+    """Preflight (controller/preflight_side.py) runs in the background when the pool starts and
+    whenever its Secrets' texts, cloud name, selector or image change; every status write
+    carries its latest verdict as the Preflight condition (_Cycle.write)."""
+    cycle.runtime.preflight.follow(Inputs(
+        clouds_yaml=secrets.clouds_yaml, cloud_name=pool.cloud_name,
+        nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key), selector=pool.selector,
+        image=pool.pod.image), cycle.runtime.wake)
 
 
 def _comparable(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

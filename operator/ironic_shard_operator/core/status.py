@@ -63,6 +63,9 @@ class CycleFacts:
     selector: str = ""
     now: float = 0.0
     extra_events: Sequence[Event] = field(default_factory=tuple)
+    # The Preflight condition (status, reason, message; core/preflight.condition), None when no
+    # verdict is new this cycle: the last reported Preflight condition is then kept as it was.
+    preflight: tuple[bool, str, str] | None = None
     nova: Mapping[str, Any] | None = None
     secrets: frozenset[str] = frozenset()
     oldest_pod_created: float | None = None
@@ -105,8 +108,12 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
     if nova is not None:
         status["nova"] = dict(nova)
     conditions = _conditions(facts, nova or {})
+    if facts.preflight is not None:
+        conditions.append(_Condition("Preflight", *facts.preflight))
     status["conditions"], events = _merge_conditions(
         conditions, previous.get("conditions") or [], facts.generation, facts.now)
+    if facts.preflight is None:  # no new verdict: the last one stays
+        status["conditions"] += [c for c in previous.get("conditions") or () if c.get("type") == "Preflight"]
     return (_redacted(status, facts.secrets),
             [replace(e, message=redact(e.message, facts.secrets)) for e in (*facts.extra_events, *events)])
 
@@ -345,7 +352,13 @@ _EVENT_ON = {
     ("ScaleDownBlocked", False): "Normal",
     ("Conflict", True): "Warning",
     ("Conflict", False): "Normal",
+    ("Preflight", False): "Warning",
+    ("Preflight", True): "Normal",
 }
+
+
+# Event reasons that are not <Type> / <Type>Cleared.
+_EVENT_REASON = {("Preflight", False): "PreflightFailed", ("Preflight", True): "PreflightPassed"}
 
 
 def _merge_conditions(
@@ -367,9 +380,11 @@ def _merge_conditions(
         })
         kind = _EVENT_ON.get((condition.type, condition.status))
         # A first report of a quiet condition (no old entry, status False) is not news.
-        if changed and kind and (old is not None or condition.status):
-            events.append(Event(reason=f"{condition.type}{'' if condition.status else 'Cleared'}"
-                                if condition.type != "Ready" else "Ready",
+        # Preflight is news when it first fails (its bad state is False), and when it passes again.
+        if changed and kind and (old is not None or condition.status != (condition.type == "Preflight")):
+            events.append(Event(reason=_EVENT_REASON.get((condition.type, condition.status))
+                                or (f"{condition.type}{'' if condition.status else 'Cleared'}"
+                                    if condition.type != "Ready" else "Ready"),
                                 message=condition.message, type=kind))
     return out, events
 
