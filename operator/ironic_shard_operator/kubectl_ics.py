@@ -41,7 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = commands.add_parser("preflight", parents=[connection],
                                 help="check the pool's cloud and Secrets from here, and show the operator's "
                                      "own Preflight condition")
-    check.add_argument("pool")
+    check.add_argument("pool", nargs="?", help="a pool in the cluster")
+    check.add_argument("-f", "--filename", help="a pool's manifest not applied yet (its Secrets are read "
+                                                "from the cluster): check before `kubectl apply`")
     check.add_argument("--json", action="store_true", help="the checks as JSON")
     check.add_argument("--skip-image", action="store_true", help="do not ask the image's registry")
     args = parser.parse_args(argv)
@@ -54,7 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command in ("pause", "resume"):
             return _set_paused(kubectl, args.pool, args.command == "pause")
-        return _preflight(kubectl, args.pool, as_json=args.json, check_image=not args.skip_image)
+        if (args.pool is None) == (args.filename is None):
+            parser.error("preflight takes a POOL in the cluster or -f MANIFEST, one of the two")
+        body = kubectl.get_pool(args.pool) if args.pool else manifest_pool(kubectl, args.filename)
+        return _preflight(kubectl, body, as_json=args.json, check_image=not args.skip_image)
     except NotFound as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -75,12 +80,34 @@ def _set_paused(kubectl: Kubectl, pool: str, paused: bool) -> int:
     return 0
 
 
-def _preflight(kubectl: Kubectl, pool_name: str, *, as_json: bool, check_image: bool) -> int:
+def manifest_pool(kubectl: Kubectl, path: str) -> dict[str, Any]:
+    """The IronicComputeShard of a manifest file, in the namespace kubectl apply would use."""
+    import yaml
+
+    try:
+        with open(path) as file:
+            found = [d for d in yaml.safe_load_all(file) if isinstance(d, dict) and d.get("kind") == "IronicComputeShard"]
+    except (OSError, yaml.YAMLError) as error:
+        raise KubectlError(f"cannot read {path}: {error}") from None
+    if len(found) != 1:
+        raise KubectlError(f"{path} holds {len(found)} IronicComputeShard documents; preflight checks one")
+    body = found[0]
+    meta = body.setdefault("metadata", {})
+    meta["namespace"] = kubectl.namespace or meta.get("namespace") or kubectl.current_namespace()
+    return body
+
+
+def _preflight(kubectl: Kubectl, body: Mapping[str, Any], *, as_json: bool, check_image: bool) -> int:
     from ironic_shard_operator.adapters.preflight import run_checks
     from ironic_shard_operator.core import preflight
+    from ironic_shard_operator.core.spec import InvalidSpec
 
-    body = kubectl.get_pool(pool_name)
-    checks = run_checks(pool_inputs(kubectl, body, check_image=check_image))
+    pool_name = (body.get("metadata") or {}).get("name")
+    try:
+        inputs = pool_inputs(kubectl, body, check_image=check_image)
+    except InvalidSpec as error:
+        raise KubectlError(f"the pool's spec is invalid: {error}") from None
+    checks = run_checks(inputs)
     if as_json:
         print(preflight.as_json(checks))
     else:
