@@ -166,6 +166,19 @@ async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> d
         admin.create(configmaps, render_configmap(spec, "rack-a-8"))
         await kube.delete_configmap(ns, configmap_name("rack-a-8"))
 
+    async def job_log_tail() -> None:  # the Job's pods are found by label, then one log is read
+        admin.create(pods, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "rack-a-2-handover-1", "labels": {"batch.kubernetes.io/job-name": "rack-a-2-handover"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "k8s-node-1"}})
+        await kube.job_log_tail(ns, "rack-a-2-handover")
+
+    async def create_and_delete_job() -> None:
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sample-job"},
+               "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                              "containers": [{"name": "c", "image": "i"}]}}}}
+        await kube.create_job(ns, job)
+        await kube.delete_job(ns, "sample-job")
+
     async def replace_lease() -> None:
         admin.create(leases, dict(lease, metadata={"name": LEASE_NAME}))
         await kube.replace_lease(ns, admin.get(f"{leases}/{LEASE_NAME}"))
@@ -184,6 +197,10 @@ async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> d
         "get_lease": lambda: kube.get_lease(ns, LEASE_NAME),
         "create_lease": lambda: kube.create_lease("lease-" + ns, dict(lease, metadata={"name": LEASE_NAME})),
         "replace_lease": replace_lease,
+        "list_jobs": lambda: kube.list_jobs(ns, "ironicshards.io/pool=rack-a"),
+        "create_job": create_and_delete_job,
+        "delete_job": create_and_delete_job,
+        "job_log_tail": job_log_tail,
     }
 
 

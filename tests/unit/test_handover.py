@@ -260,7 +260,8 @@ def test_a_retire_converges_with_each_node_moved_once_nova_first_and_loads_bound
     original = {uuid: node.shard for uuid, node in world.nodes.items()}
     before = Counter(original.values())
     for _ in range(200):
-        stuck = not destinations and not world.pods and world.forced_down >= world.retiring
+        owners = {n.shard for n in world.nodes.values()} & world.retiring
+        stuck = not destinations and not world.pods and world.forced_down >= owners
         step = _cycle(world, rng, settings_)
         if all(p.phase == handover.DONE for p in step.progress) and not world.jobs and not step.writes:
             break

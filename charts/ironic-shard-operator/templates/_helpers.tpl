@@ -73,6 +73,12 @@ permissions need no such grant.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, create, delete]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
 {{- end -}}
 
 {{/*

@@ -156,8 +156,9 @@ class Kube:
         return self._info.as_http_headers() != dict(rejected)
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
-                      body: Any = None, content_type: str = "application/json") -> Any:
-        """One API call; returns the decoded JSON answer, raises KubeError on >= 400.
+                      body: Any = None, content_type: str = "application/json", text: bool = False) -> Any:
+        """One API call; returns the decoded JSON answer (`text`: the answer as text, e.g. a
+        pod's log), raises KubeError on >= 400.
 
         Retries as the module doc says: once after a 401 with new credentials, and 429/5xx
         within `retries` and `retry_budget`. A fenced write raises NotLeader unsent."""
@@ -172,7 +173,7 @@ class Kube:
                     raise NotLeader(method, path)
                 self.writes += 1
             auth = self._info.as_http_headers()
-            status, message, answer, wait = await self._send(method, path, params, data, content_type, auth)
+            status, message, answer, wait = await self._send(method, path, params, data, content_type, auth, text)
             if status < 400:
                 return answer
             if status == 401 and not relogged:
@@ -190,7 +191,8 @@ class Kube:
             raise KubeError(status, f"{method} {path}: {message}")
 
     async def _send(self, method: str, path: str, params: Mapping[str, str] | None, data: str | None,
-                    content_type: str, auth: Mapping[str, str]) -> tuple[int, str, Any, float | None]:
+                    content_type: str, auth: Mapping[str, str],
+                    as_text: bool = False) -> tuple[int, str, Any, float | None]:
         """One HTTP request: (status, the API's message, the decoded answer, Retry-After)."""
         url = self._info.server.rstrip("/") + path
         headers = dict(auth, **({"Content-Type": content_type} if data is not None else {}))
@@ -198,7 +200,7 @@ class Kube:
             async with self._open().request(method, url, params=params, data=data, headers=headers) as reply:
                 text = await reply.text()
                 if reply.status < 400:
-                    return reply.status, "", json.loads(text) if text else None, None
+                    return reply.status, "", text if as_text else json.loads(text) if text else None, None
                 try:
                     message = json.loads(text).get("message") or text
                 except (ValueError, AttributeError):
@@ -279,6 +281,51 @@ class Kube:
         except KubeError as error:
             if error.status != 404:
                 raise
+
+    # --- handover Jobs (batch/v1) and their pods' logs --------------------------------------
+
+    async def list_jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        answer = await self.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs",
+                                    params={"labelSelector": selector})
+        return list(answer.get("items") or [])
+
+    async def create_job(self, namespace: str, job: Mapping[str, Any]) -> bool:
+        """Create the Job; False when a Job of that name exists (the same batch, or the last
+        one of that name still being deleted)."""
+        try:
+            await self.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body=job)
+            return True
+        except KubeError as error:
+            if error.status == 409:
+                return False
+            raise
+
+    async def delete_job(self, namespace: str, name: str) -> bool:
+        """Delete the Job and, in the background, its pods; False when it was gone already."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        try:
+            await self.request("DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}", body=options)
+            return True
+        except KubeError as error:
+            if error.status == 404:
+                return False
+            raise
+
+    async def job_log_tail(self, namespace: str, job: str, lines: int = 20) -> str:
+        """The last `lines` lines of the log of the Job's newest pod ("" when it has none)."""
+        pods = await self.list_pods(namespace, f"batch.kubernetes.io/job-name={job}") \
+            or await self.list_pods(namespace, f"job-name={job}")
+        if not pods:
+            return ""
+        newest = max(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+        name = newest["metadata"]["name"]
+        try:
+            return await self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log",
+                                      params={"tailLines": str(lines)}, text=True) or ""
+        except KubeError as error:
+            if error.status in (400, 404):  # no container started, or the pod went meanwhile
+                return ""
+            raise
 
     # --- reads for decisions ------------------------------------------------------------
 

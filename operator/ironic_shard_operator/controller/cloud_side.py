@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
+from ironic_shard_operator.controller.handover import HandoverOutcome, HandoverWork, run_handover
 from ironic_shard_operator.controller.ironic_cycle import CycleReport, ObservationMemory, run_cycle
 from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
@@ -56,6 +57,7 @@ class CloudResult:
     error: IronicError | None = None
     applied: int = 0
     nova: NovaOutcome | None = None
+    handover: HandoverOutcome | None = None
 
     @property
     def plan(self) -> model.Plan | None:
@@ -67,7 +69,8 @@ class CloudWork:
     """What a side works from: the cycle that starts it observed `members` (readiness) and
     `identities` (every member with a pod or a ConfigMap) at `now`; `previous_nova` is the
     last status.nova, `autoscale_history` autoscale's memory from the last status; `memory`
-    the pool's last full listing (ironic_cycle.ObservationMemory; None: list every time)."""
+    the pool's last full listing (ironic_cycle.ObservationMemory; None: list every time);
+    `kube` the Kubernetes client the handover task uses (None: no handover step)."""
 
     key: str
     pool: Pool
@@ -82,6 +85,7 @@ class CloudWork:
     metrics: Any
     may_write: Callable[[], bool]
     memory: ObservationMemory | None = None
+    kube: Any = None
 
 
 class CloudSide:
@@ -172,7 +176,21 @@ class CloudSide:
             retiring=set(plan.members_to_delete if plan else ()), nova_conf=work.nova_conf,
             nodes=result.report.nodes if result.report is not None else None,
             previous=work.previous_nova, now=work.now, metrics=metrics, may_write=work.may_write)
-        return CloudResult(result.report, result.error, result.applied, nova)
+        moving = None
+        if work.kube is not None:  # 4. handovers of nodes with instances (controller/handover.py)
+            moving = await run_handover(HandoverWork(work.kube, work.may_write), pool, ironic=work.adapter,
+                                        nova=_usable_nova(work.nova, nova), members=work.members, plan=plan,
+                                        nodes=result.report.nodes if result.report is not None else None,
+                                        now=work.now)
+            if moving.resharded and work.memory is not None:
+                work.memory.last = None  # shards written outside run_cycle: list in full next time
+        return CloudResult(result.report, result.error, result.applied, nova, moving)
+
+
+def _usable_nova(runtime: NovaRuntime, outcome: NovaOutcome) -> Any:
+    """The pool's Nova adapter unless Nova is off for the pool (Disabled) or was never asked."""
+    state = (outcome.section or {}).get("state")
+    return None if runtime.adapter is None or state == "Disabled" else runtime.adapter
 
 
 def _record_error(metrics: Any, key: str, error: IronicError) -> None:

@@ -47,7 +47,7 @@ from ironic_shard_operator.adapters.kube import KubeError, KubeRefused
 from ironic_shard_operator.adapters.preflight import Inputs
 from ironic_shard_operator.controller.cloud_side import CloudResult, CloudSide, CloudWork
 from ironic_shard_operator.controller.log_redaction import KNOWN
-from ironic_shard_operator.core import model, pods, podspec
+from ironic_shard_operator.core import handover, model, pods, podspec
 from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
@@ -313,7 +313,8 @@ async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets
             identities=frozenset(members.identities),
             nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key),
             previous_nova=cycle.previous.get("nova"), autoscale_history=autoscale_history_of(cycle.previous),
-            now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write),
+            now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
+            memory=runtime.ironic.memory, kube=cycle.op.kube),
             runtime.interrupt)
     _remember(runtime, await side.plan_by(side.deadline))
     return _Cloud(side, runtime.ironic_plan, runtime.ironic_error,
@@ -328,7 +329,9 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
     Ready are read for fencing."""
     plan = cloud.plan
     retire = set(plan.members_to_delete if plan else ()) & set(members.identities)
-    keep = [m for m in members.identities if m not in retire]
+    stop, held = handover.pods_to_stop(plan, pool.handover, members.readiness, members.pods.keys(), cycle.now)
+    stop = (stop | held) & set(members.identities)
+    keep = [m for m in members.identities if m not in retire and m not in stop]
     keep += [m for m in (plan.members_to_create if plan else ()) if m not in members.identities]
     node_names = {p.node_name for p in members.pods.values() if p.node_name and (p.deleting or not p.ready)}
     nodes_raw = await asyncio.gather(*(cycle.op.kube.get_node(n) for n in sorted(node_names)))
@@ -337,7 +340,7 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
         nodes={n["metadata"]["name"]: pods.read_node(n) for n in nodes_raw if n},
         configmaps_current={m: members.overlays.get(m) == podspec.member_conf(pool, m) for m in keep},
         wanted_hash={m: podspec.config_hash(pool, m, secrets.nova_digest) for m in keep},
-        failover=pool.failover, now=cycle.now)
+        failover=pool.failover, now=cycle.now, stop=sorted(stop))
     return _PodPlan(keep, retire, decision)
 
 
@@ -424,6 +427,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
     once."""
     plan, decision, metrics, result = cloud.plan, chosen.decision, cycle.op.metrics, cloud.result
     report, nova = (result.report, result.nova) if result is not None else (None, None)
+    moving = result.handover if result is not None else None
     if report is not None and metrics is not None:
         metrics.record_cycle(cycle.key, model.Observation(pool.spec, members.readiness, (), cycle.now),
                              plan, report.duration_seconds)
@@ -434,10 +438,12 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
     if cloud.applied and plan is not None:
         events.append(moves_event(plan.moves, cloud.applied))
     events.extend(nova.events if nova is not None else ())
+    events.extend(moving.events if moving is not None else ())
     await cycle.write(CycleFacts(
         **members.facts, states=decision.states, plan=plan, moves_applied=cloud.applied,
         extra_events=tuple(events), error="; ".join(m for _, m in problems) or None,
-        error_reason=problems[0][0] if problems else "Error", nova=nova.section if nova is not None else None))
+        error_reason=problems[0][0] if problems else "Error", nova=nova.section if nova is not None else None,
+        handover=moving.section if moving is not None else None, handover_enabled=pool.handover is not None))
     if cloud.side is not None and result is not None:
         cloud.side.reported = True
     if cloud.applied or decision.writes:

@@ -146,7 +146,8 @@ class PodActionKind(enum.Enum):
     stayed Pending too long, or its node is unreachable (deleted gracefully; the new pod
     follows once it is gone). FENCE: a pod on a lost node is forgotten (force-deleted) as
     the fencing mode allows. ROLL: a stale pod restarts with the new configuration.
-    SCALE_DOWN: a retired member's pod goes.
+    SCALE_DOWN: a retired member's pod goes. HANDOVER: a member whose nodes with instances are
+    handed over (core/handover.py) has its pod stopped, and none created meanwhile.
     """
 
     CREATE = "Create"
@@ -154,6 +155,7 @@ class PodActionKind(enum.Enum):
     FENCE = "Fence"
     ROLL = "Roll"
     SCALE_DOWN = "ScaleDown"
+    HANDOVER = "Handover"
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +255,7 @@ def decide(
     wanted_hash: Mapping[str, str],
     failover: Failover,
     now: float,
+    stop: Iterable[str] = (),
 ) -> Decision:
     """Pod actions that move the pool's pods toward one healthy pod per kept member.
 
@@ -261,7 +264,9 @@ def decide(
     pool's pods by member. `nodes`: the Kubernetes nodes of pods that are not Ready (a node
     absent from the mapping is treated as unreachable). `configmaps_current`: member ->
     whether its ConfigMap exists with the wanted content. `wanted_hash`: member -> the
-    config hash its pod should carry.
+    config hash its pod should carry. `stop`: members (not in `keep`) whose pod must be gone
+    while their nodes with instances are handed over: deleted if there, never created; their
+    ConfigMap stays.
     """
     out = _Builder()
     keep = list(keep)
@@ -291,6 +296,20 @@ def decide(
             out.states.append(MemberState(member, "Ready", "pod is Ready"))
 
     _roll(roll_candidates, unsettled, out)
+
+    for member in stop:
+        pod = pods.get(member)
+        if pod is None:
+            out.states.append(MemberState(member, "HandingOver", "pod gone; its nodes with instances are handed over"))
+        elif pod.deleting:
+            verdict = fence_verdict(pod, nodes, failover.fencing, now)
+            out.states.append(_fence(pod, verdict, out) if verdict is not None else
+                              MemberState(member, "HandingOver", "waiting for the pod to be gone"))
+        else:
+            out.delete(pod, "HandoverStoppingPod",
+                       f"Deleting pod {member}: its nodes with instances are handed over to other members "
+                       "(its pod must be gone first)", kind=PodActionKind.HANDOVER, warning=False)
+            out.states.append(MemberState(member, "HandingOver", "pod is being deleted (handover)"))
 
     for member in retire:
         pod = pods.get(member)

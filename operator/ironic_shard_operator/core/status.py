@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from ironic_shard_operator.core import model, nova_policy
+from ironic_shard_operator.core import handover, model, nova_policy
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.pods import MemberState, parse_time
 from ironic_shard_operator.core.redact import redact
@@ -70,6 +70,8 @@ class CycleFacts:
     secrets: frozenset[str] = frozenset()
     oldest_pod_created: float | None = None
     start_timeout_seconds: float = 300.0
+    handover: Mapping[str, Any] | None = None
+    handover_enabled: bool = False
 
 
 def ring_digest(members: Sequence[str]) -> str:
@@ -107,7 +109,12 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
     nova = facts.nova if facts.nova is not None else previous.get("nova")
     if nova is not None:
         status["nova"] = dict(nova)
-    conditions = _conditions(facts, nova or {})
+    moving = facts.handover if facts.handover is not None else previous.get("handover")
+    if moving:
+        status["handover"] = dict(moving)
+    elif "handover" in previous and previous["handover"] is not None:
+        status["handover"] = None  # removed by the merge patch: handover is off
+    conditions = _conditions(facts, nova or {}, moving or {})
     if facts.preflight is not None:
         conditions.append(_Condition("Preflight", *facts.preflight))
     status["conditions"], events = _merge_conditions(
@@ -226,7 +233,58 @@ class _Condition:
     message: str
 
 
-def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
+def handover_section(step: handover.HandoverPlan | None) -> dict[str, Any]:
+    """status.handover for a handover step ({} when spec.handover is off: the section goes).
+    Only facts, no clock: an unchanged handover is not rewritten."""
+    if step is None:
+        return {}
+    return {
+        "sources": [{key: value for key, value in (
+            ("member", p.member), ("trigger", p.trigger), ("phase", p.phase), ("nodes", p.nodes),
+            ("done", p.done), ("inFlight", p.in_flight), ("waiting", p.waiting), ("failed", p.failed),
+            ("job", p.job), ("message", p.message)) if value is not None} for p in step.progress],
+        "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in step.problems],
+    }
+
+
+def _handover_conditions(facts: CycleFacts, moving: Mapping[str, Any]) -> dict[str, _Condition]:
+    """What the handovers say about ScaleDownBlocked, Degraded and Progressing (absent: nothing)."""
+    out: dict[str, _Condition] = {}
+    problems = moving.get("problems") or ()
+    for trigger, kind in ((handover.SCALE_DOWN, "ScaleDownBlocked"), (handover.FAILURE, "Degraded")):
+        mine = [p for p in problems if p.get("trigger") == trigger]
+        if mine:
+            out[kind] = _Condition(kind, True, mine[0]["reason"], "; ".join(p["message"] for p in mine))
+    going = [s for s in moving.get("sources") or () if s.get("phase") != handover.DONE]
+    if going:
+        text = "; ".join(
+            f"{s['member']} ({s['trigger']}): {s['phase']}, {s.get('nodes', 0)} nodes with instances left, "
+            f"{s.get('done', 0)} moved in Nova, {s.get('inFlight', 0)} in flight"
+            + (f" (Job {s['job']})" if s.get("job") else "") + (f": {s['message']}" if s.get("message") else "")
+            for s in going)
+        out["Progressing"] = _Condition("Progressing", True, "HandingOver", text)
+        out.setdefault("ScaleDownBlocked", _Condition("ScaleDownBlocked", False, "HandingOver", text))
+    return out
+
+
+def _conditions(facts: CycleFacts, nova: Mapping[str, Any], moving: Mapping[str, Any]) -> list[_Condition]:
+    conditions = _base_conditions(facts, nova)
+    if not facts.handover_enabled:
+        return conditions
+    override = _handover_conditions(facts, moving)
+    out = []
+    for condition in conditions:
+        new = override.get(condition.type)
+        if new is not None and condition.type == "ScaleDownBlocked" and condition.reason != "PinnedNodes":
+            new = None  # Nova refusing a service deletion says more
+        if new is not None and condition.type in ("Degraded", "Progressing") and condition.status and \
+                condition.reason not in ("MisplacedNodes", "MembersChanging", "MemberFailing"):
+            new = None  # an error of the cycle itself comes first
+        out.append(new or condition)
+    return out
+
+
+def _base_conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
     plan = facts.plan
     not_ready = [s for s in facts.states if s.phase != "Ready"]
     troubled = [s for s in facts.states if s.phase in ("Fencing", "Replacing")]
@@ -243,7 +301,10 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
         blocked = _Condition(
             "ScaleDownBlocked", True, "PinnedNodes",
             f"{total} pinned node{'s' if total != 1 else ''} block scale-down ({parts}); "
-            "the member stays until they are freed or handed over")
+            + ("the member stays until they are handed over" if facts.handover_enabled else
+               "the member stays until they are freed, or set spec.handover (with a nova.conf that has "
+               "database access in spec.handover.novaManageConfig) to hand them over to other members "
+               "(docs/operating.md, Handing over nodes with instances)"))
     elif refused := [w for w in nova.get("waiting") or () if nova_policy.REFUSED in w]:
         blocked = _Condition("ScaleDownBlocked", True, "NovaServiceInUse",
                              "; ".join(refused) + f" (asked again every {nova_policy.REFUSAL_RETRY_SECONDS:.0f}s)")

@@ -1,0 +1,193 @@
+"""The handover task of one pool, one step per cycle: observe, decide (core/handover.py), act.
+
+cloud_side.py runs it after Ironic and Nova, when `spec.handover` is set. Nothing is kept
+between runs: every step is re-derived from what Kubernetes (the pool's pods and handover
+Jobs, the novaManageConfig Secret), Nova (services, the hypervisor list, the instances on the
+sources) and Ironic (the nodes this side just read) show, so an operator killed at any point,
+or a Job pod killed mid-batch, converges to the same end with no node moved twice.
+
+Writes, each with its Event, in the order the steps need them: forced_down of a source's
+service, deletion of finished Jobs, creation of new Jobs, then the Ironic shard of nodes Nova
+already lists under their new host (IronicAdapter.hand_over: compare-and-set on shard and
+instance). What cannot go on is reported (status.handover, conditions HandoverFailed,
+HandoverRefused, HandoverNoDestination, HandoverNeedsNova, HandoverConfigInvalid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
+from ironic_shard_operator.adapters.kube import KubeError
+from ironic_shard_operator.adapters.nova import (
+    NovaAdapter, NovaAuthError, NovaError, NovaNotConfigured, NovaTooOld, ServiceNotFound,
+)
+from ironic_shard_operator.core import handover, handover_job, podspec
+from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.model import Member, Node, Plan
+from ironic_shard_operator.core.pods import read_pod
+from ironic_shard_operator.core.spec import Pool
+from ironic_shard_operator.core.status import handover_section, spread
+
+log = logging.getLogger(__name__)
+
+LOG_LINES = 20
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverOutcome:
+    """`section`: the new status.handover (None: leave the last one); `events`: one per write
+    done and per problem seen."""
+
+    section: dict[str, Any] | None
+    events: tuple[Event, ...] = ()
+    resharded: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverWork:
+    """What the task needs beyond the side's own: the Kubernetes client and the writer check."""
+
+    kube: Any
+    may_write: Callable[[], bool]
+
+
+async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter, nova: NovaAdapter | None,
+                       members: Sequence[Member], plan: Plan | None, nodes: Sequence[Node] | None,
+                       now: float) -> HandoverOutcome:
+    """One step of every handover of `pool` (the module doc); never raises for Kubernetes,
+    Nova or Ironic failures (they are reported)."""
+    settings = pool.handover
+    if settings is None:
+        return HandoverOutcome(handover_section(None))
+    if plan is None or nodes is None:
+        return HandoverOutcome(None)
+    kube = work.kube
+    try:
+        pods = [read_pod(p) for p in await kube.list_pods(pool.namespace, podspec.pool_selector(pool.name))]
+        with_pod = {p.member for p in pods if p.name == p.member}
+        jobs_raw = await kube.list_jobs(pool.namespace, handover_job.job_selector(pool.name))
+    except KubeError as error:
+        return HandoverOutcome(None, (Event("HandoverWaiting", f"Kubernetes API: {error}", "Warning"),))
+    retiring = set(plan.scale_down_blocked) | set(plan.members_to_delete)
+    pinned = {}
+    for node in nodes:
+        if node.pinned and node.shard:
+            pinned[node.shard] = pinned.get(node.shard, 0) + 1
+    found = handover.sources(settings=settings, members=members, retiring=retiring, pods=with_pod,
+                             pinned=pinned, now=now)
+    if not found and not jobs_raw:
+        return HandoverOutcome(handover_section(handover.HandoverPlan()))
+    blocked = await _blocker(kube, pool, nova, found)
+    if blocked is not None:
+        reason, message = blocked
+        problems = tuple(handover.Problem(t, reason, message) for t in sorted(set(found.values())))
+        return HandoverOutcome(handover_section(handover.HandoverPlan(problems=problems)),
+                               (Event(reason, message, "Warning"),))
+    try:
+        view = await asyncio.to_thread(_nova_view, nova, found)
+    except NovaError as error:
+        problem = handover.Problem(sorted(set(found.values()))[0] if found else handover.SCALE_DOWN,
+                                   "HandoverNovaUnavailable", f"Nova: {error}")
+        return HandoverOutcome(handover_section(handover.HandoverPlan(problems=(problem,))))
+    jobs = [await _job_view(kube, pool, raw) for raw in jobs_raw]
+    step = handover.decide(pool=pool.name, settings=settings, members=members, retiring=retiring,
+                           ring_members=plan.ring_members, pods=with_pod, nodes=nodes, nova=view,
+                           jobs=[j for j in jobs if j is not None], now=now)
+    events = [Event(p.reason, p.message, "Warning") for p in step.problems]
+    resharded = 0
+    if step.writes and not pool.paused and work.may_write():
+        resharded = await _act(work, pool, step, ironic, nova, view, nodes, events)
+    return HandoverOutcome(handover_section(step), tuple(events), resharded)
+
+
+async def _blocker(kube: Any, pool: Pool, nova: NovaAdapter | None,
+                   found: dict[str, str]) -> tuple[str, str] | None:
+    """(reason, message) when no handover can run at all: no Nova, or no usable nova.conf."""
+    if not found:
+        return None
+    if nova is None:
+        return ("HandoverNeedsNova", "spec.handover is set but the cloud has no usable Nova compute endpoint "
+                                     "(status.nova): nodes with instances cannot be handed over")
+    ref = pool.handover.nova_manage_config
+    try:
+        secret = await kube.get_secret(pool.namespace, ref.name)
+    except KubeError as error:
+        return ("HandoverConfigInvalid", f"Secret {ref.name} (spec.handover.novaManageConfig) cannot be read: "
+                                         f"{error}")
+    if secret is None:
+        return ("HandoverConfigInvalid", f"Secret {ref.name} not found in namespace {pool.namespace} "
+                                         f"(spec.handover.novaManageConfig.secretRef): create it with key "
+                                         f"{ref.key}, a nova.conf with [database] and [api_database]")
+    value = (secret.get("data") or {}).get(ref.key)
+    text = base64.b64decode(value).decode("utf-8", errors="replace") if value else None
+    problem = handover_job.config_problem(text, ref.name, ref.key)
+    return ("HandoverConfigInvalid", problem) if problem else None
+
+
+def _nova_view(nova: NovaAdapter, found: dict[str, str]) -> handover.NovaView:
+    """Services, the hypervisor list and the instances on each source (blocking)."""
+    try:
+        services = nova.compute_services()
+        hosts = {h.node_uuid: h.host for h in nova.hypervisors()}
+        instances: dict[str, int] = {}
+        for source in sorted(found):
+            instances.update(nova.instances_by_node(source))
+    except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
+        raise NovaError(f"{error} (handover needs Nova: HandoverNeedsNova)") from error
+    return handover.NovaView(services, hosts, instances)
+
+
+async def _job_view(kube: Any, pool: Pool, raw: dict[str, Any]) -> handover.JobView | None:
+    """A Job read back, with its log tail when it failed (what the user needs to see)."""
+    view = handover_job.read_job(raw)
+    if view is None or view.state != handover.FAILED:
+        return view
+    try:
+        tail = await kube.job_log_tail(pool.namespace, view.name, LOG_LINES)
+    except KubeError as error:
+        tail = f"(log not readable: {error})"
+    return handover_job.read_job(raw, " | ".join(line for line in tail.splitlines() if line.strip())[-2000:])
+
+
+async def _act(work: HandoverWork, pool: Pool, step: handover.HandoverPlan, ironic: IronicAdapter,
+               nova: NovaAdapter | None, view: handover.NovaView, nodes: Sequence[Node],
+               events: list[Event]) -> int:
+    """Carry out the step in order, one Event per write done (appended to `events`); returns
+    the Ironic shards written. A failure stops the rest of the step (the next cycle derives it
+    again)."""
+    kube, resharded = work.kube, 0
+    try:
+        for source in step.force_down:
+            service = view.services[source]
+            await asyncio.to_thread(nova.set_forced_down, service, True)
+            events.append(Event("HandoverForcedDown", f"Forced Nova compute service {source} down: its pod is "
+                                                      "gone and its nodes with instances are handed over"))
+        for name in step.delete_jobs:
+            if await kube.delete_job(pool.namespace, name):
+                events.append(Event("HandoverJobDeleted", f"Deleted handover Job {name}"))
+        for batch in step.create_jobs:
+            if await kube.create_job(pool.namespace, handover_job.render_job(pool, batch)):
+                events.append(Event("HandoverJobCreated",
+                                    f"Created Job {batch.name}: nova-manage moves {len(batch.moves)} nodes of "
+                                    f"{batch.source} in Nova ({spread(batch.moves)})"))
+        if step.shard_writes:
+            started = time.monotonic()
+            result = await asyncio.to_thread(ironic.hand_over, step.shard_writes, nodes)
+            resharded = result.applied
+            if result.applied:
+                events.append(Event("HandedOverNodes",
+                                    f"Set the Ironic shard of {result.applied} nodes with instances after Nova "
+                                    f"moved them ({spread(step.shard_writes)}; {time.monotonic() - started:.2f}s)"))
+    except (KubeError, NovaError, ServiceNotFound, IronicError) as error:
+        log.warning("pool %s: handover step stopped: %s", pool.key, error)
+        events.append(Event("HandoverWaiting", f"Handover step stopped, tried again next cycle: {error}", "Warning"))
+    return resharded
+
+
