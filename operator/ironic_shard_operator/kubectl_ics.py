@@ -130,10 +130,15 @@ def pool_inputs(kubectl: Kubectl, body: Mapping[str, Any], *, check_image: bool 
     namespace = Kubectl(kubectl.kubeconfig, kubectl.context, pool.namespace, kubectl.binary)
 
     def text(ref: Any) -> str | None:
+        """The Secret's text, or None with the reason on stderr (its checks then fail)."""
         try:
-            return namespace.secret_text(ref.name, ref.key)
-        except KubectlError:
+            found = namespace.secret_text(ref.name, ref.key)
+        except KubectlError as error:
+            print(f"note: Secret {pool.namespace}/{ref.name} cannot be read: {error}", file=sys.stderr)
             return None
+        if found is None:
+            print(f"note: Secret {pool.namespace}/{ref.name} has no key {ref.key}", file=sys.stderr)
+        return found
 
     handover = pool.handover
     return Inputs(clouds_yaml=text(pool.cloud), cloud_name=pool.cloud_name, nova_conf=text(pool.nova_config),

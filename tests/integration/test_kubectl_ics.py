@@ -115,3 +115,62 @@ def test_preflight_of_a_pool_whose_secret_has_a_bad_nova_conf_fails(
                            "--skip-image"], capture_output=True, text=True, env=kube_api.env, timeout=120)
     assert done.returncode == 1 and "FAIL    nova-conf-driver" in done.stdout, done.stderr
     assert base64.b64encode(b"pw").decode() not in done.stdout
+
+
+def quick_start() -> list[str]:
+    """The README's quick-start commands after `helm install` and `pip install`, in order."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("## Install and operate", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.startswith("kubectl ")]
+
+
+def test_the_readme_quick_start_as_a_user_types_it(
+        kube_api: KubeAPI, kube_namespace: str, kubelet, tmp_path: Path) -> None:
+    """The operator stands in for `helm install` (the kind e2e installs the chart); the user
+    edits the Secrets to point at their cloud (here a real Ironic of its own, cloud 'ironic')."""
+    import yaml
+
+    from testbed.ironic_service import running_ironic
+    from tests.support.operator_harness import OperatorProcess, get_pool
+
+    commands = quick_start()
+    assert [c.split()[:3] for c in commands] == [["kubectl", "apply", "-f"], ["kubectl", "ics", "preflight"],
+                                                 ["kubectl", "apply", "-f"], ["kubectl", "ics", "status"]]
+    repo = Path(__file__).resolve().parents[2]
+    install_crd(kube_api.client)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kube_api.kubeconfig.read_text())
+    env = dict(kube_api.env, KUBECONFIG=str(kubeconfig),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    subprocess.run(["kubectl", "config", "set-context", "--current", f"--namespace={kube_namespace}"],
+                   env=env, check=True, capture_output=True)
+    with running_ironic(tmp_path / "ironic", auth="http_basic") as ironic:
+        enrol_nodes(ironic, 3, resource_class="baremetal")
+        secrets = list(yaml.safe_load_all((repo / "examples" / "secrets.yaml").read_text()))
+        secrets[0]["stringData"]["nova.conf"] = NOVA_CONF  # the user's edits
+        secrets[1]["stringData"]["clouds.yaml"] = yaml.safe_dump({"clouds": {"ironic": ironic.cloud}})
+        if kube_api.is_emulator:  # the fake API server does not merge stringData into data (a real one does)
+            for secret in secrets:
+                secret["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in secret.pop("stringData").items()}
+        (tmp_path / "examples").mkdir()
+        (tmp_path / "examples" / "secrets.yaml").write_text(yaml.safe_dump_all(secrets))
+        shutil.copy(repo / "examples" / "minimal.yaml", tmp_path / "examples" / "minimal.yaml")
+
+        def run(command: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(command.split() + (["--skip-image"] if "preflight" in command else []),
+                                  cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+        applied = run(commands[0])
+        assert applied.returncode == 0, applied.stderr
+        checked = run(commands[1])
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "PASS    ironic-shard-update" in checked.stdout and "FAIL" not in checked.stdout
+        with OperatorProcess(kube_api, kube_namespace, "op-a", tmp_path):
+            assert run(commands[2]).returncode == 0
+            kube_api.wait_for(lambda: (get_pool(kube_api.client, kube_namespace, "rack-a").get("status") or {})
+                              .get("readyReplicas") == 3, timeout=90, what="3 ready members")
+            shown = run(commands[3])
+    assert shown.returncode == 0, shown.stderr
+    rows = [line.split() for line in shown.stdout.splitlines() if line.startswith("rack-a-")]
+    assert [r[:2] for r in rows] == [["rack-a-0", "yes"], ["rack-a-1", "yes"], ["rack-a-2", "yes"]]
+    assert sum(int(r[3]) for r in rows) == 3  # every node owned by a member
