@@ -306,21 +306,18 @@ class IronicAdapter:
         return {str(item["name"]): int(item["count"]) for item in response.json()["shards"]}
 
     @redacting
-    def has_unsharded_node(self) -> bool:
-        """Whether any node of the pool's selector has no shard (`sharded=false`, limit 1:
-        one request whatever the node count)."""
+    def unsharded_nodes(self) -> tuple[Node, ...]:
+        """The nodes of the selector without a shard (`sharded=false`): one request, whose
+        answer is empty when there are none, plus one per further 1,000."""
         self.check()
-        params = {**selector_filters(self.selector), "sharded": "false", "fields": "uuid", "limit": 1}
-        response = self._send("GET", self._url("/nodes", params))
-        self._raise_for_status(response, "look for unsharded nodes")
-        return bool(response.json()["nodes"])
+        filters = {**selector_filters(self.selector), "sharded": "false"}
+        return tuple(self._list(filters, marker=None, until=None).values())
 
     @redacting
-    def unassociated_nodes_of(self, owner: str) -> tuple[Node, ...]:
-        """The nodes of the selector whose shard is `owner` and that carry no instance
-        (`associated=false`): one request unless there are more than a page of them."""
+    def nodes_of(self, owner: str) -> tuple[Node, ...]:
+        """The nodes of the selector whose shard is `owner`: one request per 1,000."""
         self.check()
-        filters = {**selector_filters(self.selector), "shard": owner, "associated": "false"}
+        filters = {**selector_filters(self.selector), "shard": owner}
         return tuple(self._list(filters, marker=None, until=None).values())
 
     def _list(self, filters: Mapping[str, str], *, marker: str | None, until: str | None,

@@ -135,7 +135,8 @@ def run_cycle(
     autoscale kept from earlier cycles (status.autoscale). Ironic errors propagate
     as IronicError subclasses, after which Ironic holds a consistent, partial result.
     The adapter's one-time check() (first use) is not counted in the report's requests.
-    Moves are written only when planned from a full listing made by this cycle.
+    Moves are written only when every node they move was listed by this cycle (a full
+    listing, or the listing of their source owner or of the unsharded nodes).
     """
     adapter.check()  # once per adapter (endpoint, version, credentials): not a cycle cost
     started = time.monotonic()
@@ -151,21 +152,23 @@ def run_cycle(
     if last is not None:
         decision = planned(last.nodes, last.observed_at)
         reason = observation.reason_before_asking(last, decision.ring_members, now, full_resync_seconds)
-        if reason is None and decision.moves and not paused:
-            reason = "moves are planned: writes follow a full listing"
         if reason is None:
-            reason = observation.reason_from_answers(
-                spec.name, last, _cheap_answers(adapter, last.owners_outside(decision.ring_members)),
-                decision.ring_members)
+            answers = _cheap_answers(adapter, last.owners_outside(decision.ring_members))
+            reason = observation.reason_from_answers(spec.name, last, answers)
+        if reason is None:
+            nodes = observation.merged(last, answers)
+            decision = planned(nodes, last.observed_at)
+            if not paused:
+                reason = observation.unlisted_sources(decision.moves, answers)
+            if reason is None:
+                observed_at = last.observed_at
+                memory.last = FullObservation(nodes, observed_at, decision.ring_members, answers.summary)
     if reason is not None:
         summary = adapter.shard_summary() if memory is not None else {}  # before the listing
         nodes, observed_at = adapter.list_nodes(), now
         decision = planned(nodes, observed_at)
         if memory is not None:
             memory.last = FullObservation(nodes, observed_at, decision.ring_members, summary)
-    else:
-        assert last is not None
-        nodes, observed_at = last.nodes, last.observed_at
     observe_requests = adapter.requests_made - first_request
     if paused or not decision.moves:
         applied = ApplyResult(planned=len(decision.moves), not_attempted=len(decision.moves))
@@ -188,7 +191,9 @@ def run_cycle(
 
 
 def _cheap_answers(adapter: IronicAdapter, owners_outside: Sequence[str]) -> CheapAnswers:
-    """The cheap questions of a poll (core/observation.py): 2 requests, plus one per owner
-    outside the ring."""
-    return CheapAnswers(summary=adapter.shard_summary(), unsharded=adapter.has_unsharded_node(),
-                        unassociated={owner: adapter.unassociated_nodes_of(owner) for owner in owners_outside})
+    """The cheap questions of a poll (core/observation.py): the summary first (a change
+    after it is seen by the next poll), then the selector's unsharded nodes, then the nodes
+    of each owner outside the ring: 2 requests, plus one per 1,000 nodes of such owners."""
+    summary = adapter.shard_summary()
+    return CheapAnswers(summary=summary, unsharded=adapter.unsharded_nodes(),
+                        owners={owner: adapter.nodes_of(owner) for owner in owners_outside})

@@ -1,4 +1,4 @@
-"""Observation by need: when a pool must list all its nodes, and when two cheap answers do.
+"""Observation by need: when a pool must list all its nodes, and when cheap answers do.
 
 Listing a pool costs ceil(N/1000)+1 Ironic requests (about 101 and ~18 s of Ironic's time at
 100,000 nodes). Ownership only has to change when the ring changes, when nodes appear, leave or
@@ -6,22 +6,25 @@ are freed where no ring member serves them. So a poll plans from the pool's LAST
 LISTING (`FullObservation`) and asks Ironic only:
 
 1. the shard summary (`GET /v1/shards`: node count per shard value, over ALL of Ironic);
-2. "is any node of my selector unsharded?" (`sharded=false` + selector, `limit=1`);
+2. the selector's unsharded nodes (`sharded=false` + selector: one request, empty when
+   steady; new nodes typically arrive unsharded);
 3. per owner outside the ring that still owned nodes of the pool at the last listing (a
-   member that failed or retires with pinned nodes, a stranger's shard on pinned nodes):
-   that owner's nodes without an instance in the selector, to notice a node freed there.
+   member that failed, left or retires, a stranger's shard on pinned nodes): that owner's
+   nodes in the selector, one request per 1,000, to notice a node freed there and to give
+   the plan a fresh view of every node that can move.
 
-`reason_before_asking()` and `reason_from_answers()` say why a full listing is needed, or
-None when the last one still stands. A full listing is needed:
+The fresh lists replace those owners' (and the unsharded) nodes of the last listing
+(`merged`): when the ring only lost members, or a node arrived or was freed outside the
+ring, those are exactly the nodes the planner moves, so the change is acted on without a
+full listing. `reason_before_asking()` and `reason_from_answers()` say why a full listing is
+needed instead, or None. A full listing is needed:
 - when there is none yet (an operator restart starts with one; nothing here is persisted);
-- when the ring differs from the ring planned at the last listing (readiness, a grace that
-  ended, scaling);
+- when the ring gained a member since the last listing (a join takes nodes from everyone);
 - when the pool wrote shards since (the listing predates its own writes);
 - on the slow timer (`spec.ironic.fullResyncSeconds`);
 - when the summary moved for a shard value that concerns the pool, or a new value appeared;
-- when a node of the selector is unsharded (a new node, typically);
-- when a node of an owner outside the ring is free;
-- and, decided by the caller, before any batch of writes (ironic_cycle.run_cycle).
+- before writing moves whose source was not listed in this cycle (`unlisted_sources`); the
+  adapter's bulk re-read right before each batch of writes stays in any case.
 
 What the GLOBAL shard summary can and cannot tell a pool with a selector. Every count is
 over all of Ironic, every pool and every unmanaged node included:
@@ -35,8 +38,8 @@ over all of Ironic, every pool and every unmanaged node included:
   enrolled with a preset shard, so the pool lists (another pool's new member costs this pool
   one full listing);
 - any other value (another pool's members, strangers elsewhere, and the unsharded count,
-  which the `sharded=false` probe answers for the selector exactly): ignored, so pools with
-  disjoint selectors on one Ironic do not make each other list on every change;
+  which the `sharded=false` listing answers for the selector exactly): ignored, so pools
+  with disjoint selectors on one Ironic do not make each other list on every change;
 - it cannot see: a node entering or leaving the selector (its conductor group or resource
   class changed) with a shard that already existed, a pinned node freed on a ring member
   whose pinned nodes alone exceeded its fair share, changes of instance or provision state
@@ -49,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ironic_shard_operator.core.model import Node, member_ordinal
+from ironic_shard_operator.core.model import Move, Node, member_ordinal
 
 # Ironic names the count of nodes without a shard "None" (str() of the database NULL).
 UNSHARDED = "None"
@@ -77,60 +80,43 @@ class FullObservation:
         return tuple(sorted({node.shard for node in self.nodes
                              if node.shard is not None and node.shard not in ring}))
 
-    def has_unassigned(self) -> bool:
-        return any(node.shard is None for node in self.nodes)
-
 
 @dataclass(frozen=True, slots=True)
 class CheapAnswers:
-    """Ironic's answers to a poll's cheap questions: the shard summary, whether the selector
-    holds an unsharded node, and for each owner outside the ring its nodes in the selector
-    that carry no instance (`unassociated`)."""
+    """Ironic's answers to a poll's cheap questions: the shard summary, the selector's
+    unsharded nodes, and for each owner outside the ring its nodes in the selector
+    (`owners`), all read in this cycle."""
 
     summary: Mapping[str, int]
-    unsharded: bool
-    unassociated: Mapping[str, Sequence[Node]]
+    unsharded: Sequence[Node]
+    owners: Mapping[str, Sequence[Node]]
 
 
 def reason_before_asking(last: FullObservation | None, ring_members: Sequence[str], now: float,
                          full_resync_seconds: float) -> str | None:
     """Why a full listing is needed whatever Ironic would answer (None: ask the cheap
-    questions). `ring_members` is the ring planned now from `last`'s nodes."""
+    questions). `ring_members` is the ring planned now from `last`'s nodes. A ring that only
+    lost members needs none: the members that left are listed as owners outside the ring."""
     if last is None:
         return "no full listing yet"
     if last.wrote_since:
         return "shards were written since the last full listing"
-    if tuple(ring_members) != tuple(last.ring_members):
-        return "the ring changed since the last full listing"
     if now - last.observed_at >= full_resync_seconds:
         return f"the last full listing is older than fullResyncSeconds ({full_resync_seconds:g}s)"
+    joined = sorted(set(ring_members) - set(last.ring_members))
+    if joined:
+        return f"the ring gained {', '.join(joined)} since the last full listing"
     return None
 
 
-def reason_from_answers(pool: str, last: FullObservation, answers: CheapAnswers,
-                        ring_members: Sequence[str]) -> str | None:
-    """Why the cheap answers call for a full listing (None: `last` still stands). See the
-    module doc for what the global summary can tell a pool with a selector."""
-    moved = summary_moved(pool, last, answers.summary)
-    if moved is not None:
-        return moved
-    if answers.unsharded and not _nothing_to_do_with_unsharded(last, answers.summary, ring_members):
-        return "a node of the selector has no shard"
-    for owner, nodes in sorted(answers.unassociated.items()):
-        free = sum(1 for node in nodes if not node.pinned)
-        if free:
-            return f"{free} node(s) of {owner}, which is outside the ring, are free"
-    return None
-
-
-def summary_moved(pool: str, last: FullObservation, summary: Mapping[str, int]) -> str | None:
-    """The first shard value that concerns the pool whose count moved, or that is new, as a
-    reason; None when none did."""
+def reason_from_answers(pool: str, last: FullObservation, answers: CheapAnswers) -> str | None:
+    """Why the cheap answers call for a full listing (None: `merged` is the pool's nodes).
+    See the module doc for what the global summary can tell a pool with a selector."""
     owned = {node.shard for node in last.nodes if node.shard is not None}
-    for name in sorted(set(summary) | set(last.summary)):
+    for name in sorted(set(answers.summary) | set(last.summary)):
         if name == UNSHARDED:
-            continue  # the sharded=false probe answers for the selector
-        before, now = last.summary.get(name), summary.get(name)
+            continue  # the sharded=false listing answers for the selector
+        before, now = last.summary.get(name), answers.summary.get(name)
         if before is None:
             return f"shard {name} is new in Ironic's shard summary"
         concerns = name in owned or member_ordinal(pool, name) is not None
@@ -139,11 +125,21 @@ def summary_moved(pool: str, last: FullObservation, summary: Mapping[str, int]) 
     return None
 
 
-def _nothing_to_do_with_unsharded(last: FullObservation, summary: Mapping[str, int],
-                                  ring_members: Sequence[str]) -> bool:
-    """With no ring member, unsharded nodes stay as they are (invariant 3): when the last
-    listing already had some and Ironic's unsharded count did not move, listing again would
-    show the same."""
-    return (not ring_members and last.has_unassigned()
-            and summary.get(UNSHARDED) == last.summary.get(UNSHARDED))
+def merged(last: FullObservation, answers: CheapAnswers) -> tuple[Node, ...]:
+    """The pool's nodes: the last listing's, with the unsharded nodes and those of every
+    owner listed in this cycle replaced by the fresh lists (fresh wins for a uuid in both)."""
+    fresh = {node.uuid: node for node in (*answers.unsharded, *(n for ns in answers.owners.values() for n in ns))}
+    listed = set(answers.owners)
+    kept = (node for node in last.nodes
+            if node.shard is not None and node.shard not in listed and node.uuid not in fresh)
+    return (*kept, *fresh.values())
 
+
+def unlisted_sources(moves: Sequence[Move], answers: CheapAnswers) -> str | None:
+    """Why `moves` may not be written without a full listing first: a move whose source
+    (None: unsharded) was not listed in this cycle. None: every source was."""
+    listed: set[str | None] = {None, *answers.owners}
+    unlisted = sorted({move.source or "unsharded" for move in moves if move.source not in listed})
+    if unlisted:
+        return f"moves are planned from {', '.join(unlisted[:3])}: writes follow a full listing"
+    return None
