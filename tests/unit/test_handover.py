@@ -151,6 +151,11 @@ def test_the_pod_side_stops_a_retiring_source_only_once_its_free_nodes_are_gone_
     moved = plan(replace(obs, nodes=(*nodes[:1], Node("b", shard=m(0)), *nodes[2:])))
     stop, held = pods_to_stop(moved, after, members, pods=[m(0), m(1), m(3)], now=NOW)
     assert stop == {m(3)} and held == {m(2)}
+    # while the last status says no handover can run (e.g. no usable nova.conf), the pod stays
+    last = {"handover": {"problems": [{"trigger": "ScaleDown", "reason": "HandoverConfigInvalid", "message": "x"}]}}
+    assert handover.blocked(last)
+    stop, _ = pods_to_stop(moved, after, members, pods=[m(0), m(1), m(3)], now=NOW, stalled=handover.blocked(last))
+    assert stop == frozenset()
 
 
 # --- properties over a simulated Nova and Ironic ---------------------------------------------

@@ -329,7 +329,8 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
     Ready are read for fencing."""
     plan = cloud.plan
     retire = set(plan.members_to_delete if plan else ()) & set(members.identities)
-    stop, held = handover.pods_to_stop(plan, pool.handover, members.readiness, members.pods.keys(), cycle.now)
+    stop, held = handover.pods_to_stop(plan, pool.handover, members.readiness, members.pods.keys(), cycle.now,
+                                       stalled=handover.blocked(cycle.previous))
     stop = (stop | held) & set(members.identities)
     keep = [m for m in members.identities if m not in retire and m not in stop]
     keep += [m for m in (plan.members_to_create if plan else ()) if m not in members.identities]

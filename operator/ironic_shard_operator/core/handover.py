@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ironic_shard_operator.core.model import Member, Move, Node, Plan
+from ironic_shard_operator.core.model import TRANSITIONAL_PROVISION_STATES, Member, Move, Node, Plan
 from ironic_shard_operator.core.nova_policy import ServiceRecord
 from ironic_shard_operator.core.planner import fair_quotas
 from ironic_shard_operator.core.ring import HashRing
@@ -158,12 +158,25 @@ def sources(*, settings: Handover | None, members: Iterable[Member], retiring: I
     return found
 
 
+# Problems that stop every handover before it starts (status.handover.problems): while one is
+# reported, a retiring source's pod keeps running (stopping it would only make its instances
+# unmanageable, with no handover to follow).
+BLOCKERS = frozenset({"HandoverConfigInvalid", "HandoverNeedsNova", "HandoverNoDestination"})
+
+
+def blocked(last_status: Mapping | None) -> bool:
+    """Whether the last status.handover reported a problem that stops every handover."""
+    section = (last_status or {}).get("handover") or {}
+    return any(p.get("reason") in BLOCKERS for p in section.get("problems") or ())
+
+
 def pods_to_stop(plan: Plan | None, settings: Handover | None, members: Iterable[Member],
-                 pods: Iterable[str], now: float) -> tuple[frozenset[str], frozenset[str]]:
+                 pods: Iterable[str], now: float, *, stalled: bool = False) -> tuple[frozenset[str], frozenset[str]]:
     """(pods to delete, pods not to create) for handovers, from the pod side's facts.
 
     A retiring source whose free nodes have all moved away (no planned move from it, no free
-    node left) has its pod deleted, once a ring member exists to take its nodes. A failed
+    node left) has its pod deleted, once a ring member exists to take its nodes, unless the
+    handovers are `stalled` (`blocked`: nothing would follow). A failed
     source (its pod already gone) gets no new pod while it owns pinned nodes: a nova-compute
     with its host would take back compute nodes Nova has moved.
     """
@@ -175,7 +188,7 @@ def pods_to_stop(plan: Plan | None, settings: Handover | None, members: Iterable
     found = sources(settings=settings, members=members, retiring=retiring, pods=pods, pinned=pinned, now=now)
     moving_from = {move.source for move in plan.moves}
     stop = frozenset(m for m, trigger in found.items()
-                     if trigger == SCALE_DOWN and plan.ring_members and m not in moving_from
+                     if trigger == SCALE_DOWN and plan.ring_members and not stalled and m not in moving_from
                      and loads[m].nodes == loads[m].pinned)
     held = frozenset(m for m, trigger in found.items() if trigger == FAILURE)
     return stop, held
@@ -334,7 +347,7 @@ def _source_step(source: str, trigger: str, nodes: Sequence[Node], nova: NovaVie
     for node in pinned:
         host = nova.compute_host.get(node.uuid)
         if not node.instance_uuid or node.target_provision_state or node.reservation \
-                or node.provision_state not in (None, "active"):
+                or node.provision_state in TRANSITIONAL_PROVISION_STATES:
             waiting += 1
             what = f"locked by {node.reservation}" if node.reservation else \
                 f"in provision state {node.provision_state}" + (f" -> {node.target_provision_state}"
