@@ -2,7 +2,7 @@
 PY      ?= .venv/bin/python
 PYTEST  ?= $(PY) -m pytest
 
-.PHONY: setup test test-unit test-integration test-nova chart-check e2e bench bench-reconcile demo clean
+.PHONY: setup test test-unit test-integration test-nova chart-check e2e bench bench-reconcile bench-scale demo clean
 
 setup:            ## project venv with the package and its test dependencies
 	bash hack/setup.sh
@@ -31,6 +31,9 @@ bench: setup      ## pure benchmarks: ring vs tooz, memory at 100k nodes
 
 bench-reconcile: setup  ## 10,000 nodes against real Ironic, vs a tooz ring (~8 min)
 	$(PY) bench/reconcile_bench.py
+
+bench-scale: setup  ## 100,000 nodes x 200 members against real Ironic: steady polls, failure, adoption, RSS (~15 min)
+	$(PY) bench/scale_bench.py
 
 demo: setup
 	bash hack/demo.sh
