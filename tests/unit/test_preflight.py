@@ -160,3 +160,16 @@ def test_the_preflight_condition_warns_when_it_first_fails_and_is_kept_between_v
     fresh, events = build_status(CycleFacts(generation=1, pool="q", preflight=(True, "Passed", "all 9"), now=1.0),
                                  None)
     assert preflight_of(fresh)["status"] == "True" and not [e for e in events if "Preflight" in e.reason]
+
+
+@pytest.mark.parametrize("image, parts", [
+    ("nova-compute", ("registry-1.docker.io", "library/nova-compute", "latest")),
+    ("kolla/nova-compute:2024.1", ("registry-1.docker.io", "kolla/nova-compute", "2024.1")),
+    ("quay.io/openstack.kolla/nova-compute-ironic:2024.1-ubuntu-jammy",
+     ("quay.io", "openstack.kolla/nova-compute-ironic", "2024.1-ubuntu-jammy")),
+    ("localhost:5000/nova@sha256:abc", ("localhost:5000", "nova", "sha256:abc")),
+])
+def test_an_image_reference_is_split_as_docker_reads_it(image, parts) -> None:
+    from ironic_shard_operator.adapters.preflight import split_image
+
+    assert split_image(image) == parts
