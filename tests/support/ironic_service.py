@@ -19,3 +19,12 @@ def ironic_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IronicS
     """The real Ironic service (http_basic auth, sqlite, fake-hardware) for the session."""
     with running_ironic(tmp_path_factory.mktemp("ironic"), auth="http_basic") as service:
         yield service
+
+
+@pytest.fixture(scope="session")
+def noauth_ironic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IronicService]:
+    """A real Ironic without auth, for the real-Nova tier: a pool's one cloud then reaches
+    Ironic, Nova and Placement with one token, as with Keystone (the session's Ironic uses HTTP
+    basic auth, which the test Nova API does not speak)."""
+    with running_ironic(tmp_path_factory.mktemp("ironic-noauth"), auth="noauth") as service:
+        yield service

@@ -4,8 +4,10 @@ its node, decided without Ironic (the adapter's integration tests show it applie
 import pytest
 from hypothesis import given, strategies as st
 
-from ironic_shard_operator.core.model import Move, Node
-from ironic_shard_operator.core.shard_write import Verdict, handover_verdict, move_verdict
+from ironic_shard_operator.core.model import Member, Move, Node
+from ironic_shard_operator.core.shard_write import (
+    Verdict, guarded_verdict, handover_verdict, live_owners, move_verdict,
+)
 
 UUID = "node-1"
 ADOPT = Move(UUID, None, "rack-0")      # an unassigned node given to rack-0
@@ -92,3 +94,30 @@ def test_a_handover_writes_only_from_its_source_with_the_same_instance(move, cur
     if handover_verdict(move, current, seen) is Verdict.WRITE:
         assert current is not None and current.shard == move.source != move.target
         assert current.instance_uuid is not None and current.instance_uuid == seen
+
+
+# --- guarded moves: a free node leaving a live owner ------------------------------------
+
+
+def test_live_owners_are_the_members_that_count_as_ready():
+    """Ready, or within the grace: their nova-compute may still take a build. A member past
+    its grace, or never ready, takes none: moves away from it need no guard."""
+    members = [Member("rack-0", ready=True, since=0.0), Member("rack-1", ready=False, since=95.0),
+               Member("rack-2", ready=False, since=10.0), Member("rack-3")]
+    assert live_owners(members, now=100.0, grace_seconds=60.0) == {"rack-0", "rack-1"}
+
+
+def test_a_guarded_move_of_a_node_held_in_placement_is_claimed():
+    free = Node(UUID, shard="rack-1", provision_state="available")
+    assert guarded_verdict(REBALANCE, free, claimed_in_placement=True) is Verdict.CLAIMED
+    assert guarded_verdict(REBALANCE, free, claimed_in_placement=False) is Verdict.WRITE
+
+
+@given(shard=st.sampled_from([None, "rack-0", "rack-1", "rack-2"]), instance=st.sampled_from([None, "i"]),
+       claimed=st.booleans())
+def test_a_guard_only_ever_holds_back_what_the_write_rule_lets_through(shard, instance, claimed):
+    """The guard adds a reason not to write, never a reason to write."""
+    current = Node(UUID, shard=shard, instance_uuid=instance, provision_state="available")
+    said = guarded_verdict(REBALANCE, current, claimed)
+    plain = move_verdict(REBALANCE, current)
+    assert said is plain or (plain is Verdict.WRITE and said is Verdict.CLAIMED and claimed)

@@ -13,6 +13,8 @@ What it keeps:
 - A node is written only when a fresh read, made in bulk right before its batch of writes,
   passes the write rule of core/shard_write.py (still where the plan saw it, still free,
   not yet at its target). A node Nova claimed since the observation is never moved.
+  A guarded move (a free node leaving a LIVE owner, `Guard`) is also read again on its own
+  right before its write, and Placement is asked whether a build holds the node.
 - Writes are bounded: at most `max_concurrent_writes` in flight, at most `writes_per_second`
   started per second; 409 (node locked), 502/503/504, timeouts and refused connections are
   retried with exponential backoff, each retry re-read first.
@@ -41,7 +43,7 @@ from ironic_shard_operator.adapters.openstack_http import (
 from ironic_shard_operator.core.clouds_yaml import CloudsYamlError, cloud_entry
 from ironic_shard_operator.core.model import Move, Node, Selector
 from ironic_shard_operator.core.redact import redact, secrets_in_clouds_yaml
-from ironic_shard_operator.core.shard_write import Verdict, handover_verdict, move_verdict
+from ironic_shard_operator.core.shard_write import Verdict, guarded_verdict, handover_verdict, move_verdict
 
 SHARD_MICROVERSION = (1, 82)
 MICROVERSION_HEADER = "X-OpenStack-Ironic-API-Version"
@@ -129,6 +131,21 @@ class ApplyResult:
             self.skipped_changed += 1
         else:
             raise ValueError(f"{verdict} is not a skip")
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """Which moves are guarded, and how a build in flight is seen.
+
+    A move whose source is one of `live_owners` (shard_write.live_owners) is read on its own
+    right before its write and written only on shard_write.guarded_verdict's WRITE.
+    `claimed_in_placement(node_uuid)` answers whether Placement holds allocations on the
+    node's provider (None: the cloud has no Placement, so nothing is asked); an exception
+    from it leaves the move unwritten this cycle (counted busy), never written blind.
+    """
+
+    live_owners: frozenset[str]
+    claimed_in_placement: Callable[[str], bool] | None = None
 
 
 class RateLimiter:
@@ -361,7 +378,7 @@ class IronicAdapter:
 
     @redacting
     def apply_moves(self, moves: Sequence[Move], observed: Sequence[Node],
-                    stop: threading.Event | None = None) -> ApplyResult:
+                    stop: threading.Event | None = None, guard: Guard | None = None) -> ApplyResult:
         """Write each move's target into its node's shard, if the node still qualifies
         (`shard_write.move_verdict`: still at the move's source and still free; a node
         pinned since the observation is never moved).
@@ -369,11 +386,12 @@ class IronicAdapter:
         `observed` are the nodes the moves were planned from; they only size the bulk
         re-reads. Moves are written in uuid order, in batches of `batch_size`: before each
         batch one uuid-range listing re-reads the batch's nodes. `stop` (optional) ends the
-        work between writes; the moves not started are counted as not attempted.
+        work between writes; the moves not started are counted as not attempted. `guard`
+        (optional) names the moves that are checked again right before their own write.
         Raises IronicUnavailable when Ironic stops answering beyond the retries; what was
         written stays written, and the next cycle re-reads and continues from there.
         """
-        return self._apply(moves, observed, stop, move_verdict)
+        return self._apply(moves, observed, stop, move_verdict, guard)
 
     @redacting
     def hand_over(self, moves: Sequence[Move], observed: Sequence[Node],
@@ -393,7 +411,7 @@ class IronicAdapter:
                            lambda move, node: handover_verdict(move, node, carried.get(move.node_uuid)))
 
     def _apply(self, moves: Sequence[Move], observed: Sequence[Node], stop: threading.Event | None,
-               verdict: Callable[[Move, Node | None], Verdict]) -> ApplyResult:
+               verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None = None) -> ApplyResult:
         """apply_moves() or hand_over(): each move is written only if `verdict` (the write
         rule, core/shard_write.py) says WRITE of its node's fresh read."""
         self.check()
@@ -408,7 +426,7 @@ class IronicAdapter:
                     result.not_attempted += len(ordered) - start
                     break
                 self._apply_batch(ordered[start:start + self.batch_size], known, pool,
-                                  stop, result, verdict)
+                                  stop, result, verdict, guard)
         finally:
             # On an error no queued write may start after we return.
             pool.shutdown(wait=True, cancel_futures=True)
@@ -416,7 +434,7 @@ class IronicAdapter:
 
     def _apply_batch(self, batch: list[Move], known: list[str], pool: ThreadPoolExecutor,
                      stop: threading.Event | None, result: ApplyResult,
-                     verdict: Callable[[Move, Node | None], Verdict]) -> None:
+                     verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None) -> None:
         """Re-read, then write, one batch; retry what failed transiently, re-reading first."""
         pending = batch
         failure = Transient("", unavailable=False)
@@ -440,8 +458,10 @@ class IronicAdapter:
                     result.count_skipped(said)
             retry: list[Move] = []
             failure = Transient("", unavailable=False)
-            for move, outcome in zip(writes, pool.map(lambda m: self._write(m, stop), writes)):
-                if outcome == "applied":
+            for move, outcome in zip(writes, pool.map(lambda m: self._write(m, stop, guard), writes)):
+                if isinstance(outcome, Verdict):
+                    result.count_skipped(outcome)
+                elif outcome == "applied":
                     result.applied += 1
                 elif outcome == "gone":
                     result.skipped_gone += 1
@@ -482,13 +502,19 @@ class IronicAdapter:
         found = self._list(filters, marker=marker, until=last, limit=limit, retry=False)
         return {uuid: node for uuid, node in found.items() if uuid in wanted}
 
-    def _write(self, move: Move, stop: threading.Event | None) -> str | Transient:
-        """PATCH one node's shard: "applied", "gone", "stopped", or a Transient to try later."""
+    def _write(self, move: Move, stop: threading.Event | None,
+               guard: Guard | None = None) -> str | Transient | Verdict:
+        """PATCH one node's shard: "applied", "gone", "stopped", a Transient to try later, or
+        the verdict that kept a guarded move from being written."""
         if stop is not None and stop.is_set():
             return "stopped"
         self.rate.acquire()
         if stop is not None and stop.is_set():  # asked again: the wait for a slot can be long
             return "stopped"
+        if guard is not None and move.source in guard.live_owners:
+            said = self._guard(move, guard)
+            if said is not Verdict.WRITE:
+                return said
         patch = [{"op": "add", "path": "/shard", "value": move.target}]
         try:
             response = self._send_once("PATCH", self._url(f"/nodes/{move.node_uuid}"), json=patch)
@@ -502,6 +528,26 @@ class IronicAdapter:
             return Transient(describe(response), unavailable=response.status_code != 409)
         self._raise_for_status(response, f"set the shard of node {move.node_uuid}")
         raise IronicRequestError(f"unexpected answer: {describe(response)}")
+
+    def _guard(self, move: Move, guard: Guard) -> Verdict | Transient:
+        """The guarded move's node read on its own, then Placement asked, right before its
+        write: WRITE, the verdict that keeps it, or a Transient (it is tried again later)."""
+        try:
+            response = self._send_once(
+                "GET", self._url(f"/nodes/{move.node_uuid}", {"fields": ",".join(NODE_FIELDS)}))
+        except Transient as failure:
+            return failure
+        if response.status_code == 404:
+            return Verdict.CHANGED
+        if response.status_code != 200:
+            return Transient(describe(response), unavailable=response.status_code != 409)
+        node, claimed = node_from_api(response.json()), False
+        if guard.claimed_in_placement is not None and move_verdict(move, node) is Verdict.WRITE:
+            try:
+                claimed = guard.claimed_in_placement(move.node_uuid)
+            except Exception as error:  # Placement not answering: never write blind
+                return Transient(f"Placement: {error}", unavailable=False)
+        return guarded_verdict(move, node, claimed)
 
     # ---- transport ----------------------------------------------------------------
 

@@ -29,13 +29,15 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 
-from ironic_shard_operator.adapters.ironic import ApplyResult, IronicAdapter, IronicConfigError
+from ironic_shard_operator.adapters.ironic import ApplyResult, Guard, IronicAdapter, IronicConfigError
+from ironic_shard_operator.adapters.placement import PlacementAdapter, PlacementError, PlacementNotConfigured
 from ironic_shard_operator.core import observation
 from ironic_shard_operator.core.model import (
     AutoscaleHistory, Member, Node, NodeCounts, Observation, Plan, PoolSpec,
 )
 from ironic_shard_operator.core.observation import CheapAnswers, FullObservation
 from ironic_shard_operator.core.planner import plan
+from ironic_shard_operator.core.shard_write import live_owners
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +176,10 @@ def run_cycle(
         applied = ApplyResult(planned=len(decision.moves), not_attempted=len(decision.moves))
     else:
         try:
-            applied = adapter.apply_moves(decision.moves, nodes, stop)
+            guard = Guard(live_owners(members, now, spec.rebalance_after_seconds))
+            if any(move.source in guard.live_owners for move in decision.moves):
+                guard = replace(guard, claimed_in_placement=placement_question(adapter))
+            applied = adapter.apply_moves(decision.moves, nodes, stop, guard)
         finally:
             if memory is not None and memory.last is not None:
                 memory.last = replace(memory.last, wrote_since=True)
@@ -188,6 +193,24 @@ def run_cycle(
         nodes_observed_at=observed_at,
         full_listing=reason,
     )
+
+
+def placement_question(adapter: IronicAdapter) -> Callable[[str], bool] | None:
+    """Placement's `has_allocations` for the adapter's cloud, or None when the cloud has no
+    Placement (then no Nova schedules there, and the guard reads Ironic alone; said in the log
+    each time, which is only when members change). A Placement that does not answer is asked
+    per move all the same: those moves wait (never written blind)."""
+    placement = PlacementAdapter(adapter.connection, cloud_name=adapter.cloud)
+    try:
+        placement.check()
+    except PlacementNotConfigured as error:
+        log.info("%s: moves away from live members are re-read in Ironic but Placement is not "
+                 "asked for builds in flight (set placement_endpoint_override or a catalog "
+                 "entry when the cloud runs Nova)", error)
+        return None
+    except PlacementError:
+        pass  # asked per move, where a failure keeps the move unwritten
+    return placement.has_allocations
 
 
 def _cheap_answers(adapter: IronicAdapter, owners_outside: Sequence[str]) -> CheapAnswers:

@@ -1,0 +1,72 @@
+"""Guarded free moves (issue 11, item 5) against the real Ironic: a node claimed by a build
+AFTER its batch was re-read, but before its own write, is never moved away from its live
+owner.
+
+Before the guard, the "still free?" re-check ran once per batch (about 2 s of writes): a soak
+saw 4 of 6 nodes claimed in that window moved to a joining member anyway, and a node whose
+instance names one host while its shard names another is listed by no nova-compute.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ironic_shard_operator.controller.ironic_cycle import run_cycle
+from ironic_shard_operator.core.model import Member, Observation, PoolSpec
+from ironic_shard_operator.core.planner import plan
+from testbed.ironic_service import IronicService, claim_for_instance, seed_nodes_directly_in_db, shards_of, \
+    unique_resource_class
+
+pytestmark = pytest.mark.integration
+
+NODES = 60
+CLAIMED_LATE = 5
+
+
+def test_a_node_claimed_after_its_batch_was_reread_is_not_moved(ironic_service: IronicService) -> None:
+    resource_class = unique_resource_class("guard")
+    seed_nodes_directly_in_db(ironic_service, NODES, resource_class=resource_class, shard="pool-0")
+    # One batch for every move (batch_size: ~2 s of writes at writes_per_second): the bulk
+    # re-read happens once, before the first write, and the claims come after it.
+    adapter = ironic_service.adapter(resource_class, writes_per_second=20.0, max_concurrent_writes=1)
+    now = time.time()
+    members = [Member("pool-0", ready=True, since=now - 600), Member("pool-1", ready=True, since=now - 60)]
+    spec = PoolSpec(name="pool", replicas=2)
+    moves = plan(Observation(spec=spec, members=tuple(members), nodes=adapter.list_nodes(), now=now)).moves
+    assert len(moves) <= adapter.batch_size, "the moves must make one batch for this race"
+    late = [move.node_uuid for move in moves[-CLAIMED_LATE:]]  # written last (uuid order)
+
+    def claim_once_writing_started() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if shards_of(ironic_service, resource_class).get(moves[0].node_uuid) == "pool-1":
+                claim_for_instance(ironic_service, late)  # a build lands on them now
+                return
+            time.sleep(0.02)
+
+    claimer = threading.Thread(target=claim_once_writing_started)
+    claimer.start()
+    report = run_cycle(adapter, spec, members, now=now)
+    claimer.join()
+
+    shards = shards_of(ironic_service, resource_class)
+    assert {node: shards[node] for node in late} == {node: "pool-0" for node in late}
+    assert report.applied.skipped_claimed == CLAIMED_LATE
+    assert report.applied.applied == len(moves) - CLAIMED_LATE
+
+
+def test_a_move_away_from_a_dead_owner_is_not_read_again(ironic_service: IronicService) -> None:
+    """Nothing can spawn on a member past its grace: its nodes move with the batch's re-read
+    alone, at the full write rate (no per-node read)."""
+    resource_class = unique_resource_class("unguarded")
+    seed_nodes_directly_in_db(ironic_service, 20, resource_class=resource_class, shard="pool-0")
+    adapter = ironic_service.adapter(resource_class)
+    now = time.time()
+    members = [Member("pool-0", ready=False, since=now - 600), Member("pool-1", ready=True, since=now - 600)]
+    report = run_cycle(adapter, PoolSpec(name="pool", replicas=2), members, now=now)
+    assert report.applied.applied == 20
+    # One listing, one bulk re-read, twenty writes: no read per node.
+    assert report.ironic_requests == 1 + 1 + 20
