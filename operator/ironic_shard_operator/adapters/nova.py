@@ -205,23 +205,14 @@ class NovaAdapter:
         return tuple(found)
 
     @redacting
-    def instances_by_node(self, host: str) -> dict[str, int]:
-        """Non-deleted instances Nova places on `host`, counted per compute node (for Ironic,
-        the node uuid): nova-manage refuses to move a node with more than one."""
+    def instances_on_node(self, host: str, node: str) -> int:
+        """Non-deleted instances Nova places on `host`'s compute node `node` (for Ironic, the
+        node uuid): nova-manage refuses to move a node with more than one. One request of the
+        summary list (admin filters `host` and `node`), which renders no network or flavor."""
         self.check()
-        counts: dict[str, int] = {}
-        url: str | None = self._url("/servers/detail", {"all_tenants": 1, "host": host, "limit": PAGE_LIMIT})
-        while url:
-            response = self._send("GET", url)
-            self._raise_for_status(response, f"list the instances on {host}")
-            body = response.json()
-            for item in body["servers"]:
-                node = item.get("OS-EXT-SRV-ATTR:hypervisor_hostname")
-                if node and item.get("OS-EXT-SRV-ATTR:host") == host:
-                    counts[node] = counts.get(node, 0) + 1
-            url = next((link["href"] for link in body.get("servers_links", [])
-                        if link.get("rel") == "next"), None)
-        return counts
+        response = self._send("GET", self._url("/servers", {"all_tenants": 1, "host": host, "node": node}))
+        self._raise_for_status(response, f"list the instances on {host}'s node {node}")
+        return len(response.json()["servers"])
 
     # ---- writing ------------------------------------------------------------------
 

@@ -91,7 +91,7 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
         return HandoverOutcome(handover_section(handover.HandoverPlan(problems=problems)),
                                (Event(reason, message, "Warning"),))
     try:
-        view = await asyncio.to_thread(_nova_view, nova, found)
+        view = await asyncio.to_thread(_nova_view, nova, found, nodes, 2 * settings.max_concurrent)
     except NovaError as error:
         problem = handover.Problem(sorted(set(found.values()))[0] if found else handover.SCALE_DOWN,
                                    "HandoverNovaUnavailable", f"Nova: {error}")
@@ -131,14 +131,19 @@ async def _blocker(kube: Any, pool: Pool, nova: NovaAdapter | None,
     return ("HandoverConfigInvalid", problem) if problem else None
 
 
-def _nova_view(nova: NovaAdapter, found: dict[str, str]) -> handover.NovaView:
-    """Services, the hypervisor list and the instances on each source (blocking)."""
+def _nova_view(nova: NovaAdapter, found: dict[str, str], nodes: Sequence[Node], per_source: int) -> handover.NovaView:
+    """Services, the hypervisor list, and the instance count of the first `per_source` nodes
+    (by uuid, the order Jobs take them in) each source still has in Nova (blocking). A node
+    not counted is left to nova-manage, which refuses more than one instance itself."""
     try:
         services = nova.compute_services()
         hosts = {h.node_uuid: h.host for h in nova.hypervisors()}
         instances: dict[str, int] = {}
         for source in sorted(found):
-            instances.update(nova.instances_by_node(source))
+            waiting = sorted(n.uuid for n in nodes if n.shard == source and n.instance_uuid
+                             and hosts.get(n.uuid) == source)
+            for uuid in waiting[:per_source]:
+                instances[uuid] = nova.instances_on_node(source, uuid)
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         raise NovaError(f"{error} (handover needs Nova: HandoverNeedsNova)") from error
     return handover.NovaView(services, hosts, instances)
