@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from testbed.ironic_service import IronicService, running_ironic, shards_of, unique_resource_class
+from testbed.ironic_service import IronicService, shards_of, unique_resource_class
 from testbed.nova_stack import NovaStack
 from testbed.operator_objects import create_secrets, install_crd
 from testbed.ports import free_port
@@ -45,26 +44,18 @@ NODES = 60
 CLOUD = "nova-and-ironic"
 
 
-@pytest.fixture(scope="module")
-def ironic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IronicService]:
-    """A real Ironic without auth: the pool's one cloud then reaches Ironic and Nova with one
-    token, as with Keystone (the session's Ironic uses HTTP basic auth, which the test Nova
-    API does not speak)."""
-    with running_ironic(tmp_path_factory.mktemp("ironic-noauth"), auth="noauth") as service:
-        yield service
 
-
-def clouds_yaml(stack: NovaStack, ironic: IronicService, compute_url: str) -> str:
+def clouds_yaml(stack: NovaStack, noauth_ironic: IronicService, compute_url: str) -> str:
     """One cloud with both endpoints, as a Keystone catalog would give them."""
     cloud = stack.cloud_config()
     cloud.pop("compute_api_version")  # the adapter sets its microversion per request
     cloud["auth"]["endpoint"] = cloud["compute_endpoint_override"] = compute_url
-    cloud["baremetal_endpoint_override"] = ironic.url
+    cloud["baremetal_endpoint_override"] = noauth_ironic.url
     return yaml.safe_dump({"clouds": {CLOUD: cloud}})
 
 
 def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_stack: NovaStack,
-                                  ironic: IronicService, tmp_path: Path) -> None:
+                                  noauth_ironic: IronicService, tmp_path: Path) -> None:
     client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
     started = time.monotonic()
     interval = nova_stack.timings["update_resources_interval"]
@@ -73,11 +64,11 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
 
     install_crd(kube_api.client)
     resource_class = unique_resource_class("failover")
-    nodes = available_nodes(ironic, NODES, resource_class)
+    nodes = available_nodes(noauth_ironic, NODES, resource_class)
     metrics_port = free_port()
 
     def shards() -> dict[str, str | None]:
-        return shards_of(ironic, resource_class)
+        return shards_of(noauth_ironic, resource_class)
 
     def nova_agrees() -> bool:
         """Nova lists every node under exactly the compute whose member owns its shard."""
@@ -100,8 +91,8 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
     with SwitchableProxy(nova_stack.compute_url) as nova_api, \
             ProcessKubelet(client, ns, nova_stack, tmp_path / "kubelet") as kubelet, \
             OperatorProcess(kube_api, ns, "op-nova", tmp_path, METRICS_PORT=str(metrics_port)) as operator:
-        create_secrets(client, ns, clouds_yaml(nova_stack, ironic, nova_api.url(nova_stack.compute_url)),
-                       nova_conf=nova_stack.compute_conf(ironic.cloud))
+        create_secrets(client, ns, clouds_yaml(nova_stack, noauth_ironic, nova_api.url(nova_stack.compute_url)),
+                       nova_conf=nova_stack.compute_conf(noauth_ironic.cloud))
         try:
             client.create(POOLS.format(ns=ns), pool_manifest(
                 pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
@@ -126,7 +117,7 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                       **{n: m0 for n in sorted(n for n, o in owners.items() if o == m0)[:2]}}
             for node, host in pinned.items():
                 instance = nova_stack.seed_instance(host, node)
-                ironic.request("PATCH", f"/nodes/{node}", json=[
+                noauth_ironic.request("PATCH", f"/nodes/{node}", json=[
                     {"op": "add", "path": "/instance_uuid", "value": instance}])
             pinned_on_m1 = {n for n, o in pinned.items() if o == m1}
             service_m1 = nova_stack.compute_services()[m1]["id"]
@@ -206,7 +197,7 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                 # serves it any more. The audit reports it and degrades the pool; with
                 # spec.nova.repairMisplaced the operator hands it back to its instance's host.
                 misplaced = sorted(pinned_on_m1)[0]
-                ironic.request("PATCH", f"/nodes/{misplaced}", json=[
+                noauth_ironic.request("PATCH", f"/nodes/{misplaced}", json=[
                     {"op": "add", "path": "/shard", "value": m0}])
                 found = wait(lambda: (s := nova_status()).get("findings", {}).get("misplaced") and s,
                              timeout=2 * interval + 2 * POLL, what="the audit reporting the misplaced node")
