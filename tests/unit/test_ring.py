@@ -72,3 +72,26 @@ def test_stable_hash_is_fixed():
     # A changed hash would reshuffle every deployed pool on upgrade: pin it.
     assert stable_hash("node") == 0xA3723D4EFBE0A774
     assert stable_hash("rack-a-0#0") == 0x11D489664404E4BE
+
+
+def test_place_gives_each_key_the_first_member_with_room_of_its_preference_order():
+    """`place` (the planner's fast path) answers what walking `preference` key by key does,
+    also once members fill up and the ring is rebuilt without them."""
+    import random
+
+    rng = random.Random(3)
+    ring = HashRing(f"p-{i}" for i in range(12))
+    keys = [f"node-{rng.getrandbits(64):x}" for _ in range(3000)]
+    room = {m: rng.randrange(0, 400) for m in ring.members}
+    expected, left = [], dict(room)
+    for key in keys:
+        member = next((m for m in ring.preference(key) if left[m] > 0), None)
+        if member is not None:
+            left[member] -= 1
+        expected.append(member)
+
+    total = sum(room.values())
+    assert total < len(keys), "the example must also run out of room"
+    assert ring.place(keys, room) == expected
+    assert room == left and set(left.values()) == {0}
+    assert expected.count(None) == len(keys) - total

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from operator import itemgetter
 
 from ironic_shard_operator.core import autoscale
 from ironic_shard_operator.core.fencing import counts_as_ready
@@ -160,24 +161,11 @@ def plan_moves(
 
     if not homeless:
         return []
-    homeless.sort()
-    # Walk a ring of the members that still have room: the same points as the full ring,
-    # so each node lands where the full ring's walk would, minus the full members.
-    ring = HashRing(m for m in ring_members if room[m])
-    full_in_ring = 0
-    moves: list[Move] = []
-    for uuid, owner in homeless:
-        for member in ring.preference(uuid):
-            if room[member]:
-                room[member] -= 1
-                moves.append(Move(uuid, owner, member))
-                if not room[member]:
-                    full_in_ring += 1
-                break
-        if full_in_ring * 2 > len(ring.members):
-            ring = ring.among(m for m in ring.members if room[m])
-            full_in_ring = 0
-    return moves
+    homeless.sort(key=itemgetter(0))  # uuids are unique: the order of the uuids alone
+    # Each node goes to the first member of its full-ring preference order that still has
+    # room: where the full ring's walk would put it, minus the full members.
+    targets = HashRing(ring_members).place([uuid for uuid, _ in homeless], room)
+    return [Move(uuid, owner, target) for (uuid, owner), target in zip(homeless, targets) if target is not None]
 
 
 def fair_quotas(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, MutableMapping
 
 POINTS_PER_MEMBER = 64
 
@@ -55,11 +55,51 @@ class HashRing:
 
     def preference(self, key: str) -> Iterator[str]:
         """Every member exactly once, most preferred for `key` first."""
+        if self._owners:
+            yield from self._walk(bisect_right(self._positions, stable_hash(key)))
+
+    def place(self, keys: Iterable[str], room: MutableMapping[str, int]) -> list[str | None]:
+        """For each key in turn, the first member of its preference order with `room` left,
+        taking one unit of that member's room (None: no member has room left).
+
+        The same answers as walking `preference(key)` key by key. Built for a first
+        assignment (100,000 keys): the common case, the first choice having room, costs one
+        hash and one bisection, and the walk runs on a ring of the members with room, rebuilt
+        (same points, `among`) whenever more than half of its members have filled up.
+        """
+        ring = self.among(m for m in self.members if room[m] > 0)
+        positions, owners, count = ring._positions, ring._owners, len(ring._owners)
+        blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+        placed: list[str | None] = []
+        append = placed.append
+        filled = 0
+        for key in keys:
+            if not count:
+                append(None)
+                continue
+            # stable_hash(key), inlined: this loop is a first assignment's cost
+            start = bisect_right(positions, from_bytes(blake2b(key.encode(), digest_size=8).digest(), "big"))
+            member = owners[start % count]
+            left = room[member]
+            if left <= 0:
+                member = next((m for m in ring._walk(start) if room[m] > 0), None)  # type: ignore[assignment]
+                if member is None:
+                    append(None)
+                    continue
+                left = room[member]
+            append(member)
+            room[member] = left - 1
+            if left == 1:
+                filled += 1
+                if filled * 2 > len(ring.members):
+                    ring = ring.among(m for m in ring.members if room[m] > 0)
+                    positions, owners, count, filled = ring._positions, ring._owners, len(ring._owners), 0
+        return placed
+
+    def _walk(self, start: int) -> Iterator[str]:
+        """Every member exactly once, in the order met clockwise from point index `start`."""
         owners = self._owners
         count = len(owners)
-        if not count:
-            return
-        start = bisect_right(self._positions, stable_hash(key))
         seen: set[str] = set()
         wanted = len(self.members)
         for step in range(count):
