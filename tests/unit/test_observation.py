@@ -95,3 +95,26 @@ def test_another_pools_activity_and_the_global_unsharded_count_do_not_list():
     assert reason_from_answers(POOL, last(), answers(busy)) is None
     emptied = {k: v for k, v in SUMMARY.items() if k != "other-0"}
     assert reason_from_answers(POOL, last(), answers(emptied)) is None
+
+
+def test_status_says_when_the_counts_were_listed_and_a_steady_poll_rewrites_nothing():
+    """A poll planned from the last full listing reports that listing's time, so its counts
+    are never presented as fresher than they are, and its status is the last one, byte for
+    byte (no status write, invariant 6)."""
+    from ironic_shard_operator.core.model import Member, Observation, PoolSpec
+    from ironic_shard_operator.core.planner import plan
+    from ironic_shard_operator.core.status import CycleFacts, build_status, format_time
+
+    members = (Member("rack-0", True, 0.0), Member("rack-1", True, 0.0))
+
+    def status_at(now: float, previous=None):
+        decision = plan(Observation(PoolSpec(POOL, replicas=2), members, NODES[:3], now=now,
+                                    nodes_observed_at=1000.0))
+        facts = CycleFacts(generation=1, pool=POOL, members=members, plan=decision, now=now,
+                           pods_existing=2, pods_ready=2)
+        return build_status(facts, previous)
+
+    listed, _ = status_at(1000.0)
+    assert listed["nodes"]["observedAt"] == format_time(1000.0)
+    steady, events = status_at(1570.0, listed)
+    assert steady == listed and events == []
