@@ -4,7 +4,9 @@ built-in kinds and of CRD objects themselves. `admit` is the one entry point; it
 returns the object to store or raises the ApiError (400 under fieldValidation=Strict, 422
 Invalid with its causes) that a real server answers with.
 """
+import base64
 import datetime
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -65,6 +67,13 @@ def _builtin_defaults(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any]
         obj['status'] = {'phase': 'Pending', 'qosClass': qos}
     if rt.kind == 'Service' and old is None:
         obj['status'] = {'loadBalancer': {}}
+    if rt.kind == 'Secret' and rt.group == '' and 'stringData' in obj:
+        # Convert_v1_Secret_To_core_Secret: stringData is write-only; its entries land in data
+        # (base64, as data is served), winning over data's entries of the same key.
+        data = obj.setdefault('data', {}) or {}
+        for key, text in (obj.pop('stringData') or {}).items():
+            data[key] = base64.b64encode(str(text).encode()).decode()
+        obj['data'] = data
     if rt.kind == 'Job' and rt.group == 'batch':
         _pod_spec_defaults(obj.setdefault('spec', {}).setdefault('template', {}).setdefault('spec', {}))
         obj = job_defaults(obj, created=old is None)
@@ -89,9 +98,24 @@ def _pod_spec_defaults(spec: dict[str, Any]) -> None:
 _MUTABLE_POD_SPEC = ('activeDeadlineSeconds', 'tolerations', 'schedulingGates')
 
 
+_CONFIG_KEY = re.compile(r'[-._a-zA-Z0-9]+')
+_MAX_SECRET_BYTES = 1024 * 1024
+
+
 def _builtin_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
     """The few semantic rules of built-in kinds that our tests could trip over."""
     errors: list[tuple[str, str]] = []
+    if rt.kind in ('Secret', 'ConfigMap') and rt.group == '':
+        data = {**(obj.get('data') or {}), **(obj.get('binaryData') or {})}
+        for key in data:
+            if not _CONFIG_KEY.fullmatch(key) or len(key) > 253:
+                errors.append((f'data[{key}]', f'Invalid value: "{key}": a valid config key must consist of '
+                               "alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or "
+                               "'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"))
+        size = sum(len(base64.b64decode(v)) if rt.kind == 'Secret' else len(str(v).encode())
+                   for v in data.values())
+        if size > _MAX_SECRET_BYTES:
+            errors.append(('data', f'Too long: must have at most {_MAX_SECRET_BYTES} bytes'))
     if rt.kind == 'Pod' and rt.group == '':
         containers = obj['spec'].get('containers') or []
         if not containers:

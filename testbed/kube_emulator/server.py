@@ -97,6 +97,7 @@ HISTORY_KEPT = 5_000  # watch events kept for resuming watches; older ones answe
 # its cost grows with the requests served. This fake keeps only the request being routed (routing
 # is synchronous up to the first await, and no reaction here declines a request it matched).
 REQUESTS_KEPT = 1
+MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024  # a real server's limit of a request body
 
 
 def now_timestamp(delay_seconds: float = 0) -> str:
@@ -238,7 +239,12 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         return obj['metadata']['uid'] if obj is not None else None
 
     async def _parse_request(self, raw: aiohttp.web.BaseRequest) -> kmock.Request:
-        body = await raw.read()
+        # A real server takes bodies up to 3 MiB (MaxRequestBodyBytes); aiohttp's own read()
+        # would stop at 1 MiB, before a Secret of 1 MiB + 1 could be refused as too long.
+        body = await raw.content.read()
+        if len(body) > MAX_REQUEST_BODY_BYTES:
+            raise ApiError(413, 'RequestEntityTooLarge',
+                           f'Request entity too large: limit is {MAX_REQUEST_BODY_BYTES}', {})
         content_type = raw.headers.get('Content-Type', '')
         data = None
         if body and 'protobuf' in content_type:

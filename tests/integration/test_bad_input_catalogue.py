@@ -159,6 +159,37 @@ def test_a_changed_selector_is_refused(crd_installed: KubeAPI, kube_namespace: s
     assert get_pool(client, kube_namespace, "catalogue")["spec"]["selector"] == {"resourceClass": "baremetal"}
 
 
+SECRETS_REFUSED = {  # id -> (Secret data, what the refusal says): the API server's own rules
+    "a key with a space": ({"nova conf": "[DEFAULT]\n"}, ('data[nova conf]', "a valid config key must consist of")),
+    "a key with a slash": ({"etc/nova.conf": "[DEFAULT]\n"}, ("a valid config key must consist of",)),
+    "a nova.conf over 1 MiB": ({"nova.conf": "#" * (1024 * 1024 + 1)}, ("data", "Too long: must have at most 1048576 bytes")),
+}
+
+
+@pytest.mark.parametrize("data, says", SECRETS_REFUSED.values(), ids=SECRETS_REFUSED.keys())
+def test_a_malformed_secret_is_refused_at_admission(crd_installed: KubeAPI, kube_namespace: str,
+                                                   data: dict[str, str], says: tuple[str, ...]) -> None:
+    client = crd_installed.client
+    with pytest.raises(KubeAPIError) as refused:
+        client.create(f"/api/v1/namespaces/{kube_namespace}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nova-config"}, "stringData": data})
+    assert refused.value.status == 422, refused.value
+    for fragment in says:
+        assert fragment in refused.value.body["message"], refused.value.body["message"]
+
+
+def test_string_data_is_stored_as_data(crd_installed: KubeAPI, kube_namespace: str) -> None:
+    """As users write Secrets (examples/secrets.yaml): stringData is write-only, and lands in data."""
+    client = crd_installed.client
+    created = client.create(f"/api/v1/namespaces/{kube_namespace}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nova-config"},
+        "data": {"nova.conf": base64.b64encode(b"old").decode(), "other": base64.b64encode(b"kept").decode()},
+        "stringData": {"nova.conf": "[DEFAULT]\n"}})
+    assert "stringData" not in created
+    assert {k: base64.b64decode(v).decode() for k, v in created["data"].items()} == {
+        "nova.conf": "[DEFAULT]\n", "other": "kept"}
+
+
 # --- REPORTED by the operator --------------------------------------------------------------
 
 
