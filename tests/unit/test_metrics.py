@@ -181,3 +181,17 @@ def test_serve_on_a_taken_port_says_which():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_nova_failures_are_counted_by_kind_and_forgotten_with_the_pool():
+    metrics = OperatorMetrics()
+    metrics.record_nova_error("rack-a", "unavailable")
+    metrics.record_nova_error("rack-a", "unavailable")
+    metrics.record_nova_error("rack-a", "disabled")
+    found = samples(metrics)
+    assert value(found, "ironic_shard_nova_api_errors_total", pool="rack-a", kind="unavailable") == 2
+    assert value(found, "ironic_shard_nova_api_errors_total", pool="rack-a", kind="disabled") == 1
+    with pytest.raises(ValueError):
+        metrics.record_nova_error("rack-a", "NovaUnavailable: http://nova:8774 refused")
+    metrics.forget_pool("rack-a")
+    assert not [key for key in samples(metrics) if key[0] == "ironic_shard_nova_api_errors_total"]

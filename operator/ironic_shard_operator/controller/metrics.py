@@ -9,7 +9,8 @@ Invariants kept:
 - every series carries the `pool` label (plus `member` for per-member gauges), and a
   member's or pool's series disappear when it does (`record_cycle` drops members no
   longer planned, `forget_pool` drops a deleted pool);
-- label values are bounded: Ironic error kinds come from `IRONIC_ERROR_KINDS`, fence
+- label values are bounded: Ironic error kinds come from `IRONIC_ERROR_KINDS`, Nova's from
+  `NOVA_ERROR_KINDS`, fence
   modes from `FENCING_MODES`, Nova finding kinds from `audit.FINDING_KINDS` and Nova
   actions from `NOVA_ACTIONS`, so a strange exception can never explode cardinality;
 - "seconds since the last successful Ironic observation" is computed at scrape time, so
@@ -36,6 +37,10 @@ PREFIX = "ironic_shard"
 IRONIC_ERROR_KINDS = (
     "timeout", "connection", "auth", "not_found", "conflict", "client", "server", "other",
 )
+
+# Why a Nova call failed: Nova features off (`disabled`: no usable compute endpoint,
+# credentials refused, Nova too old) or Nova not answering or failing (`unavailable`).
+NOVA_ERROR_KINDS = ("disabled", "unavailable")
 
 # Writes the Nova side makes: to Nova's compute services, Nova refusing one (a service that
 # still hosts instances), and misplaced nodes handed over in Ironic (spec.nova.repairMisplaced).
@@ -152,6 +157,10 @@ class OperatorMetrics:
         self.ironic_errors = Counter(
             f"{PREFIX}_ironic_api_errors",
             "Failed Ironic API calls, by kind.", ["pool", "kind"], registry=r)
+        self.nova_errors = Counter(
+            f"{PREFIX}_nova_api_errors",
+            "Failed Nova cycles, by kind (disabled: Nova features off; unavailable).",
+            ["pool", "kind"], registry=r)
         self.cycle_duration = Histogram(
             f"{PREFIX}_reconcile_duration_seconds",
             "Duration of one reconcile cycle (observe, plan, write).",
@@ -221,6 +230,12 @@ class OperatorMetrics:
                 f"Ironic error kind {kind!r} is not one of {', '.join(IRONIC_ERROR_KINDS)}")
         self.ironic_errors.labels(pool, kind).inc()
 
+    def record_nova_error(self, pool: str, kind: str) -> None:
+        """A Nova cycle that failed: `kind` is one of NOVA_ERROR_KINDS."""
+        if kind not in NOVA_ERROR_KINDS:
+            raise ValueError(f"Nova error kind {kind!r} is not one of {', '.join(NOVA_ERROR_KINDS)}")
+        self.nova_errors.labels(pool, kind).inc()
+
     def record_nova_audit(self, pool: str, counts: dict[str, int]) -> None:
         """The findings of one Nova audit: {kind: count} (audit.FINDING_KINDS, zeros included)."""
         for kind, count in counts.items():
@@ -252,6 +267,8 @@ class OperatorMetrics:
             _remove_if_present(self.fences, pool, mode)
         for kind in IRONIC_ERROR_KINDS:
             _remove_if_present(self.ironic_errors, pool, kind)
+        for kind in NOVA_ERROR_KINDS:
+            _remove_if_present(self.nova_errors, pool, kind)
         for kind in FINDING_KINDS:
             _remove_if_present(self.nova_findings, pool, kind)
         for action in NOVA_ACTIONS:

@@ -136,9 +136,13 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                     _hand_over(ironic, key, repairs, nodes or (), metrics, events)
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         state.schedule = state.schedule.after(nova_policy.DISABLED, now)
+        if metrics is not None:
+            metrics.record_nova_error(key, "disabled")
         section = nova_policy.status_section(nova_policy.DISABLED, str(error), retired=state.retired)
     except NovaError as error:
         state.schedule = state.schedule.after(nova_policy.UNAVAILABLE, now)
+        if metrics is not None:
+            metrics.record_nova_error(key, "unavailable")
         log.warning("pool %s: Nova: %s (next attempt in %.0fs)", key, error,
                     state.schedule.retry_at - now)
         section = nova_policy.status_section(nova_policy.UNAVAILABLE, str(error), state.report,
