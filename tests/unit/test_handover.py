@@ -91,8 +91,48 @@ def test_a_failed_job_with_no_progress_is_reported_with_its_log_and_retried_only
     assert [p.reason for p in step.problems] == ["HandoverFailed"]
     assert "Destination compute is forced down!" in step.problems[0].message
     assert not step.delete_jobs and not step.create_jobs
+    assert step.progress[0].next_retry_at == NOW - 5 + handover.RETRY_SECONDS
     later = replace(failed, finished=NOW - handover.RETRY_SECONDS)
     assert _decide(pinned, services=services, hosts={"n0": m(2)}, jobs=[later]).delete_jobs == (failed.name,)
+
+
+def test_a_batch_that_keeps_failing_is_tried_again_later_each_time_and_the_attempt_survives_its_job():
+    """Backoff: 60 s after the first failure, doubling, at most MAX_RETRY_SECONDS; the new Job
+    (its attempt in its name and annotation) is created in the step that deletes the failed one,
+    so a restart in between cannot reset the count."""
+    pinned = [with_instance("n0", m(2))]
+    services = {m(0): service(m(0)), m(1): service(m(1)), m(2): service(m(2), forced_down=True)}
+    hosts = {"n0": m(2)}
+    job = _decide(pinned, services=services, hosts=hosts).create_jobs[0]
+    assert job.attempt == 1
+    delays = []
+    for _ in range(6):
+        failed = JobView(job.name, m(2), tuple((mv.node_uuid, mv.target) for mv in job.moves), FAILED,
+                         finished=NOW, log_tail="Destination compute is forced down!", attempt=job.attempt)
+        waiting = _decide(pinned, services=services, hosts=hosts, jobs=[failed])
+        assert not waiting.create_jobs and not waiting.delete_jobs
+        retry_at = waiting.progress[0].next_retry_at
+        assert waiting.progress[0].attempts == job.attempt and retry_at is not None
+        delays.append(retry_at - NOW)
+        early = replace(failed, finished=NOW - (retry_at - NOW) + 1)
+        assert not _decide(pinned, services=services, hosts=hosts, jobs=[early]).create_jobs
+        due = _decide(pinned, services=services, hosts=hosts, jobs=[replace(failed, finished=NOW - (retry_at - NOW))])
+        (again,) = due.create_jobs
+        assert due.delete_jobs == (job.name,) and due.retried == ((job.name, "refused"),)
+        assert again.attempt == job.attempt + 1 and again.name != job.name and again.moves == job.moves
+        assert due.progress[0].next_retry_at is None
+        job = again
+    assert delays == [60, 120, 240, 480, 960, 960]
+
+
+def test_a_failed_job_is_counted_by_a_bounded_reason_read_from_its_log():
+    reason = handover.job_failure_reason
+    assert reason("nova.exception.NovaException: Source service is not yet forced down!") == "refused"
+    assert reason("Found an ironic host with more than one instance! Please delete") == "refused"
+    assert reason("oslo_db.exception.DBConnectionError: (pymysql.err.OperationalError) (2003, \"Can't connect")\
+        == "database"
+    assert reason("Killed") == reason("") == "other"
+    assert set(handover.JOB_FAILURE_REASONS) == {"refused", "database", "other"}
 
 
 def test_a_job_interrupted_after_some_moves_is_no_failure_and_the_rest_is_batched_again():

@@ -55,6 +55,12 @@ def test_a_job_is_read_back_with_its_moves_and_state(conditions, state):
     assert "ironicshards.io/component=handover" in job_selector("rack")
 
 
+def test_a_jobs_attempt_is_read_back_from_the_job_itself():
+    moves = (Move("n-1", "rack-2", "rack-0"),)
+    assert read_job(render_job(_pool(), JobBatch("rack-2", "j", moves, attempt=3))).attempt == 3
+    assert read_job(render_job(_pool(), JobBatch("rack-2", "j", moves))).attempt == 1
+
+
 def test_a_nova_conf_without_database_access_is_refused_by_name():
     assert config_problem(None, "nm", "nova.conf").startswith("Secret nm has no key nova.conf")
     message = config_problem("[DEFAULT]\ndebug = true\n", "nm", "nova.conf")

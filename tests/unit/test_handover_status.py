@@ -45,3 +45,12 @@ def test_a_handover_under_way_is_progress_and_a_stuck_one_names_its_reason():
         handover.FAILURE, "HandoverConfigInvalid", "Secret nm has no key nova.conf"),))
     _, conditions = _conditions(handover=handover_section(failed_member), handover_enabled=True)
     assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == ("True", "HandoverConfigInvalid")
+
+
+def test_a_failed_job_shows_its_attempt_and_when_it_is_tried_again():
+    waiting = handover.HandoverPlan(progress=(handover.SourceProgress(
+        "p-1", handover.SCALE_DOWN, handover.MOVING, nodes=1, failed=1, job="p-1-handover-x", attempts=2,
+        next_retry_at=1_700_000_120.0),))
+    status, _ = _conditions(handover=handover_section(waiting), handover_enabled=True)
+    source = status["handover"]["sources"][0]
+    assert (source["attempts"], source["nextRetryAt"]) == (2, "2023-11-14T22:15:20Z")

@@ -195,3 +195,20 @@ def test_nova_failures_are_counted_by_kind_and_forgotten_with_the_pool():
         metrics.record_nova_error("rack-a", "NovaUnavailable: http://nova:8774 refused")
     metrics.forget_pool("rack-a")
     assert not [key for key in samples(metrics) if key[0] == "ironic_shard_nova_api_errors_total"]
+
+
+def test_handovers_are_counted_by_trigger_and_failed_jobs_by_reason_and_forgotten_with_the_pool():
+    metrics = OperatorMetrics()
+    metrics.record_handover_nodes("rack-a", "ScaleDown", 5)
+    metrics.record_handover_nodes("rack-a", "Failure", 2)
+    metrics.record_handover_job_failure("rack-a", "database")
+    found = samples(metrics)
+    assert value(found, "ironic_shard_handover_nodes_total", pool="rack-a", trigger="ScaleDown") == 5
+    assert value(found, "ironic_shard_handover_nodes_total", pool="rack-a", trigger="Failure") == 2
+    assert value(found, "ironic_shard_handover_job_failures_total", pool="rack-a", reason="database") == 1
+    with pytest.raises(ValueError):
+        metrics.record_handover_nodes("rack-a", "rack-a-2", 1)
+    with pytest.raises(ValueError):
+        metrics.record_handover_job_failure("rack-a", "Can't connect to MySQL server on 10.0.0.5")
+    metrics.forget_pool("rack-a")
+    assert not [key for key in samples(metrics) if key[0].startswith("ironic_shard_handover")]

@@ -178,7 +178,7 @@ class CloudSide:
             previous=work.previous_nova, now=work.now, metrics=metrics, may_write=work.may_write)
         moving = None
         if work.kube is not None:  # 4. handovers of nodes with instances (controller/handover.py)
-            moving = await run_handover(HandoverWork(work.kube, work.may_write), pool, ironic=work.adapter,
+            moving = await run_handover(HandoverWork(work.kube, work.may_write, metrics), pool, ironic=work.adapter,
                                         nova=_usable_nova(work.nova, nova), members=work.members, plan=plan,
                                         nodes=result.report.nodes if result.report is not None else None,
                                         now=work.now)

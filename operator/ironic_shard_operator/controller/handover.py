@@ -7,8 +7,9 @@ sources) and Ironic (the nodes this side just read) show, so an operator killed 
 or a Job pod killed mid-batch, converges to the same end with no node moved twice.
 
 Writes, each with its Event, in the order the steps need them: forced_down of a source's
-service, deletion of finished Jobs, creation of new Jobs, then the Ironic shard of nodes Nova
-already lists under their new host (IronicAdapter.hand_over: compare-and-set on shard and
+service, creation of new Jobs, deletion of finished Jobs (after: a failed Job, and with it the
+attempt its backoff counts, goes only once the batch's next Job exists), then the Ironic shard
+of nodes Nova already lists under their new host (IronicAdapter.hand_over: compare-and-set on shard and
 instance). What cannot go on is reported (status.handover, conditions HandoverFailed,
 HandoverRefused, HandoverNoDestination, HandoverNeedsNova, HandoverConfigInvalid).
 """
@@ -52,10 +53,12 @@ class HandoverOutcome:
 
 @dataclass(frozen=True, slots=True)
 class HandoverWork:
-    """What the task needs beyond the side's own: the Kubernetes client and the writer check."""
+    """What the task needs beyond the side's own: the Kubernetes client, the writer check and
+    the operator's metrics (controller/metrics.py; None: not counted)."""
 
     kube: Any
     may_write: Callable[[], bool]
+    metrics: Any = None
 
 
 async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter, nova: NovaAdapter | None,
@@ -167,29 +170,39 @@ async def _act(work: HandoverWork, pool: Pool, step: handover.HandoverPlan, iron
     """Carry out the step in order, one Event per write done (appended to `events`); returns
     the Ironic shards written. A failure stops the rest of the step (the next cycle derives it
     again)."""
-    kube, resharded = work.kube, 0
+    kube, metrics, resharded = work.kube, work.metrics, 0
+    retried = dict(step.retried)
+    triggers = {p.member: p.trigger for p in step.progress}
     try:
         for source in step.force_down:
             service = view.services[source]
             await asyncio.to_thread(nova.set_forced_down, service, True)
             events.append(Event("HandoverForcedDown", f"Forced Nova compute service {source} down: its pod is "
                                                       "gone and its nodes with instances are handed over"))
-        for name in step.delete_jobs:
-            if await kube.delete_job(pool.namespace, name):
-                events.append(Event("HandoverJobDeleted", f"Deleted handover Job {name}"))
         for batch in step.create_jobs:
             if await kube.create_job(pool.namespace, handover_job.render_job(pool, batch)):
                 events.append(Event("HandoverJobCreated",
                                     f"Created Job {batch.name}: nova-manage moves {len(batch.moves)} nodes of "
-                                    f"{batch.source} in Nova ({spread(batch.moves)})"))
-        if step.shard_writes:
+                                    f"{batch.source} in Nova ({spread(batch.moves)})"
+                                    + (f", attempt {batch.attempt}" if batch.attempt > 1 else "")))
+        for name in step.delete_jobs:
+            if await kube.delete_job(pool.namespace, name):
+                events.append(Event("HandoverJobDeleted", f"Deleted handover Job {name}"))
+                if name in retried and metrics is not None:
+                    metrics.record_handover_job_failure(pool.key, retried[name])
+        by_trigger: dict[str, list] = {}
+        for move in step.shard_writes:
+            by_trigger.setdefault(triggers.get(move.source, handover.SCALE_DOWN), []).append(move)
+        for trigger, moves in sorted(by_trigger.items()):
             started = time.monotonic()
-            result = await asyncio.to_thread(ironic.hand_over, step.shard_writes, nodes)
-            resharded = result.applied
+            result = await asyncio.to_thread(ironic.hand_over, moves, nodes)
+            resharded += result.applied
             if result.applied:
+                if metrics is not None:
+                    metrics.record_handover_nodes(pool.key, trigger, result.applied)
                 events.append(Event("HandedOverNodes",
                                     f"Set the Ironic shard of {result.applied} nodes with instances after Nova "
-                                    f"moved them ({spread(step.shard_writes)}; {time.monotonic() - started:.2f}s)"))
+                                    f"moved them ({trigger}: {spread(moves)}; {time.monotonic() - started:.2f}s)"))
     except (KubeError, NovaError, ServiceNotFound, IronicError) as error:
         log.warning("pool %s: handover step stopped: %s", pool.key, error)
         events.append(Event("HandoverWaiting", f"Handover step stopped, tried again next cycle: {error}", "Warning"))

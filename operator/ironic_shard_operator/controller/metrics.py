@@ -11,8 +11,9 @@ Invariants kept:
   longer planned, `forget_pool` drops a deleted pool);
 - label values are bounded: Ironic error kinds come from `IRONIC_ERROR_KINDS`, Nova's from
   `NOVA_ERROR_KINDS`, fence
-  modes from `FENCING_MODES`, Nova finding kinds from `audit.FINDING_KINDS` and Nova
-  actions from `NOVA_ACTIONS`, so a strange exception can never explode cardinality;
+  modes from `FENCING_MODES`, Nova finding kinds from `audit.FINDING_KINDS`, Nova
+  actions from `NOVA_ACTIONS`, handover triggers from `HANDOVER_TRIGGERS` and handover Job
+  failure reasons from `handover.JOB_FAILURE_REASONS`, so a strange exception can never explode cardinality;
 - "seconds since the last successful Ironic observation" is computed at scrape time, so
   it keeps growing while Ironic is unreachable and no cycle completes.
 """
@@ -27,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ironic_shard_operator.core.handover import FAILURE, JOB_FAILURE_REASONS, SCALE_DOWN
 from ironic_shard_operator.core.nova_policy import FINDING_KINDS
 from ironic_shard_operator.core.model import Observation, Plan
 from ironic_shard_operator.core.spec import FENCING_MODES
@@ -46,6 +48,10 @@ NOVA_ERROR_KINDS = ("disabled", "unavailable")
 # still hosts instances), and misplaced nodes handed over in Ironic (spec.nova.repairMisplaced).
 NOVA_ACTIONS = ("forced_down_set", "forced_down_cleared", "service_deleted", "service_delete_refused",
                 "misplaced_handed_over")
+
+# Why nodes with instances are handed over (core/handover.py): a member retired, or failed
+# for spec.handover.afterFailureSeconds.
+HANDOVER_TRIGGERS = (SCALE_DOWN, FAILURE)
 
 # A reconcile cycle lists every managed node (~0.4 s per 1,000) and writes only moves
 # (~50 ms each, serialised): from tens of milliseconds to minutes for a big adoption.
@@ -175,6 +181,16 @@ class OperatorMetrics:
             f"{PREFIX}_nova_actions",
             "Writes the Nova side makes, by action: to Nova's compute services, and misplaced "
             "nodes handed over to their instance's host in Ironic.", ["pool", "action"], registry=r)
+        self.handover_nodes = Counter(
+            f"{PREFIX}_handover_nodes",
+            "Nodes with instances handed over (moved in Nova by nova-manage, then their Ironic shard "
+            "written), by trigger: ScaleDown (a member retired) or Failure (afterFailureSeconds).",
+            ["pool", "trigger"], registry=r)
+        self.handover_job_failures = Counter(
+            f"{PREFIX}_handover_job_failures",
+            "Handover Jobs that failed with no node moved and were tried again, by reason read from "
+            "their log: refused (a nova-manage precondition), database, other.",
+            ["pool", "reason"], registry=r)
         self.leader = Gauge(
             f"{PREFIX}_leader", "1 while this replica holds the leader Lease, else 0.",
             registry=r)
@@ -249,6 +265,19 @@ class OperatorMetrics:
             raise ValueError(f"Nova action {action!r} is not one of {', '.join(NOVA_ACTIONS)}")
         self.nova_actions.labels(pool, action).inc(count)
 
+    def record_handover_nodes(self, pool: str, trigger: str, count: int) -> None:
+        """`count` nodes with instances handed over by `trigger` (one of HANDOVER_TRIGGERS)."""
+        if trigger not in HANDOVER_TRIGGERS:
+            raise ValueError(f"handover trigger {trigger!r} is not one of {', '.join(HANDOVER_TRIGGERS)}")
+        self.handover_nodes.labels(pool, trigger).inc(count)
+
+    def record_handover_job_failure(self, pool: str, reason: str) -> None:
+        """A failed handover Job deleted to try its batch again: `reason` is one of
+        handover.JOB_FAILURE_REASONS."""
+        if reason not in JOB_FAILURE_REASONS:
+            raise ValueError(f"handover failure reason {reason!r} is not one of {', '.join(JOB_FAILURE_REASONS)}")
+        self.handover_job_failures.labels(pool, reason).inc()
+
     def set_leader(self, leading: bool) -> None:
         """Whether this replica is the one acting (holds the Lease)."""
         self.leader.set(1 if leading else 0)
@@ -273,6 +302,10 @@ class OperatorMetrics:
             _remove_if_present(self.nova_findings, pool, kind)
         for action in NOVA_ACTIONS:
             _remove_if_present(self.nova_actions, pool, action)
+        for trigger in HANDOVER_TRIGGERS:
+            _remove_if_present(self.handover_nodes, pool, trigger)
+        for reason in JOB_FAILURE_REASONS:
+            _remove_if_present(self.handover_job_failures, pool, reason)
         self._since.last.pop(pool, None)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> WSGIServer:

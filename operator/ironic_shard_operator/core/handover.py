@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ironic_shard_operator.core.model import TRANSITIONAL_PROVISION_STATES, Member, Move, Node, Plan
 from ironic_shard_operator.core.nova_policy import ServiceRecord
+from ironic_shard_operator.core.nova_schedule import backoff
 from ironic_shard_operator.core.planner import fair_quotas
 from ironic_shard_operator.core.ring import HashRing
 from ironic_shard_operator.core.spec import Handover
@@ -40,9 +41,17 @@ SCALE_DOWN, FAILURE = "ScaleDown", "Failure"
 # Phases of a source (status.handover.sources[].phase).
 MOVING_FREE, STOPPING_POD, FORCING_DOWN, MOVING, DONE, BLOCKED = (
     "MovingFreeNodes", "StoppingPod", "ForcingDown", "MovingNodes", "Done", "Blocked")
-# A Job that failed with no node moved is deleted (and its batch tried again) this long after
-# it failed; its log tail is reported meanwhile (HandoverFailed).
+# A Job that failed with no node moved is deleted, and its batch tried again in a new Job
+# (attempt + 1), after a backoff from when it failed: RETRY_SECONDS after the first attempt,
+# doubling with each attempt, at most MAX_RETRY_SECONDS (nova_schedule.backoff); its log tail
+# is reported meanwhile (HandoverFailed), and when it is tried again (status nextRetryAt).
 RETRY_SECONDS = 60.0
+MAX_RETRY_SECONDS = 960.0
+# Why a Job failed, from its log (bounded: the `reason` label of the failures metric):
+# nova-manage refused a precondition (source not forced down, destination forced down, more
+# than one instance, an unknown node or host), the database could not be reached or refused
+# the credentials, or anything else.
+JOB_FAILURE_REASONS = ("refused", "database", "other")
 # Job states as core/handover_job.py reads them.
 ACTIVE, SUCCEEDED, FAILED = "Active", "Succeeded", "Failed"
 
@@ -69,6 +78,7 @@ class JobView:
     state: str
     finished: float | None = None
     log_tail: str = ""
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +89,7 @@ class JobBatch:
     source: str
     name: str
     moves: tuple[Move, ...]
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +106,8 @@ class SourceProgress:
     failed: int = 0
     job: str | None = None
     message: str = ""
+    attempts: int | None = None
+    next_retry_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +132,9 @@ class HandoverPlan:
     create_jobs: tuple[JobBatch, ...] = ()
     shard_writes: tuple[Move, ...] = ()
     problems: tuple[Problem, ...] = ()
+    # (Job name, JOB_FAILURE_REASONS) of the failed Jobs among `delete_jobs`: deleted to try
+    # their batch again (the failures metric counts each once, when its deletion succeeds).
+    retried: tuple[tuple[str, str], ...] = ()
 
     @property
     def writes(self) -> int:
@@ -243,10 +259,12 @@ def decide(*, pool: str, settings: Handover, members: Sequence[Member], retiring
         if info["ready_to_move"] and not info["job"] and candidates and budget:
             batch = tuple(Move(n.uuid, source, placed[n.uuid]) for n in candidates[:budget])
             budget -= len(batch)
-            name = job_name(source, batch)
-            steps.create_jobs.append(JobBatch(source, name, batch))
+            attempt = 1 + max(info["attempts"].get(mv.node_uuid, 0) for mv in batch)
+            name = job_name(source, batch, attempt)
+            steps.create_jobs.append(JobBatch(source, name, batch, attempt))
             progress = _with(progress, in_flight=progress.in_flight + len(batch), job=name,
-                             waiting=progress.waiting - len(batch))
+                             waiting=progress.waiting - len(batch), next_retry_at=None,
+                             attempts=attempt if attempt > 1 else None)
         if info["ready_to_move"] and unplaced:
             message = _no_destination(ring_members, found, nova)
             steps.problems.append(Problem(found[source], "HandoverNoDestination",
@@ -256,12 +274,31 @@ def decide(*, pool: str, settings: Handover, members: Sequence[Member], retiring
     return steps.build()
 
 
-def job_name(source: str, moves: Sequence[Move]) -> str:
-    """A Job's name from its content: the same batch has the same name, after a restart too.
-    At most 63 characters (the Job's name is a label value of its pods)."""
+def job_name(source: str, moves: Sequence[Move], attempt: int = 1) -> str:
+    """A Job's name from its content and attempt: the same batch has the same name, after a
+    restart too, and a batch tried again (after its Job failed) a new one. At most 63
+    characters (the Job's name is a label value of its pods)."""
     digest = hashlib.sha256("\n".join(f"{m.node_uuid}>{m.target}" for m in sorted(moves)).encode()
-                            + source.encode()).hexdigest()[:8]
+                            + source.encode() + (f"#{attempt}".encode() if attempt > 1 else b"")).hexdigest()[:8]
     return f"{source[:44].rstrip('-')}-handover-{digest}"
+
+
+def retry_delay(attempt: int) -> float:
+    """How long after a Job's `attempt` (>= 1) failed with no node moved its batch is tried
+    again: RETRY_SECONDS, doubling per attempt, at most MAX_RETRY_SECONDS."""
+    return backoff(attempt, RETRY_SECONDS, MAX_RETRY_SECONDS)
+
+
+def job_failure_reason(log_tail: str) -> str:
+    """The JOB_FAILURE_REASONS entry of a failed Job's log (nova 34's nova-manage messages)."""
+    text = log_tail.lower()
+    if any(word in text for word in ("forced down", "more than one instance", "could not be found",
+                                     "not found", "computehostnotfound")):
+        return "refused"
+    if any(word in text for word in ("operationalerror", "can't connect", "access denied", "dbconnectionerror",
+                                     "database", "sqlalchemy", "connection refused")):
+        return "database"
+    return "other"
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -275,10 +312,12 @@ class _Steps:
     create_jobs: list[JobBatch] = field(default_factory=list)
     shard_writes: list[Move] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    retried: list[tuple[str, str]] = field(default_factory=list)
 
     def build(self) -> HandoverPlan:
         return HandoverPlan(tuple(self.progress), tuple(self.force_down), tuple(sorted(set(self.delete_jobs))),
-                            tuple(self.create_jobs), tuple(sorted(self.shard_writes)), tuple(self.problems))
+                            tuple(self.create_jobs), tuple(sorted(self.shard_writes)), tuple(self.problems),
+                            tuple(sorted(self.retried)))
 
 
 def _usable(service: ServiceRecord | None) -> bool:
@@ -306,7 +345,7 @@ def _source_step(source: str, trigger: str, nodes: Sequence[Node], nova: NovaVie
     own_jobs = [j for j in jobs if j.source == source]
     base = SourceProgress(source, trigger, MOVING_FREE, nodes=len(pinned),
                           job=own_jobs[0].name if own_jobs else None)
-    result = {"progress": base, "candidates": [], "ready_to_move": False, "job": bool(own_jobs)}
+    result = {"progress": base, "candidates": [], "ready_to_move": False, "job": bool(own_jobs), "attempts": {}}
     if free:
         result["progress"] = _with(base, waiting=len(pinned),
                                    message=f"{free} free nodes still move to other members first")
@@ -329,17 +368,29 @@ def _source_step(source: str, trigger: str, nodes: Sequence[Node], nova: NovaVie
 
     done = in_flight = waiting = failed = 0
     reasons: list[str] = []
+    attempts: dict[str, int] = {}  # node uuid -> attempt of the failed Job now tried again
+    next_retry: float | None = None
+    last_attempt: int | None = None
     for job in own_jobs:
         moved = [uuid for uuid, dest in job.moves if nova.compute_host.get(uuid) == dest]
         if job.state == SUCCEEDED or (job.state == FAILED and moved):
             steps.delete_jobs.append(job.name)
         elif job.state == FAILED:
             tail = job.log_tail.strip() or "(no log)"
+            retry_at = (job.finished or now) + retry_delay(job.attempt)
             steps.problems.append(Problem(trigger, "HandoverFailed",
-                                          f"Job {job.name} (handover of {source}) failed: {tail}"))
-            reasons.append(f"Job {job.name} failed, tried again after {RETRY_SECONDS:g}s")
-            if job.finished is None or now - job.finished >= RETRY_SECONDS:
+                                          f"Job {job.name} (handover of {source}, attempt {job.attempt}) failed: "
+                                          f"{tail}"))
+            if now >= retry_at:
                 steps.delete_jobs.append(job.name)
+                steps.retried.append((job.name, job_failure_reason(job.log_tail)))
+                attempts.update((uuid, job.attempt) for uuid, _ in job.moves)
+                reasons.append(f"Job {job.name} failed (attempt {job.attempt}), tried again now")
+            else:
+                next_retry = retry_at if next_retry is None else min(next_retry, retry_at)
+                last_attempt = max(last_attempt or 0, job.attempt)
+                reasons.append(f"Job {job.name} failed (attempt {job.attempt}), tried again "
+                               f"{retry_delay(job.attempt):g}s after it failed (nextRetryAt)")
     failed_job_nodes = {uuid for j in own_jobs if j.state == FAILED and j.name not in steps.delete_jobs
                         for uuid, _ in j.moves}
     candidates: list[Node] = []
@@ -382,9 +433,12 @@ def _source_step(source: str, trigger: str, nodes: Sequence[Node], nova: NovaVie
     phase = MOVING if pinned else DONE
     if phase == MOVING and not candidates and not in_flight and not done and (refused or failed):
         phase = BLOCKED
-    result.update(candidates=candidates, ready_to_move=True,
+    remaining = [j for j in own_jobs if j.name not in steps.delete_jobs]
+    result.update(candidates=candidates, ready_to_move=True, attempts=attempts, job=bool(remaining),
                   progress=_with(base, phase=phase, done=done, in_flight=in_flight, waiting=waiting,
-                                 failed=failed, message=_join(*reasons[:5])))
+                                 job=remaining[0].name if remaining else None,
+                                 failed=failed, message=_join(*reasons[:5]), attempts=last_attempt,
+                                 next_retry_at=next_retry))
     return result
 
 

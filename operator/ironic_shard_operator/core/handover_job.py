@@ -10,7 +10,8 @@ batch again cannot move a node twice: nova-manage refuses a node whose compute n
 is not forced down, which a node already at its (live) destination is not.
 
 The batch is also recorded in an annotation, so the operator reads back which nodes a Job
-moves without parsing its command.
+moves without parsing its command, and so is its attempt (a batch tried again after its Job
+failed: the backoff of core/handover.py::retry_delay grows with it, across restarts too).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ironic_shard_operator.core.spec import GROUP, Pool
 COMPONENT_LABEL = f"{GROUP}/component"
 COMPONENT = "handover"
 MOVES_ANNOTATION = f"{GROUP}/handover-moves"
+ATTEMPT_ANNOTATION = f"{GROUP}/handover-attempt"
 CONTAINER_NAME = "nova-manage"
 CONFIG_PATH = "/etc/nova/handover/nova.conf"
 BACKOFF_LIMIT = 2
@@ -80,7 +82,8 @@ def render_job(pool: Pool, batch: JobBatch) -> dict[str, Any]:
             "name": batch.name,
             "namespace": pool.namespace,
             "labels": labels,
-            "annotations": {MOVES_ANNOTATION: json.dumps([[m.node_uuid, m.target] for m in batch.moves])},
+            "annotations": {MOVES_ANNOTATION: json.dumps([[m.node_uuid, m.target] for m in batch.moves]),
+                            ATTEMPT_ANNOTATION: str(batch.attempt)},
             "ownerReferences": [owner_reference(pool)],
         },
         "spec": {
@@ -103,6 +106,10 @@ def read_job(raw: Mapping[str, Any], log_tail: str = "") -> JobView | None:
     source = labels.get(MEMBER_LABEL)
     if not source or labels.get(COMPONENT_LABEL) != COMPONENT:
         return None
+    try:
+        attempt = max(1, int((meta.get("annotations") or {}).get(ATTEMPT_ANNOTATION, "1")))
+    except ValueError:
+        attempt = 1
     state, finished = ACTIVE, None
     for condition in (raw.get("status") or {}).get("conditions") or ():
         if condition.get("status") != "True":
@@ -114,7 +121,7 @@ def read_job(raw: Mapping[str, Any], log_tail: str = "") -> JobView | None:
     if meta.get("deletionTimestamp") and state == ACTIVE:
         state = FAILED  # being deleted: its pod is stopped, nothing more runs
     return JobView(name=meta.get("name", ""), source=source, moves=moves, state=state, finished=finished,
-                   log_tail=log_tail)
+                   log_tail=log_tail, attempt=attempt)
 
 
 def config_problem(text: str | None, secret: str, key: str) -> str | None:

@@ -68,6 +68,8 @@ class NovaSchedule:
         raise ValueError(f"unknown Nova state {state!r}")
 
 
-def backoff(failures: int) -> float:
-    """The wait after `failures` (>= 1) Unavailable cycles in a row."""
-    return min(FIRST_BACKOFF_SECONDS * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
+def backoff(failures: int, first: float = FIRST_BACKOFF_SECONDS, most: float = MAX_BACKOFF_SECONDS) -> float:
+    """The wait after `failures` (>= 1) failures in a row: `first`, doubling with each
+    failure, never more than `most` (Nova Unavailable cycles by default; handover Jobs pass
+    their own bounds)."""
+    return min(first * 2 ** (failures - 1), most)

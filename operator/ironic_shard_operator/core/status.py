@@ -242,7 +242,9 @@ def handover_section(step: handover.HandoverPlan | None) -> dict[str, Any]:
         "sources": [{key: value for key, value in (
             ("member", p.member), ("trigger", p.trigger), ("phase", p.phase), ("nodes", p.nodes),
             ("done", p.done), ("inFlight", p.in_flight), ("waiting", p.waiting), ("failed", p.failed),
-            ("job", p.job), ("message", p.message)) if value is not None} for p in step.progress],
+            ("job", p.job), ("message", p.message), ("attempts", p.attempts),
+            ("nextRetryAt", format_time(p.next_retry_at) if p.next_retry_at is not None else None))
+            if value is not None} for p in step.progress],
         "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in step.problems],
     }
 
