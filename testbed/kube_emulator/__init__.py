@@ -8,9 +8,10 @@ What it emulates, and what it does not, is listed in server.py. The modules, eac
 - resources.py      ResourceType, the built-in kinds served, the types a CRD adds
 - paths.py          resource URLs, label and field selectors, simple JSON paths
 - builtin_schema.py the real OpenAPI schema of built-in kinds: pruning, merge keys, validation
-- patches.py        merge patch, JSON patch, strategic merge patch
-- protobuf.py       the protobuf bodies kubectl's `create namespace|secret|configmap` send
+- patches.py        merge patch, JSON patch, strategic merge patch; server-side apply's checks
+- protobuf.py       the protobuf bodies kubectl's `create namespace|secret|configmap` and helm's DELETEs send
 - jobs.py           batch/v1 Jobs as the registry admits them: defaults, generated selector, refusals
+- workloads.py      apps/v1 Deployments and policy/v1 PodDisruptionBudgets: defaults and refusals
 - admission.py      defaults and validation before an object is stored
 - tables.py         server-side Table output for `kubectl get`
 - discovery.py      /version, /apis, APIResourceLists, /openapi/v2 and /openapi/v3

@@ -15,6 +15,7 @@ from testbed.kube_emulator.crd_schema import cel_errors, prune_and_default
 from testbed.kube_emulator.errors import ApiError, bad_request, invalid, validation_causes
 from testbed.kube_emulator.jobs import job_defaults, job_errors
 from testbed.kube_emulator.resources import ResourceType
+from testbed.kube_emulator.workloads import deployment_defaults, deployment_errors, pdb_defaults, pdb_errors
 
 
 def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, params: dict[str, str]) -> dict[str, Any]:
@@ -77,6 +78,11 @@ def _builtin_defaults(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any]
     if rt.kind == 'Job' and rt.group == 'batch':
         _pod_spec_defaults(obj.setdefault('spec', {}).setdefault('template', {}).setdefault('spec', {}))
         obj = job_defaults(obj, created=old is None)
+    if rt.kind == 'Deployment' and rt.group == 'apps':
+        _pod_spec_defaults(obj.setdefault('spec', {}).setdefault('template', {}).setdefault('spec', {}))
+        obj = deployment_defaults(obj, created=old is None)
+    if rt.kind == 'PodDisruptionBudget' and rt.group == 'policy':
+        obj = pdb_defaults(obj, created=old is None)
     return obj
 
 
@@ -136,6 +142,10 @@ def _builtin_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | 
                                        'existing tolerations), `spec.terminationGracePeriodSeconds`'))
     if rt.kind == 'Job' and rt.group == 'batch':
         errors += job_errors(obj, old)
+    if rt.kind == 'Deployment' and rt.group == 'apps':
+        errors += deployment_errors(obj, old)
+    if rt.kind == 'PodDisruptionBudget' and rt.group == 'policy':
+        errors += pdb_errors(obj)
     if rt.kind in ('RoleBinding', 'ClusterRoleBinding') and old is not None and obj.get('roleRef') != old.get('roleRef'):
         ref = obj.get('roleRef') or {}
         errors.append(('roleRef', f'Invalid value: rbac.RoleRef{{APIGroup:"{ref.get("apiGroup", "")}", '

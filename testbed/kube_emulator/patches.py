@@ -1,13 +1,15 @@
-"""Patches: the three patch types a real server accepts for PATCH requests, applied to an
-object as served (merge patch RFC 7386, JSON patch RFC 6902 with `test`, and strategic merge
-patch for built-in kinds, steered by their real OpenAPI schema). A patch that cannot apply
-raises the ApiError the server answers with.
+"""Patches: the patch types a real server accepts for PATCH requests, applied to an object as
+served (merge patch RFC 7386, JSON patch RFC 6902 with `test`, and strategic merge patch for
+built-in kinds, steered by their real OpenAPI schema), and the checks of a server-side apply
+request (`applied_config`). A patch that cannot apply raises the ApiError the server answers with.
 """
 import copy
 from typing import Any
 
 from testbed.kube_emulator.builtin_schema import resolve
-from testbed.kube_emulator.errors import bad_request, unprocessable
+from testbed.kube_emulator.errors import ApiError, bad_request, unprocessable
+
+APPLY_PATCH = 'application/apply-patch+yaml'
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -133,3 +135,40 @@ def strategic_merge_patch(target: Any, patch: Any, schema: dict[str, Any]) -> An
         return result
 
     return merge(target, patch, schema)
+
+
+def applied_config(data: Any, api_version: str, name: str, params: dict[str, str]) -> dict[str, Any]:
+    """The object of a server-side apply request (PATCH application/apply-patch+yaml), after the
+    checks a real server makes before it merges (metav1 validation.ValidatePatchOptions, the
+    field manager's Apply, the patch handler's checkName): fieldManager given (422), a YAML
+    object (400), the URL's apiVersion (400), no managedFields (400), the URL's name (400)."""
+    if not params.get('fieldManager'):
+        raise ApiError(422, 'Invalid', 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                                       'is required for apply patch',
+                       {'group': 'meta.k8s.io', 'kind': 'PatchOptions',
+                        'causes': [{'reason': 'FieldValueRequired', 'message': 'Required value: is required for apply patch',
+                                    'field': 'fieldManager'}]})
+    if not isinstance(data, dict):
+        raise bad_request('error decoding YAML: the apply patch is not an object')
+    if data.get('apiVersion') != api_version:
+        raise bad_request(f'Incorrect version specified in apply patch. Specified patch version: '
+                          f'{data.get("apiVersion") or ""}, expected: {api_version}')
+    meta = data.get('metadata') or {}
+    if meta.get('managedFields') is not None:
+        raise bad_request('metadata.managedFields must be nil')
+    if meta.get('name', '') != name:
+        raise bad_request(f'the name of the object ({meta.get("name", "")}) does not match the name on the URL ({name})')
+    return copy.deepcopy(data)
+
+
+def contained_in(applied: Any, live: Any) -> bool:
+    """Whether applying `applied` to `live` would change no value: every field it sets is in
+    `live` with the same value (lists item by item, in order: stricter than a real server's
+    merge of associative lists by key, never kinder)."""
+    if isinstance(applied, dict):
+        return isinstance(live, dict) and all(key in live and contained_in(value, live[key])
+                                              for key, value in applied.items())
+    if isinstance(applied, list):
+        return (isinstance(live, list) and len(applied) == len(live)
+                and all(contained_in(a, b) for a, b in zip(applied, live)))
+    return applied == live

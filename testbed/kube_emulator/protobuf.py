@@ -1,6 +1,7 @@
 """Protobuf: decoding of the protobuf request bodies that kubectl's typed `create namespace`,
-`create secret` and `create configmap` send (they never fall back to JSON). Only those three
-kinds, and only the fields they carry, are decoded; anything else is answered 415.
+`create secret` and `create configmap` send (they never fall back to JSON), and the
+DeleteOptions that helm's release storage sends with a DELETE. Only those kinds, and only the
+fields they carry, are decoded; anything else is answered 415.
 """
 import base64
 from collections.abc import Iterator
@@ -16,6 +17,10 @@ _PROTOBUF_KINDS: dict[str, dict[int, tuple[str, Any]]] = {  # field numbers of k
                   4: ('immutable', 'bool')},
     'Secret': {1: ('metadata', _OBJECT_META), 2: ('data', 'bytes-map'), 3: ('type', 'string'),
                4: ('stringData', 'map'), 5: ('immutable', 'bool')},
+    'DeleteOptions': {1: ('gracePeriodSeconds', 'int'), 2: ('preconditions', {1: ('uid', 'string'),
+                                                                            2: ('resourceVersion', 'string')}),
+                      3: ('orphanDependents', 'present-bool'), 4: ('propagationPolicy', 'string'),
+                      5: ('dryRun', 'strings')},
 }
 
 
@@ -60,6 +65,10 @@ def _protobuf_message(buf: bytes, schema: dict[int, tuple[str, Any]]) -> dict[st
             result[name] = bytes(value).decode()
         elif kind == 'bool' and value:
             result[name] = True
+        elif kind == 'present-bool':  # an optional bool: false when sent is not absent
+            result[name] = bool(value)
+        elif kind == 'int':  # an optional int64: 0 when sent is not absent; two's complement
+            result[name] = int(value) - (1 << 64) if int(value) >= 1 << 63 else int(value)
         elif kind == 'strings':
             result.setdefault(name, []).append(bytes(value).decode())
         elif kind in ('map', 'bytes-map'):

@@ -1,6 +1,6 @@
 """Resource types: what the fake serves. One ResourceType per group/version/plural (its scope,
 names, subresources, field selectors and, for custom resources, schema), the built-in kinds
-served from the start (BUILTIN_TYPES, and no others: no apps/v1, no CronJobs), the types a CRD
+served from the start (BUILTIN_TYPES, and no others: no ReplicaSets or StatefulSets, no CronJobs), the types a CRD
 adds (custom_resource_types), and the few constants of a fresh server (its Kubernetes release,
 initial namespaces, the CRD cleanup finalizer, the verbs discovery lists).
 """
@@ -78,6 +78,10 @@ BUILTIN_TYPES = (
     _builtin('coordination.k8s.io', 'v1', 'leases', 'Lease'),
     _builtin('batch', 'v1', 'jobs', 'Job', categories=('all',), subresources={'status'},
              field_selectors=('status.successful',), tracks_generation=True),
+    _builtin('apps', 'v1', 'deployments', 'Deployment', short_names=('deploy',), categories=('all',),
+             subresources={'status'}, tracks_generation=True),
+    _builtin('policy', 'v1', 'poddisruptionbudgets', 'PodDisruptionBudget', short_names=('pdb',),
+             subresources={'status'}, tracks_generation=True),
     _builtin('scheduling.k8s.io', 'v1', 'priorityclasses', 'PriorityClass', namespaced=False, short_names=('pc',)),
     _builtin('events.k8s.io', 'v1', 'events', 'Event', short_names=('ev',)),
     _builtin('rbac.authorization.k8s.io', 'v1', 'roles', 'Role'),

@@ -15,6 +15,12 @@ make it answer like a real kube-apiserver (v1.32) where our operator, kopf and k
   the scale subresource of CRDs (autoscaling/v1 Scale), pods/binding and pods/log (pod_logs.py:
   text/plain, container, tailLines, limitBytes, the errors of a container not started; the fake
   kubelets hand the output in over a test-only route);
+- apps/v1 Deployments and policy/v1 PodDisruptionBudgets (workloads.py: defaults, refusals, the
+  immutable selector), stored only: no Deployment or disruption controller, so no ReplicaSets,
+  no pods, and their status stays as created;
+- server-side apply (`kubectl apply --server-side`, Helm 4's default) of an object that does not
+  exist yet (201) or that already holds every value applied (unchanged), after the request's
+  checks (fieldManager, apiVersion, name, managedFields);
 - batch/v1 Jobs (jobs.py: the registry's defaults, generated selector and labels, refusals and
   immutable fields) and their controller (job_controller.py: pods from the template with the
   job-tracking finalizer, counts, backoff, BackoffLimitExceeded, DeadlineExceeded, Complete);
@@ -33,8 +39,9 @@ make it answer like a real kube-apiserver (v1.32) where our operator, kopf and k
 - server-side Table output for `kubectl get` (CRD printer columns; pods READY/STATUS).
 
 What it does not do (answered with a clear error where a client could ask for it):
-- server-side apply (`kubectl apply --server-side`: 415), protobuf bodies other than the
-  Namespace/ConfigMap/Secret that kubectl's `create` generators send, deletecollection, the
+- server-side apply that would change an existing object (415: no field ownership is kept), protobuf bodies other
+  than the Namespace/ConfigMap/Secret that kubectl's `create` generators send and the
+  DeleteOptions of a DELETE, deletecollection, the
   `/finalize`, eviction, exec/attach/portforward subresources, `follow`/`previous`/`sinceTime`
   of pods/log (400), the Warning header of a Job deleted with the default policy;
 - of Jobs: Indexed completion, podFailurePolicy, successPolicy, backoffLimitPerIndex, suspend
@@ -44,12 +51,13 @@ What it does not do (answered with a clear error where a client could ask for it
   (their message is used), admission webhooks, managedFields, the event TTL, watch bookmarks other
   than the initial-events-end one;
 - core v1 Events and events.k8s.io/v1 Events are separate stores here (one store, two views on a
-  real server); only the kinds listed in BUILTIN_TYPES (resources.py) are served (no apps/v1);
+  real server); only the kinds listed in BUILTIN_TYPES (resources.py) are served (of apps/v1 only
+  Deployments);
 - no controllers but the garbage collector, the namespace and CRD cleanup, the pod garbage
   collector (pod_gc.py: pods of deleted nodes, terminating pods of out-of-service nodes) and the
   Job controller (job_controller.py): no scheduler, no kubelet (testbed/kubelet.py plays both;
   testbed/process_kubelet.py runs nova-compute and Job pods' nova-manage for real), no node
-  lifecycle or taint eviction, no Deployments/ReplicaSets (a `default` ServiceAccount per namespace).
+  lifecycle or taint eviction, no Deployment controller (a `default` ServiceAccount per namespace).
 
 Who may do what, as a real server decides it: a bearer token is checked (authn.py: issued by
 TokenRequest, bound to a ServiceAccount) and its holder authorized by RBAC over the stored Roles,
@@ -82,7 +90,8 @@ from testbed.kube_emulator.authz import RBAC_GROUP, Authorizer, bootstrap_policy
 from testbed.kube_emulator.builtin_schema import definition_of
 from testbed.kube_emulator.errors import (
     ApiError, already_exists, bad_request, conflict, invalid, not_found, status_details, unknown_resource)
-from testbed.kube_emulator.patches import json_patch, merge_patch, strategic_merge_patch
+from testbed.kube_emulator.patches import (
+    APPLY_PATCH, applied_config, contained_in, json_patch, merge_patch, strategic_merge_patch)
 from testbed.kube_emulator.paths import ApiPath, LabelSelector, dig, field_selector, matches, set_at
 from testbed.kube_emulator.job_controller import JobController, JobStore
 from testbed.kube_emulator.pod_gc import PodGarbageCollector
@@ -347,6 +356,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             return self.authn.issue(namespace or '', self._get(rt, namespace, path.name), data, self._uid_of)
         if method in ('PUT', 'PATCH'):
             content_type = request.headers.get('Content-Type', 'application/json').split(';')[0]
+            if method == 'PATCH' and content_type == APPLY_PATCH and path.subresource is None:
+                return self._apply(rt, namespace, path.name, data, params, dry_run=dry_run)
             return self._write(rt, namespace, path.name, path.subresource, method, content_type, data,
                                params, dry_run=dry_run)
         if method == 'DELETE' and path.subresource is None:
@@ -661,6 +672,26 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
                 self._register_crd(stored)
         return self._scale_view(rt, stored) if subresource == 'scale' else self._view(rt, stored)
 
+    def _apply(self, rt: ResourceType, namespace: str | None, name: str, data: Any, params: dict[str, str],
+               *, dry_run: bool = False) -> kmock.Response:
+        """Server-side apply after the request checks (patches.applied_config): an object that
+        does not exist yet is created from the applied configuration, answered 201 as a real
+        server does; an existing object that already holds every value applied is answered as it
+        is (a real server only adds the manager to managedFields, which this fake does not keep).
+        Any other apply to an existing object needs field ownership to merge and to find
+        conflicts: refused with 415 rather than merged in some other way."""
+        config = applied_config(data, rt.api_version, name, params)
+        existing = self._objects.get((rt.group, rt.plural, namespace or '', name))
+        if existing is not None and contained_in({k: v for k, v in config.items() if k != 'status'}, existing):
+            return kmock.Response(status=200, payload=self._view(rt, existing))
+        if existing is not None:
+            raise ApiError(415, 'UnsupportedMediaType',
+                           f'server-side apply to an existing object ({rt.qualified} "{name}") is not emulated by this '
+                           f'fake API server (it keeps no managedFields); accepted media types include: '
+                           f'application/json-patch+json, application/merge-patch+json'
+                           + ('' if rt.is_custom else ', application/strategic-merge-patch+json'), {})
+        return kmock.Response(status=201, payload=self._create(rt, namespace, config, params, dry_run=dry_run))
+
     def _kept_metadata(self, rt: ResourceType, old: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
         """Metadata after a write: system fields stay, finalizers cannot grow on deleting objects."""
         meta = copy.deepcopy(wanted)
@@ -720,10 +751,10 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         obj = self._get(rt, namespace, name)
         meta = obj['metadata']
         preconditions = options.get('preconditions') or {}
-        for field in ('uid', 'resourceVersion'):
+        for field, said in (('uid', 'UID'), ('resourceVersion', 'ResourceVersion')):  # storage.Preconditions.Check
             if preconditions.get(field) and preconditions[field] != meta[field]:
-                raise conflict(rt, name, f'Precondition failed: {field} in precondition: {preconditions[field]}, '
-                                         f'{field} in object meta: {meta[field]}')
+                raise conflict(rt, name, f'Precondition failed: {said} in precondition: {preconditions[field]}, '
+                                         f'{said} in object meta: {meta[field]}')
         grace = options.get('gracePeriodSeconds', params.get('gracePeriodSeconds'))
         grace = int(grace) if grace is not None else None
         # batch/v1 Jobs orphan their pods unless asked otherwise (the Job strategy's

@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import base64
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
+from testbed import service_account_tokens as tokens
 from testbed.ironic_service import IronicService, enrol_nodes, unique_resource_class
 from testbed.operator_objects import create_secrets, install_crd
+from testbed.ports import free_port
 from tests.support.kube_api import KubeAPI
-from tests.support.operator_harness import POOLS, pool_manifest
+from tests.support.operator_harness import (
+    POOLS, REPO, OperatorProcess, get_pool, http_get, lease_holder, pool_manifest)
 
 pytestmark = pytest.mark.integration
 
@@ -118,56 +123,133 @@ def test_preflight_of_a_pool_whose_secret_has_a_bad_nova_conf_fails(
 
 
 def quick_start() -> list[str]:
-    """The README's quick-start commands after `helm install` and `pip install`, in order."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    """The README's quick-start commands, in order: `helm install` (its continued lines joined)
+    and the `kubectl` lines (`pip install` of the plugin is this venv's)."""
+    readme = (REPO / "README.md").read_text()
     block = readme.split("## Install and operate", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
-    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.startswith("kubectl ")]
+    lines = block.replace("\\\n", " ").splitlines()
+    return [line.split(" # ", 1)[0].strip() for line in lines if line.startswith(("helm ", "kubectl "))]
+
+
+def deployment_pods(kube_api: KubeAPI, deployment: dict, log_dir: Path) -> list[tuple[OperatorProcess, int]]:
+    """The operator processes a Deployment's pods would run, here where no image runs: one per
+    replica, as the pod template's ServiceAccount (a token of its own, as the kubelet mounts
+    one), with the container's env (fieldRefs resolved as the kubelet resolves them) and args.
+    Each pod has its own network namespace, so the ports the env names are mapped to free ones;
+    each process comes with its health port."""
+    template = deployment["spec"]["template"]
+    container = template["spec"]["containers"][0]
+    assert container.get("args") == ["run"]  # the image's ENTRYPOINT is ironic-shard-operator
+    namespace = deployment["metadata"]["namespace"]
+    pods = []
+    for index in range(deployment["spec"]["replicas"]):
+        pod = f"{deployment['metadata']['name']}-7d4b9c6f5-{index}x{uuid.uuid4().hex[:3]}"
+        fields = {"metadata.namespace": namespace, "metadata.name": pod}
+        env = {e["name"]: e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+               for e in container.get("env") or []}
+        health_port = free_port()
+        env.update(METRICS_PORT=str(free_port()), HEALTH_PORT=str(health_port))
+        token = tokens.issue(kube_api.client, namespace, template["spec"]["serviceAccountName"])
+        kubeconfig = log_dir / f"kubeconfig-{pod}"
+        tokens.write_kubeconfig(kubeconfig, kube_api.kubeconfig, token)
+        pods.append((OperatorProcess(kube_api, namespace, pod, log_dir, KUBECONFIG=str(kubeconfig), **env), health_port))
+    return pods
 
 
 def test_the_readme_quick_start_as_a_user_types_it(
         kube_api: KubeAPI, kube_namespace: str, kubelet, tmp_path: Path) -> None:
-    """The operator stands in for `helm install` (the kind e2e installs the chart); the user
-    edits the Secrets to point at their cloud (here a real Ironic of its own, cloud 'ironic')."""
+    """helm install (the real helm and the chart, against the session's API server), then the
+    operator's pods as the rendered Deployment runs them, the Secrets as the user edits them
+    (a real Ironic of their own, cloud 'ironic'), preflight, the pool, its status; helm uninstall
+    at the end leaves nothing of what the chart made."""
     import yaml
 
     from testbed.ironic_service import running_ironic
-    from tests.support.operator_harness import OperatorProcess, get_pool
 
     commands = quick_start()
-    assert [c.split()[:3] for c in commands] == [["kubectl", "apply", "-f"], ["kubectl", "ics", "preflight"],
-                                                 ["kubectl", "apply", "-f"], ["kubectl", "ics", "status"]]
-    repo = Path(__file__).resolve().parents[2]
-    install_crd(kube_api.client)
+    assert [c.split()[:3] for c in commands] == [["helm", "install", "iso"], ["kubectl", "apply", "-f"],
+                                                 ["kubectl", "ics", "preflight"], ["kubectl", "apply", "-f"],
+                                                 ["kubectl", "ics", "status"]]
+    helm = shutil.which("helm") or str(REPO / ".tools" / "bin" / "helm")
+    if not Path(helm).exists():
+        pytest.skip("helm is not installed (hack/tools.sh installs it into .tools/bin)")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(kube_api.kubeconfig.read_text())
-    env = dict(kube_api.env, KUBECONFIG=str(kubeconfig),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env = dict(kube_api.env, KUBECONFIG=str(kubeconfig), HELM_CACHE_HOME=str(tmp_path / "helm-cache"),
+               HELM_CONFIG_HOME=str(tmp_path / "helm-config"), HELM_DATA_HOME=str(tmp_path / "helm-data"),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{Path(helm).parent}{os.pathsep}{os.environ['PATH']}")
     subprocess.run(["kubectl", "config", "set-context", "--current", f"--namespace={kube_namespace}"],
                    env=env, check=True, capture_output=True)
-    with running_ironic(tmp_path / "ironic", auth="http_basic") as ironic:
-        enrol_nodes(ironic, 3, resource_class="baremetal")
-        secrets = list(yaml.safe_load_all((repo / "examples" / "secrets.yaml").read_text()))
-        secrets[0]["stringData"]["nova.conf"] = NOVA_CONF  # the user's edits
-        secrets[1]["stringData"]["clouds.yaml"] = yaml.safe_dump({"clouds": {"ironic": ironic.cloud}})
-        (tmp_path / "examples").mkdir()
-        (tmp_path / "examples" / "secrets.yaml").write_text(yaml.safe_dump_all(secrets))
-        shutil.copy(repo / "examples" / "minimal.yaml", tmp_path / "examples" / "minimal.yaml")
+    client, release_ns = kube_api.client, "iso-system"
 
-        def run(command: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(command.split() + (["--skip-image"] if "preflight" in command else []),
-                                  cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    def run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        args = shlex.split(command.replace("{default}", f"{{{kube_namespace}}}"))  # the user's namespace
+        return subprocess.run(args + (["--skip-image"] if "preflight" in command else []),
+                              cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
-        applied = run(commands[0])
-        assert applied.returncode == 0, applied.stderr
-        checked = run(commands[1])
-        assert checked.returncode == 0, checked.stdout + checked.stderr
-        assert "PASS    ironic-shard-update" in checked.stdout and "FAIL" not in checked.stdout
-        with OperatorProcess(kube_api, kube_namespace, "op-a", tmp_path):
-            assert run(commands[2]).returncode == 0
-            kube_api.wait_for(lambda: (get_pool(kube_api.client, kube_namespace, "rack-a").get("status") or {})
+    installed = run(commands[0], REPO)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    pods: list[OperatorProcess] = []
+    try:
+        deployment = client.get(f"/apis/apps/v1/namespaces/{release_ns}/deployments/iso-ironic-shard-operator")
+        started = [(pod.start(), port) for pod, port in deployment_pods(kube_api, deployment, tmp_path)]
+        pods = [pod for pod, _ in started]
+        probe = deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"]
+        kube_api.wait_for(lambda: all(http_get(port, probe) for _, port in started),
+                          timeout=60, what=f"each operator pod answering its readinessProbe {probe}")
+        with running_ironic(tmp_path / "ironic", auth="http_basic") as ironic:
+            enrol_nodes(ironic, 3, resource_class="baremetal")
+            secrets = list(yaml.safe_load_all((REPO / "examples" / "secrets.yaml").read_text()))
+            secrets[0]["stringData"]["nova.conf"] = NOVA_CONF  # the user's edits
+            secrets[1]["stringData"]["clouds.yaml"] = yaml.safe_dump({"clouds": {"ironic": ironic.cloud}})
+            (tmp_path / "examples").mkdir()
+            (tmp_path / "examples" / "secrets.yaml").write_text(yaml.safe_dump_all(secrets))
+            shutil.copy(REPO / "examples" / "minimal.yaml", tmp_path / "examples" / "minimal.yaml")
+
+            applied = run(commands[1], tmp_path)
+            assert applied.returncode == 0, applied.stderr
+            checked = run(commands[2], tmp_path)
+            assert checked.returncode == 0, checked.stdout + checked.stderr
+            assert "PASS    ironic-shard-update" in checked.stdout and "FAIL" not in checked.stdout
+            assert run(commands[3], tmp_path).returncode == 0
+            kube_api.wait_for(lambda: (get_pool(client, kube_namespace, "rack-a").get("status") or {})
                               .get("readyReplicas") == 3, timeout=90, what="3 ready members")
-            shown = run(commands[3])
-    assert shown.returncode == 0, shown.stderr
-    rows = [line.split() for line in shown.stdout.splitlines() if line.startswith("rack-a-")]
-    assert [r[:2] for r in rows] == [["rack-a-0", "yes"], ["rack-a-1", "yes"], ["rack-a-2", "yes"]]
-    assert sum(int(r[3]) for r in rows) == 3  # every node owned by a member
+            shown = run(commands[4], tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        rows = [line.split() for line in shown.stdout.splitlines() if line.startswith("rack-a-")]
+        assert [r[:2] for r in rows] == [["rack-a-0", "yes"], ["rack-a-1", "yes"], ["rack-a-2", "yes"]]
+        assert sum(int(r[3]) for r in rows) == 3  # every node owned by a member
+        holder = lease_holder(client, release_ns)
+        assert holder in {pod.identity for pod in pods}  # the leader is one of the Deployment's pods
+        assert not [message for pod in pods for message in authz_refusals(kube_api, pod)], "RBAC refused the chart's SA"
+    finally:
+        uninstalled = subprocess.run([helm, "uninstall", "iso", "--namespace", release_ns], env=env,
+                                     capture_output=True, text=True, timeout=180)
+        for pod in pods:  # the Deployment is gone: its pods end
+            pod.stop()
+    assert uninstalled.returncode == 0, uninstalled.stderr
+    left = [f"{kind} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+            for kind, path in CHART_KINDS for obj in client.get(path, labelSelector="app.kubernetes.io/instance=iso")["items"]]
+    left += [s["metadata"]["name"] for s in client.get(f"/api/v1/namespaces/{release_ns}/secrets",
+                                                       labelSelector="owner=helm")["items"]]
+    assert left == []  # nothing of the chart's, no release record
+    client.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ironiccomputeshards.ironicshards.io")  # kept
+    client.delete(f"/api/v1/namespaces/{release_ns}")  # the README's last step: the Lease goes with it
+
+
+CHART_KINDS = [(kind, path) for kind, path in (
+    ("Deployment", "/apis/apps/v1/deployments"), ("PodDisruptionBudget", "/apis/policy/v1/poddisruptionbudgets"),
+    ("ServiceAccount", "/api/v1/serviceaccounts"), ("Service", "/api/v1/services"),
+    ("ConfigMap", "/api/v1/configmaps"),
+    ("Role", "/apis/rbac.authorization.k8s.io/v1/roles"),
+    ("RoleBinding", "/apis/rbac.authorization.k8s.io/v1/rolebindings"),
+    ("ClusterRole", "/apis/rbac.authorization.k8s.io/v1/clusterroles"),
+    ("ClusterRoleBinding", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"))]
+
+
+def authz_refusals(kube_api: KubeAPI, pod: OperatorProcess) -> list[str]:
+    """What the fake API server refused this pod's ServiceAccount ([] on a real cluster)."""
+    if kube_api.authz is None:
+        return []
+    user = f"system:serviceaccount:{pod.namespace}:iso-ironic-shard-operator"
+    return [decision.message for decision in kube_api.authz.refused(user)]
