@@ -326,3 +326,28 @@ def test_a_retire_converges_with_each_node_moved_once_nova_first_and_loads_bound
         return
     spread_before = max(before[d] for d in destinations) - min(before[d] for d in destinations)
     assert max(after[d] for d in destinations) - min(after[d] for d in destinations) <= max(1, spread_before)
+
+
+def test_a_half_move_is_reported_with_its_manual_fix_and_never_resharded_or_batched_again():
+    """nova-manage killed between its two saves: the compute node names the destination, the
+    instance still the source. nova-manage refuses to finish it; the operator says so, names the
+    node and the fix, writes no shard and runs no Job for it, and finishes once it is fixed."""
+    pinned = [with_instance("n0", m(2)), with_instance("n1", m(2))]
+    services = {m(0): service(m(0)), m(1): service(m(1)), m(2): service(m(2), forced_down=True)}
+    hosts = {"n0": m(0), "n1": m(2)}
+    running = JobView("j", m(2), (("n0", m(0)),), ACTIVE)
+    step = decide(pool=POOL, settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
+                  pods=(), nodes=pinned, jobs=[running], now=NOW,
+                  nova=NovaView(services, hosts, {}, frozenset({"n0"})))
+    assert not step.problems and not step.shard_writes  # its Job runs: the second save may follow
+    for jobs in ([], [replace(running, state=FAILED, finished=NOW)]):
+        step = decide(pool=POOL, settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),),
+                      ring_members=[m(0), m(1)], pods=(), nodes=pinned, jobs=jobs, now=NOW,
+                      nova=NovaView(services, hosts, {}, frozenset({"n0"})))
+        (problem,) = step.problems
+        assert problem.reason == "HandoverIncomplete" and "n0" in problem.message
+        assert "UPDATE instances SET host='rack-0' WHERE uuid='i-n0'" in problem.message
+        assert not step.shard_writes and all("n0" not in {mv.node_uuid for mv in b.moves} for b in step.create_jobs)
+        assert step.progress[0].failed == 1
+    fixed = _decide(pinned, services=services, hosts=hosts)
+    assert fixed.shard_writes == (handover.Move("n0", m(2), m(0)),) and not fixed.problems

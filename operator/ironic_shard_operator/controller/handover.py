@@ -135,21 +135,27 @@ async def _blocker(kube: Any, pool: Pool, nova: NovaAdapter | None,
 
 
 def _nova_view(nova: NovaAdapter, found: dict[str, str], nodes: Sequence[Node], per_source: int) -> handover.NovaView:
-    """Services, the hypervisor list, and the instance count of the first `per_source` nodes
-    (by uuid, the order Jobs take them in) each source still has in Nova (blocking). A node
-    not counted is left to nova-manage, which refuses more than one instance itself."""
+    """Services, the hypervisor list, the instance count of the first `per_source` nodes
+    (by uuid, the order Jobs take them in) each source still has in Nova, and which of the
+    nodes Nova moved (not re-sharded yet) still have an instance on the source: a half move
+    (blocking). A node not counted is left to nova-manage, which refuses more than one
+    instance itself."""
     try:
         services = nova.compute_services()
         hosts = {h.node_uuid: h.host for h in nova.hypervisors()}
         instances: dict[str, int] = {}
+        stranded = set()
         for source in sorted(found):
-            waiting = sorted(n.uuid for n in nodes if n.shard == source and n.instance_uuid
-                             and hosts.get(n.uuid) == source)
+            mine = [n for n in nodes if n.shard == source and n.instance_uuid]
+            waiting = sorted(n.uuid for n in mine if hosts.get(n.uuid) == source)
             for uuid in waiting[:per_source]:
                 instances[uuid] = nova.instances_on_node(source, uuid)
+            for node in mine:
+                if node.uuid in hosts and hosts[node.uuid] != source and nova.instances_on_node(source, node.uuid):
+                    stranded.add(node.uuid)
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         raise NovaError(f"{error} (handover needs Nova: HandoverNeedsNova)") from error
-    return handover.NovaView(services, hosts, instances)
+    return handover.NovaView(services, hosts, instances, frozenset(stranded))
 
 
 async def _job_view(kube: Any, pool: Pool, raw: dict[str, Any]) -> handover.JobView | None:

@@ -65,6 +65,11 @@ class NovaView:
     services: Mapping[str, ServiceRecord]
     compute_host: Mapping[str, str]
     instances: Mapping[str, int] = field(default_factory=dict)
+    # Nodes whose compute node Nova lists under another host while an instance on the node
+    # still names the source: nova-manage saves the compute node, then the instance; killed in
+    # between, it leaves this half move, and refuses to finish it (the compute node's service,
+    # the destination, is not forced down).
+    stranded: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +288,16 @@ def job_name(source: str, moves: Sequence[Move], attempt: int = 1) -> str:
     return f"{source[:44].rstrip('-')}-handover-{digest}"
 
 
+def half_move_message(node: Node, source: str, host: str) -> str:
+    """What a half move is and how to finish it by hand (nova-manage cannot: it refuses a node
+    whose compute node's service, now `host`, is not forced down)."""
+    return (f"node {node.uuid}: Nova lists its compute node under {host} but its instance "
+            f"{node.instance_uuid} still names host {source} (a nova-manage move interrupted between its "
+            f"two saves; nova-manage refuses to finish it). Finish it in the cell database of "
+            f"novaManageConfig: UPDATE instances SET host='{host}' WHERE uuid='{node.instance_uuid}' "
+            f"AND deleted=0; the operator then sets the node's Ironic shard to {host}")
+
+
 def retry_delay(attempt: int) -> float:
     """How long after a Job's `attempt` (>= 1) failed with no node moved its batch is tried
     again: RETRY_SECONDS, doubling per attempt, at most MAX_RETRY_SECONDS."""
@@ -404,6 +419,15 @@ def _source_step(source: str, trigger: str, nodes: Sequence[Node], nova: NovaVie
                 f"in provision state {node.provision_state}" + (f" -> {node.target_provision_state}"
                                                                 if node.target_provision_state else "")
             reasons.append(f"node {node.uuid} waits: {what}")
+        elif host is not None and host != source and node.uuid in nova.stranded:
+            if node.uuid in in_jobs:  # its Job still runs: nova-manage's second save may follow
+                in_flight += 1
+            else:
+                failed += 1
+                steps.problems.append(Problem(trigger, "HandoverIncomplete", half_move_message(
+                    node, source, host)))
+                reasons.append(f"node {node.uuid}: half moved in Nova (compute node under {host}, "
+                               f"instance still on {source})")
         elif host is not None and host != source:
             if host in identities and host not in found:
                 done += 1
