@@ -3,8 +3,9 @@ passes and the shard-update probe writes nothing; each bad input fails its own c
 fix, and the exit status says so.
 
 Not here: a 403 from Ironic's shard-update policy. Ironic enforces policy only with Keystone
-(`auth_strategy = keystone`), which this test bed does not run; the verdict of a 403 is tested
-in tests/unit/test_preflight.py."""
+(`auth_strategy = keystone`; ironic/common/policy.py authorize() returns True otherwise, even
+with a policy file that denies the rule: docs/preflight.md says where and how it was tried),
+and this test bed runs no Keystone; the verdict of a 403 is tested in tests/unit/test_preflight.py."""
 
 from __future__ import annotations
 
