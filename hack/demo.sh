@@ -2,7 +2,8 @@
 # The README's main job: a live walk-through of the operator on this machine, in < 5 minutes.
 #   real Ironic (fake-hardware nodes, some with instances) + a Kubernetes API (the local
 #   emulator, or the cluster in $KUBECONFIG) + the operator + a kubelet;
-#   apply -> fail a member -> replacement -> scale, with a live table and what moved.
+#   apply -> fail a member -> replacement -> scale up -> (with Nova) a scale-down that hands
+#   over the retiring member's nodes with instances, with a live table and what moved.
 # With the real Nova stack (hack/nova/install.sh: MariaDB and RabbitMQ reachable, or installed)
 # every member is a real nova-compute and each step prints Nova's hypervisor list per member
 # beside Ironic's shards; if Nova cannot be installed here, the demo says why and runs without.

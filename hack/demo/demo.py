@@ -1,6 +1,7 @@
 """The local demo: a real Ironic with fake-hardware nodes, a Kubernetes API (the local
 emulator, or the cluster in $KUBECONFIG), the operator, and a fake kubelet; then
-apply -> fail a member -> replacement -> scale, with a live table and what moved.
+apply -> fail a member -> replacement -> scale up -> (with Nova) scale down with a handover of
+nodes with instances, with a live table and what moved.
 
 With Nova (the default when the real Nova stack can run here: MariaDB and RabbitMQ reachable,
 or installed by hack/nova/install.sh), every member pod is a REAL nova-compute process
@@ -60,6 +61,7 @@ class Demo:
         self.client, self.ironic, self.kubelet, self.nova = client, ironic, kubelet, nova
         self.shown = ""
         self.owners = shards_of(ironic, RESOURCE_CLASS)
+        self.servers: dict[str, str] = {}  # the instances booted in Nova: server -> its Ironic node
 
     # -- Nova's own view, beside Ironic's ------------------------------------------------
 
@@ -94,6 +96,18 @@ class Demo:
         verdict = "Nova agrees with Ironic on every node" if self.nova_agrees() else \
             f"Nova does NOT agree with Ironic yet (waited {timeout:.0f}s)"
         print(f"  {verdict}", flush=True)
+
+    def show_servers(self, members: set[str]) -> None:
+        """Each server's host as Nova lists it (GET /servers?host=, per member) beside the shard
+        of its node in Ironic: the two must name the same member."""
+        shards = shards_of(self.ironic, RESOURCE_CLASS)
+        host_of = {server["id"]: member for member in sorted(members)
+                   for server in self.nova._get_all(f"/servers?all_tenants=1&host={member}", "servers")}
+        print(f"  {'server':<10} {'node':<10} {'Ironic shard':<13} {'Nova host':<10} agree", flush=True)
+        for server, node in sorted(self.servers.items(), key=lambda item: (shards.get(item[1]) or "", item[1])):
+            shard, host = shards.get(node) or "-", host_of.get(server, "-")
+            print(f"  {server[:8]:<10} {node[:8]:<10} {shard:<13} {host:<10} {'yes' if shard == host else 'NO'}",
+                  flush=True)
 
     # -- what a user looks at --------------------------------------------------------
 
@@ -174,15 +188,17 @@ def seed_ironic(ironic, count: int, with_instances: int, available: bool = False
         list(workers.map(enrol, range(count)))
 
 
-def seed_nova_instances(demo: Demo, per_member: int) -> None:
-    """Instances on the members' first nodes, recorded in Nova and then in Ironic, as a boot does
-    (a test-bed shortcut: nothing here can boot one)."""
+def seed_nova_instances(demo: Demo, per_member: int, members: set[str] | None = None) -> None:
+    """Instances on the first free nodes of `members` (default: every member), recorded in Nova
+    and then in Ironic, as a boot does (a test-bed shortcut: nothing here can boot one); each
+    is remembered in demo.servers (server -> node)."""
     shards = shards_of(demo.ironic, RESOURCE_CLASS)
-    for member in sorted(set(shards.values()) - {None}):
-        for node in sorted(n for n, s in shards.items() if s == member)[:per_member]:
+    for member in sorted(members or set(shards.values()) - {None}):
+        for node in sorted(n for n, s in shards.items() if s == member and n not in demo.servers.values())[:per_member]:
             instance = demo.nova.seed_instance(member, node)
             demo.ironic.request("PATCH", f"/nodes/{node}", json=[
                 {"op": "add", "path": "/instance_uuid", "value": instance}])
+            demo.servers[instance] = node
 
 
 def apply_objects(client: KubeClient, clouds_yaml: str, nova_conf: str | None = None) -> None:
@@ -221,15 +237,20 @@ def nova_clouds_yaml(nova, ironic) -> str:
     return yaml.safe_dump({"clouds": {CLOUD: cloud}})
 
 
-def pool_manifest(cloud_name: str, image: str = "registry.example/nova-compute:2024.1") -> dict:
+def pool_manifest(cloud_name: str, image: str = "registry.example/nova-compute:2024.1",
+                  handover: bool = False) -> dict:
+    """The demo's pool; `handover`: nodes with instances are handed over on a scale-down, with
+    the nova.conf of Secret nova-manage (database access) for nova-manage's Jobs."""
+    spec = {"replicas": 3, "image": image,
+            "novaConfig": {"secretRef": {"name": "nova-config"}},
+            "cloud": {"secretRef": {"name": "openstack-cloud"}, "cloudName": cloud_name},
+            "selector": {"resourceClass": RESOURCE_CLASS},
+            "failover": {"rebalanceAfterSeconds": GRACE},
+            "ironic": {"pollIntervalSeconds": 5}}
+    if handover:
+        spec["handover"] = {"novaManageConfig": {"secretRef": {"name": "nova-manage"}}, "maxConcurrent": 2}
     return {"apiVersion": "ironicshards.io/v1alpha1", "kind": "IronicComputeShard",
-            "metadata": {"name": POOL, "namespace": NAMESPACE},
-            "spec": {"replicas": 3, "image": image,
-                     "novaConfig": {"secretRef": {"name": "nova-config"}},
-                     "cloud": {"secretRef": {"name": "openstack-cloud"}, "cloudName": cloud_name},
-                     "selector": {"resourceClass": RESOURCE_CLASS},
-                     "failover": {"rebalanceAfterSeconds": GRACE},
-                     "ironic": {"pollIntervalSeconds": 5}}}
+            "metadata": {"name": POOL, "namespace": NAMESPACE}, "spec": spec}
 
 
 def run(nodes: int, with_instances: int, workdir: Path, without_nova: str | None) -> None:
@@ -261,6 +282,9 @@ def run(nodes: int, with_instances: int, workdir: Path, without_nova: str | None
                 "local emulator, or use hack/kind-e2e.sh for a cluster with kubelets.")
         if nova is not None:
             apply_objects(client, nova_clouds_yaml(nova, ironic), nova.compute_conf(ironic.cloud))
+            client.create(f"/api/v1/namespaces/{NAMESPACE}/secrets", {  # for the handover's nova-manage
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nova-manage"},
+                "stringData": {"nova.conf": nova.nova_conf.read_text()}})
         else:
             apply_objects(client, ironic.clouds_yaml)
         stack.callback(_delete_namespace, client)
@@ -289,7 +313,7 @@ def run(nodes: int, with_instances: int, workdir: Path, without_nova: str | None
 
         say(f"1. Apply IronicComputeShard {POOL}: 3 members, rebalanceAfterSeconds={GRACE}")
         if nova is not None:
-            client.create(POOLS, pool_manifest(CLOUD, image=PROCESS_IMAGE))
+            client.create(POOLS, pool_manifest(CLOUD, image=PROCESS_IMAGE, handover=True))
             demo.until(lambda: set(nova.compute_services()) >= {f"{POOL}-{i}" for i in range(3)},
                        "three nova-compute services registered", timeout=180)
             nova.discover_hosts()  # the deployment's usual host discovery maps them to a cell
@@ -339,13 +363,26 @@ def run(nodes: int, with_instances: int, workdir: Path, without_nova: str | None
         demo.moved()
         demo.show_nova(settle)
 
-        # ---- HANDOVER STEP: placeholder ----------------------------------------------------
-        # 5. Scale down to 3 with a handover (spec.handover): the retiring member's nodes WITH
-        #    instances are handed over to the remaining members in Nova and Ironic, then the
-        #    member goes. Added once the handover issue lands (core/handover.py); until then the
-        #    demo stops at step 4.
-        say("5. (Scale-down with a handover of nodes with instances: shown here once the handover "
-            "issue lands)")
+        if nova is not None:
+            retiring = f"{POOL}-3"
+            say(f"5. Scale down to 3 with a handover (spec.handover): {retiring} carries instances now ...")
+            seed_nova_instances(demo, 2, {retiring})
+            demo.moved()
+            demo.show_nova(settle)  # before
+            demo.show_servers({f"{POOL}-{i}" for i in range(4)})
+            say(f"   ... its free nodes move, its pod goes, its service is forced down, a Job runs "
+                f"nova-manage db ironic_compute_node_move per node (Nova first), then Ironic's shard")
+            handed = {node for node in demo.servers.values() if demo.owners.get(node) == retiring}
+            client.patch(f"{POOLS}/{POOL}/scale", {"spec": {"replicas": 3}})
+            demo.until(lambda: all(shards_of(ironic, RESOURCE_CLASS).get(n) not in (retiring, None) for n in handed),
+                       f"{retiring}'s nodes with instances handed over", timeout=180)
+            demo.until(lambda: demo.converged(3) and retiring not in nova.compute_services(),
+                       f"3 ready members and {retiring}'s service deleted", timeout=120)
+            demo.moved()
+            demo.show_nova(settle)
+            demo.show_servers({f"{POOL}-{i}" for i in range(4)})
+        else:
+            say("5. (Scale-down with a handover of nodes with instances needs Nova: skipped without it)")
 
         say(f"Done. Events the operator posted on {POOL}:")
         for event in sorted(client.get(f"/api/v1/namespaces/{NAMESPACE}/events")["items"],
