@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import Any
@@ -108,9 +108,9 @@ class ApplyResult:
     already_right: int = 0     # the fresh read showed the target already: no write needed
     skipped_claimed: int = 0   # pinned since the observation (instance, provisioning, lock)
     # No longer where the plan saw it: deleted before the re-read (a listing cannot tell that
-    # from the next two), out of the selector, or given another shard (re-reads of adoptions
-    # list unassigned nodes only, so an adopted node already at its target is counted here,
-    # not as already_right).
+    # from the next two), out of the selector, or given another shard (the re-reads of
+    # apply_moves list the moves' sources only, so a node someone else already put at its
+    # target is counted here; already_right is told apart for hand_over).
     skipped_changed: int = 0
     skipped_gone: int = 0      # deleted from Ironic between its re-read and its write (404)
     skipped_busy: int = 0      # still locked (409) after every retry
@@ -408,12 +408,15 @@ class IronicAdapter:
         """
         carried = {node.uuid: node.instance_uuid for node in observed if node.instance_uuid}
         return self._apply(moves, observed, stop,
-                           lambda move, node: handover_verdict(move, node, carried.get(move.node_uuid)))
+                           lambda move, node: handover_verdict(move, node, carried.get(move.node_uuid)),
+                           targets_too=True)
 
     def _apply(self, moves: Sequence[Move], observed: Sequence[Node], stop: threading.Event | None,
-               verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None = None) -> ApplyResult:
+               verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None = None,
+               targets_too: bool = False) -> ApplyResult:
         """apply_moves() or hand_over(): each move is written only if `verdict` (the write
-        rule, core/shard_write.py) says WRITE of its node's fresh read."""
+        rule, core/shard_write.py) says WRITE of its node's fresh read. `targets_too`: the
+        re-reads also list the moves' targets (see _recheck)."""
         self.check()
         result = ApplyResult(planned=len(moves))
         known = sorted(node.uuid for node in observed)
@@ -421,31 +424,88 @@ class IronicAdapter:
         pool = ThreadPoolExecutor(self.max_concurrent_writes,
                                   thread_name_prefix="ironic-shard-write")
         try:
+            previous: _Launched | None = None
             for start in range(0, len(ordered), self.batch_size):
                 if stop is not None and stop.is_set():
                     result.not_attempted += len(ordered) - start
                     break
-                self._apply_batch(ordered[start:start + self.batch_size], known, pool,
-                                  stop, result, verdict, guard)
+                if previous is not None:  # re-read the next batch while its last writes run
+                    _wait_until_running(previous, self.max_concurrent_writes)
+                launched = self._launch(ordered[start:start + self.batch_size], known, pool, stop, result,
+                                        verdict, guard, targets_too)
+                if previous is not None:
+                    self._settle(previous, known, pool, stop, result, verdict, guard, targets_too)
+                previous = launched
+            if previous is not None:
+                self._settle(previous, known, pool, stop, result, verdict, guard, targets_too)
         finally:
             # On an error no queued write may start after we return.
             pool.shutdown(wait=True, cancel_futures=True)
         return result
 
+    def _launch(self, batch: list[Move], known: list[str], pool: ThreadPoolExecutor,
+                stop: threading.Event | None, result: ApplyResult,
+                verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None,
+                targets_too: bool) -> _Launched:
+        """Re-read one batch and queue the writes its verdicts allow (the batch's first
+        attempt); a re-read that gets no answer leaves the whole batch to `_settle`'s retries.
+        Batches overlap: the next one is re-read while this one's last writes run, so the
+        writes never wait for a re-read and a slow PATCH does not idle the other writers."""
+        try:
+            current = self._recheck(batch, known, targets_too)
+        except Transient as error:
+            return _Launched(batch, [], error)
+        writes = []
+        for move in batch:
+            said = verdict(move, current.get(move.node_uuid))
+            if said is Verdict.WRITE:
+                writes.append(move)
+            else:
+                result.count_skipped(said)
+        return _Launched([], [(move, pool.submit(self._write, move, stop, guard)) for move in writes], None)
+
+    def _settle(self, launched: _Launched, known: list[str], pool: ThreadPoolExecutor,
+                stop: threading.Event | None, result: ApplyResult,
+                verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None,
+                targets_too: bool) -> None:
+        """Count a launched batch's writes; retry what failed transiently, re-reading first."""
+        pending = list(launched.unread)
+        failure = launched.failure or Transient("", unavailable=False)
+        for move, future in launched.writes:
+            outcome = future.result()
+            if isinstance(outcome, Verdict):
+                result.count_skipped(outcome)
+            elif outcome == "applied":
+                result.applied += 1
+            elif outcome == "gone":
+                result.skipped_gone += 1
+            elif outcome == "stopped":
+                result.not_attempted += 1
+            else:
+                pending.append(move)
+                if outcome.unavailable or not failure.unavailable:
+                    failure = outcome
+        if pending:
+            self._apply_batch(sorted(pending), known, pool, stop, result, verdict, guard, targets_too,
+                              first_attempt=1, failure=failure)
+
     def _apply_batch(self, batch: list[Move], known: list[str], pool: ThreadPoolExecutor,
                      stop: threading.Event | None, result: ApplyResult,
-                     verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None) -> None:
-        """Re-read, then write, one batch; retry what failed transiently, re-reading first."""
+                     verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None,
+                     targets_too: bool = False, first_attempt: int = 0,
+                     failure: Transient | None = None) -> None:
+        """Re-read, then write, one batch; retry what failed transiently, re-reading first
+        (from attempt `first_attempt`: `_settle` made the first one)."""
         pending = batch
-        failure = Transient("", unavailable=False)
-        for attempt in range(self.retry_attempts):
+        failure = failure or Transient("", unavailable=False)
+        for attempt in range(first_attempt, self.retry_attempts):
             if attempt:
                 time.sleep(backoff_delay(self.backoff_seconds, attempt - 1))
                 if stop is not None and stop.is_set():
                     result.not_attempted += len(pending)
                     return
             try:
-                current = self._recheck(pending, known)
+                current = self._recheck(pending, known, targets_too)
             except Transient as error:
                 failure = error
                 continue
@@ -482,24 +542,31 @@ class IronicAdapter:
                 f"the next cycle re-reads Ironic and continues")
         result.skipped_busy += len(pending)
 
-    def _recheck(self, moves: list[Move], known: list[str]) -> dict[str, Node]:
-        """The current state of `moves`' nodes, read with one filtered, uuid-ordered listing
-        over the range [first move, last move] (more pages only if the range outgrew the
-        observation). Nodes missing from the answer left the pool or the moves' sources."""
+    def _recheck(self, moves: list[Move], known: list[str], targets_too: bool = False) -> dict[str, Node]:
+        """The current state of `moves`' nodes, read with filtered, uuid-ordered listings over
+        the range [first move, last move] (more pages only if the range outgrew the
+        observation): one of the nodes whose shard is one of the moves' sources (and, with
+        `targets_too`, targets: to tell a handover already made from a changed node), one of
+        the unsharded nodes when moves adopt. Only the nodes that can still be written are
+        read: a failed member's ~500, not every node of its 199 heirs, which filtering by the
+        targets too would list (issue 14: a whole pool per batch at 100,000 nodes). Nodes
+        missing from the answer left the pool or the moves' sources."""
         sources = {move.source for move in moves}
-        filters = selector_filters(self.selector)
-        if None not in sources:  # the targets too, to tell "already right" from "changed"
-            shards = sources | {move.target for move in moves}
-            filters["shard"] = ",".join(sorted(shards))  # type: ignore[arg-type]
-        elif sources == {None}:
-            filters["sharded"] = "false"
+        shards = {source for source in sources if source is not None}
+        if targets_too:
+            shards |= {move.target for move in moves}
         first, last = moves[0].node_uuid, moves[-1].node_uuid
         low = bisect.bisect_left(known, first)
         marker = known[low - 1] if low else None
         in_range = bisect.bisect_right(known, last) - low
         limit = min(PAGE_LIMIT, in_range + max(10, in_range // 10))
+        found: dict[str, Node] = {}
+        for extra in ({"shard": ",".join(sorted(shards))} if shards else None,
+                      {"sharded": "false"} if None in sources else None):
+            if extra is not None:
+                found |= self._list({**selector_filters(self.selector), **extra}, marker=marker, until=last,
+                                    limit=limit, retry=False)
         wanted = {move.node_uuid for move in moves}
-        found = self._list(filters, marker=marker, until=last, limit=limit, retry=False)
         return {uuid: node for uuid, node in found.items() if uuid in wanted}
 
     def _write(self, move: Move, stop: threading.Event | None,
@@ -595,6 +662,24 @@ class IronicAdapter:
                                f"{format_version(SHARD_MICROVERSION)}: {describe(response)}")
         raise IronicRequestError(f"Ironic at {self.endpoint} refused to {action}: "
                                  f"{describe(response)}")
+
+
+@dataclass(slots=True)
+class _Launched:
+    """A batch whose first attempt is under way: its queued writes (each with its future),
+    or, when its re-read got no answer, its moves (`unread`) and that `failure`."""
+
+    unread: list[Move]
+    writes: list[tuple[Move, Future]]
+    failure: Transient | None
+
+
+def _wait_until_running(launched: _Launched, running: int) -> None:
+    """Wait until at most `running` of a launched batch's writes are unfinished: the rest of
+    its queue has started, so a batch re-read now is written from right after it."""
+    unfinished = {future for _, future in launched.writes if not future.done()}
+    while len(unfinished) > running:
+        _, unfinished = wait(unfinished, return_when=FIRST_COMPLETED)
 
 
 @cache
