@@ -131,6 +131,21 @@ def test_repair_hands_a_misplaced_node_over_to_its_instance_host_only_if_that_is
     assert kinds(report) == [(MISPLACED, "n0"), (MISPLACED, "n1"), (MISPLACED, "n2")]
 
 
+def test_a_node_between_a_handovers_nova_move_and_its_shard_write_is_not_misplaced_until_it_stays():
+    """A handover moves a node in Nova first (nova-manage), from a source whose service is
+    forced down, then writes its shard: in between, Nova lists it under the destination while
+    its shard still names the source. That is progress, not a finding, unless it persists."""
+    nodes = nodes_of({"n0": "rack-2", "n1": "rack-2"}, instances={"n0", "n1"})
+    forced = services(*MEMBERS, changed=[service("rack-2", forced_down=True)])
+    first = run(nodes, listing({"n0": "rack-0", "n1": "rack-1"}), nova_services=forced, repair=True)
+    assert kinds(first) == [] and first.repairs == ()
+    later = run(nodes, listing({"n0": "rack-0", "n1": "rack-1"}), nova_services=forced, repair=True,
+                since=first.since, now=NOW + 2 * INTERVAL + 1)
+    assert kinds(later) == [(MISPLACED, "n0"), (MISPLACED, "n1")]
+    # A source that is up is no handover: misplaced at once, as before.
+    assert kinds(run(nodes, listing({"n0": "rack-0", "n1": "rack-1"}))) == [(MISPLACED, "n0"), (MISPLACED, "n1")]
+
+
 def test_a_misplaced_node_is_not_handed_to_a_member_being_retired():
     nodes = nodes_of({"n0": "rack-1"}, instances={"n0"})
     report = audit(pool=POOL, identities=MEMBERS, retiring=("rack-0",), nodes=nodes,

@@ -19,7 +19,8 @@ Findings (`Finding.kind`):
   none, or still under another) for longer than two update intervals (the members' resource
   cycle, `update_interval()`); the first time it was seen so is carried from audit to audit
   in `since` (kept in memory: after an operator restart the clock starts again);
-- `misplaced`: a node with an instance, listed under exactly one host that is not its shard.
+- `misplaced`: a node with an instance, listed under exactly one host that is not its shard
+  (a handover between its Nova move and its shard write only once that persists).
   No compute serves it (the instance's host lists only the nodes of its own shard, and no other
   host takes over a node with an instance); with `repair` the audit hands it over explicitly:
   a Move setting its shard to the instance's host, when that host is a member of the pool.
@@ -46,7 +47,7 @@ from __future__ import annotations
 
 import configparser
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -175,6 +176,17 @@ def retired_after(recorded: Iterable[str], *, retiring: Iterable[str], identitie
     return tuple(kept[-RETIRED_LIMIT:])
 
 
+def handover_in_flight(shard: str | None, host: str, members: AbstractSet[str], leaving: AbstractSet[str],
+                       services: Mapping[str, ServiceRecord]) -> bool:
+    """Whether a node Nova lists under `host` while its shard is `shard` is a handover between
+    its two Nova steps and its Ironic step (core/handover.py): moved in Nova from a member whose
+    service is forced down (the handover's source) to a member that stays. Its shard is written
+    next; only if that does not follow within the audit's patience is it misplaced."""
+    source = services.get(shard) if shard is not None else None
+    return (shard in members and source is not None and source.forced_down
+            and host in members and host not in leaving)
+
+
 def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
           retiring: Iterable[str] = (), retired: Iterable[str] = (),
           hypervisors: Iterable[HypervisorRecord], services: Mapping[str, ServiceRecord],
@@ -220,6 +232,9 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
                                     f"({', '.join(hosts)})"))
         elif node.instance_uuid and hosts and hosts[0] != node.shard:
             host = hosts[0]
+            if handover_in_flight(node.shard, host, members, leaving, services) \
+                    and not persisting(f"{MISPLACED}:{node.uuid}:{host}"):
+                continue  # moved in Nova first by a handover: its shard is written next
             findings.append(Finding(MISPLACED, node.uuid,
                                     f"node {node.uuid} has an instance on {host} but its shard is "
                                     f"{node.shard or '(none)'}: no compute serves it"))
