@@ -29,7 +29,7 @@ import bisect
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -469,22 +469,9 @@ class IronicAdapter:
                 verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None,
                 targets_too: bool) -> None:
         """Count a launched batch's writes; retry what failed transiently, re-reading first."""
-        pending = list(launched.unread)
-        failure = launched.failure or Transient("", unavailable=False)
-        for move, future in launched.writes:
-            outcome = future.result()
-            if isinstance(outcome, Verdict):
-                result.count_skipped(outcome)
-            elif outcome == "applied":
-                result.applied += 1
-            elif outcome == "gone":
-                result.skipped_gone += 1
-            elif outcome == "stopped":
-                result.not_attempted += 1
-            else:
-                pending.append(move)
-                if outcome.unavailable or not failure.unavailable:
-                    failure = outcome
+        retry, failure = _tally(result, ((move, future.result()) for move, future in launched.writes),
+                                launched.failure or Transient("", unavailable=False))
+        pending = [*launched.unread, *retry]
         if pending:
             self._apply_batch(sorted(pending), known, pool, stop, result, verdict, guard, targets_too,
                               first_attempt=1, failure=failure)
@@ -516,21 +503,8 @@ class IronicAdapter:
                     writes.append(move)
                 else:
                     result.count_skipped(said)
-            retry: list[Move] = []
-            failure = Transient("", unavailable=False)
-            for move, outcome in zip(writes, pool.map(lambda m: self._write(m, stop, guard), writes)):
-                if isinstance(outcome, Verdict):
-                    result.count_skipped(outcome)
-                elif outcome == "applied":
-                    result.applied += 1
-                elif outcome == "gone":
-                    result.skipped_gone += 1
-                elif outcome == "stopped":
-                    result.not_attempted += 1
-                else:
-                    retry.append(move)
-                    if outcome.unavailable or not failure.unavailable:
-                        failure = outcome
+            retry, failure = _tally(result, zip(writes, pool.map(lambda m: self._write(m, stop, guard), writes)),
+                                    Transient("", unavailable=False))
             if not retry:
                 return
             pending = retry
@@ -672,6 +646,27 @@ class _Launched:
     unread: list[Move]
     writes: list[tuple[Move, Future]]
     failure: Transient | None
+
+
+def _tally(result: ApplyResult, outcomes: Iterable[tuple[Move, Any]],
+           failure: Transient) -> tuple[list[Move], Transient]:
+    """Count each write's outcome (`_write`'s) in `result`; return the moves to try again and
+    the failure to report if they never succeed (an unavailable Ironic over a locked node)."""
+    retry: list[Move] = []
+    for move, outcome in outcomes:
+        if isinstance(outcome, Verdict):
+            result.count_skipped(outcome)
+        elif outcome == "applied":
+            result.applied += 1
+        elif outcome == "gone":
+            result.skipped_gone += 1
+        elif outcome == "stopped":
+            result.not_attempted += 1
+        else:
+            retry.append(move)
+            if outcome.unavailable or not failure.unavailable:
+                failure = outcome
+    return retry, failure
 
 
 def _wait_until_running(launched: _Launched, running: int) -> None:
