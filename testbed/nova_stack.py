@@ -176,6 +176,33 @@ class NovaStack:
                 hypervisor["service"]["host"])
         return owners
 
+    def server_actions(self, server: str) -> list[dict]:
+        """The actions recorded on `server`, oldest first, each with its `events` (an action a
+        compute carried out has an event `compute_<action>_instance` with its result; one no
+        compute received has none). Nova's detail views of a server need Neutron (security
+        groups), which this stack has not; the actions do not."""
+        if self._admin is None:
+            self._admin = self.connection()
+        actions = self._get_all(f"/servers/{server}/os-instance-actions", "instanceActions")
+        out = []
+        for action in sorted(actions, key=lambda a: a["start_time"]):
+            response = self._admin.compute.get(f"/servers/{server}/os-instance-actions/{action['request_id']}",
+                                               microversion=COMPUTE_MICROVERSION)
+            if response.status_code != 200:
+                raise StackError(f"GET the action {action['request_id']} of {server}: HTTP {response.status_code}")
+            out.append(response.json()["instanceAction"])
+        return out
+
+    def server_action(self, server: str, action: dict) -> tuple[int, str]:
+        """POST /servers/<server>/action as an admin: (HTTP status, body). Nova answers 202
+        when it accepted the action (the compute carries it out later), 409 when the server's
+        state forbids it."""
+        if self._admin is None:
+            self._admin = self.connection()
+        response = self._admin.compute.post(f"/servers/{server}/action", json=action,
+                                            microversion=COMPUTE_MICROVERSION, raise_exc=False)
+        return response.status_code, response.text
+
     def wait_for(self, what: str, condition: Callable[[], bool], timeout: float,
                  interval: float = 1.0) -> None:
         """Poll `condition()` until true; fail with `what` after `timeout` seconds."""

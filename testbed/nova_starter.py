@@ -137,6 +137,9 @@ def render_compute_conf(state: dict, ironic_url: str, ironic_username: str | Non
     else:
         sections["ironic"] = {"auth_type": "none"}
     sections["ironic"]["endpoint_override"] = url
+    # No Glance here: a power action's legacy notification formats the instance's image URL
+    # from this list (never contacted) instead of looking Glance up in the catalog.
+    sections["glance"] = {"api_servers": "http://127.0.0.1:9292"}
     return render_ini(sections)
 
 

@@ -4,8 +4,11 @@ Nothing here can boot a real instance (no Glance, no Neutron, no scheduler), yet
 must meet Nova's answers for hosts that carry instances (DELETE os-services -> 409). This
 script, run by the Nova venv's python with the control plane's nova.conf, writes what a boot
 would have left behind: an Instance in cell1 on `host`/`node` (with the compute node's id,
-as Nova requires) and its InstanceMapping in the API database. It prints the instance UUID;
-the caller sets the same UUID as the Ironic node's instance_uuid.
+as Nova requires), with what the API and the compute's power actions read of a booted
+instance (its flavor in instance_extra, an InstanceInfoCache with an empty network_info, so
+/servers/detail renders it; launched_at; an empty image_ref), and its InstanceMapping in the
+API database. It prints the instance UUID; the caller sets the same UUID as the Ironic node's
+instance_uuid (and powers the node on, as a deploy leaves it).
 
     .tools/nova-venv/bin/python hack/nova/seed_instance.py NOVA_CONF HOST NODE_UUID
 """
@@ -14,6 +17,16 @@ import sys
 import uuid
 
 from nova import config, context, objects
+from nova.network import model as network_model
+from oslo_utils import timeutils
+
+
+def _flavor() -> "objects.Flavor":
+    """The flavor a boot would have recorded (a baremetal flavor: the resource class does the
+    scheduling, so no VCPU/RAM/disk are claimed); never written to the flavors table."""
+    return objects.Flavor(id=1, flavorid="seeded-baremetal", name="seeded-baremetal", memory_mb=0, vcpus=0,
+                          root_gb=0, ephemeral_gb=0, swap=0, rxtx_factor=1.0, vcpu_weight=0, disabled=False,
+                          is_public=True, extra_specs={}, description=None)
 
 
 def main(nova_conf: str, host: str, node: str) -> str:
@@ -29,7 +42,10 @@ def main(nova_conf: str, host: str, node: str) -> str:
         objects.Instance(
             cell_context, uuid=instance_uuid, host=host, node=node, compute_id=compute_node.id,
             project_id="seeded", user_id="seeded", display_name=f"seeded-{node[:8]}",
-            vm_state="active", power_state=1,
+            hostname=f"seeded-{node[:8]}", vm_state="active", power_state=1, task_state=None,
+            image_ref="", launched_at=timeutils.utcnow(), flavor=_flavor(), instance_type_id=1,
+            memory_mb=0, vcpus=0, root_gb=0, ephemeral_gb=0, system_metadata={}, metadata={},
+            info_cache=objects.InstanceInfoCache(network_info=network_model.NetworkInfo()),
         ).create()
     objects.InstanceMapping(admin, instance_uuid=instance_uuid, cell_mapping=cell,
                             project_id="seeded", user_id="seeded").create()
