@@ -50,13 +50,14 @@ from testbed.procgroup import group_members
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_TEMPLATE = REPO / "hack" / "ironic" / "ironic.conf.template"
+KEYSTONE_TEMPLATE = REPO / "hack" / "ironic" / "keystone.conf.template"
 # Pinned for reproducible runs; 39.0.0 serves API 1.115 (shards need >= 1.82).
 IRONIC_REQUIREMENT = "ironic==39.0.0"
 CLOUD_NAME = "ironic-test"
 HTTP_BASIC_USER = "admin"
 START_TIMEOUT_SECONDS = 180.0  # ~5 s alone; CI runs other tiers beside it on 2 cores
 STOP_TIMEOUT_SECONDS = 20.0
-AUTH_STRATEGIES = ("noauth", "http_basic")
+AUTH_STRATEGIES = ("noauth", "http_basic", "keystone")
 # Ironic's own default [api]max_limit: the most items one page of a listing holds.
 DEFAULT_MAX_LIMIT = 1000
 
@@ -101,8 +102,12 @@ def install() -> Path:
 
 
 def render_config(state: Path, auth: str, host_ip: str, port: int, conductor_group: str,
-                  pin_release: str | None, max_limit: int = DEFAULT_MAX_LIMIT) -> None:
-    """Write ironic.conf, the credentials and clouds.yaml into `state` (a fresh directory)."""
+                  pin_release: str | None, max_limit: int = DEFAULT_MAX_LIMIT,
+                  keystone: Path | None = None) -> None:
+    """Write ironic.conf, the credentials and clouds.yaml into `state` (a fresh directory).
+    With auth "keystone", `keystone` is the state directory of a running Keystone
+    (testbed/keystone_starter.py): Ironic's service user is made there, and clouds.yaml
+    holds its system-scoped admin."""
     text = CONFIG_TEMPLATE.read_text()
     for marker, value in {"@HOST@": f"ironic-test-{port}", "@AUTH_STRATEGY@": auth,
                           "@STATE_DIR@": str(state), "@HOST_IP@": host_ip, "@PORT@": str(port),
@@ -111,10 +116,31 @@ def render_config(state: Path, auth: str, host_ip: str, port: int, conductor_gro
         text = text.replace(marker, value)
     if pin_release:
         text = text.replace("#pin_release_version =", f"pin_release_version = {pin_release}")
+    url = f"http://{host_ip}:{port}"
+    (state / "htpasswd").write_text("")
+    if auth == "keystone":
+        from testbed import keystone_starter
+
+        if keystone is None:
+            raise ServiceError("--auth keystone needs --keystone STATE_DIR (a running Keystone)")
+        keystone_url = keystone_starter.configured_url(keystone)
+        admin_password = keystone_starter.admin_password(keystone)
+        service_user, service_password = f"ironic-{port}", secrets.token_urlsafe(18)
+        keystone_starter.ensure_user(keystone_url, admin_password, service_user,
+                                     service_password, role="service",
+                                     project=keystone_starter.SERVICE_PROJECT)
+        fragment = KEYSTONE_TEMPLATE.read_text()
+        for marker, value in {"@KEYSTONE_URL@": keystone_url, "@SERVICE_USER@": service_user,
+                              "@SERVICE_PASSWORD@": service_password}.items():
+            fragment = fragment.replace(marker, value)
+        text += "\n" + fragment
+        cloud = (f"    auth_type: password\n    auth:\n      auth_url: {keystone_url}\n"
+                 f"      username: {keystone_starter.ADMIN_USER}\n"
+                 f"      password: {admin_password}\n      user_domain_id: default\n"
+                 f"      system_scope: all\n    region_name: {keystone_starter.REGION}\n")
     (state / "locks").mkdir(exist_ok=True)
     (state / "ironic.conf").write_text(text)
 
-    url = f"http://{host_ip}:{port}"
     if auth == "http_basic":
         password = secrets.token_urlsafe(18)
         # Only bcrypt entries are accepted by Ironic; its venv ships bcrypt.
@@ -126,8 +152,7 @@ def render_config(state: Path, auth: str, host_ip: str, port: int, conductor_gro
         (state / "htpasswd").write_text(f"{HTTP_BASIC_USER}:{hashed}\n")
         cloud = (f"    auth_type: http_basic\n    auth:\n      username: {HTTP_BASIC_USER}\n"
                  f"      password: {password}\n      endpoint: {url}\n")
-    else:
-        (state / "htpasswd").write_text("")
+    elif auth == "noauth":
         cloud = f"    auth_type: none\n    auth:\n      endpoint: {url}\n"
     clouds = state / "clouds.yaml"
     clouds.write_text(f"clouds:\n  {CLOUD_NAME}:\n{cloud}    baremetal_endpoint_override: {url}\n")
@@ -166,7 +191,8 @@ def log_tail(state: Path, lines: int = 25) -> str:
 
 def start(state: Path, auth: str = "noauth", host_ip: str = "127.0.0.1",
           port: int | None = None, conductor_group: str = "",
-          pin_release: str | None = None, max_limit: int = DEFAULT_MAX_LIMIT) -> dict[str, str]:
+          pin_release: str | None = None, max_limit: int = DEFAULT_MAX_LIMIT,
+          keystone: Path | None = None) -> dict[str, str]:
     """Start the service for `state` and wait until its API answers; return its coordinates."""
     if max_limit < 1:
         raise ServiceError(f"--max-limit must be at least 1, got {max_limit}")
@@ -175,7 +201,7 @@ def start(state: Path, auth: str = "noauth", host_ip: str = "127.0.0.1",
     bin_dir = install()
     if not (state / "ironic.conf").exists():
         render_config(state, auth, host_ip, port or free_port(host_ip), conductor_group,
-                      pin_release, max_limit)
+                      pin_release, max_limit, keystone.resolve() if keystone else None)
         subprocess.run([str(bin_dir / "ironic-dbsync"), "--config-file", str(state / "ironic.conf"),
                         "create_schema"], check=True, capture_output=True)
     url = configured_url(state)
@@ -211,7 +237,13 @@ def stop(state: Path) -> None:
     pidfile = state / "ironic.pid"
     if not pidfile.exists():
         return
-    pgid = int(pidfile.read_text())
+    end_process_group(int(pidfile.read_text()), "Ironic")
+    pidfile.unlink()
+
+
+def end_process_group(pgid: int, service: str) -> None:
+    """SIGTERM the process group `pgid`, SIGKILL it after a bound, and return only once no
+    process of it is left (raises when one survives SIGKILL)."""
     for sig, bound in ((signal.SIGTERM, STOP_TIMEOUT_SECONDS), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pgid, sig)
@@ -223,8 +255,7 @@ def stop(state: Path) -> None:
         if not group_members(pgid):
             break
     if group_members(pgid):
-        raise ServiceError(f"process group {pgid} of the Ironic service survived SIGKILL")
-    pidfile.unlink()
+        raise ServiceError(f"process group {pgid} of the {service} service survived SIGKILL")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -245,6 +276,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     starting.add_argument("--max-limit", type=int, default=DEFAULT_MAX_LIMIT, metavar="N",
                           help="[api]max_limit, the most nodes one page of a listing holds "
                                f"(default {DEFAULT_MAX_LIMIT}, Ironic's own; first start only)")
+    starting.add_argument("--keystone", type=Path, metavar="KEYSTONE_STATE_DIR",
+                          help="with --auth keystone: the state directory of a running Keystone "
+                               "(hack/keystone/service.py; first start only)")
     for name in ("stop", "status"):
         commands.add_parser(name).add_argument("state_dir", type=Path)
     args = parser.parse_args(argv)
@@ -253,7 +287,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             print(install())
         elif args.command == "start":
             coordinates = start(args.state_dir, args.auth, args.host_ip, args.port,
-                                args.conductor_group, args.pin_release, args.max_limit)
+                                args.conductor_group, args.pin_release, args.max_limit,
+                                args.keystone)
             for key, value in coordinates.items():
                 print(f"{key}={value}")
         elif args.command == "stop":

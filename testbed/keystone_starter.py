@@ -1,0 +1,325 @@
+"""The real Keystone (PyPI `keystone`) on 127.0.0.1, for tests that need Ironic to enforce its
+policy (Ironic consults its policy only with `auth_strategy = keystone`).
+
+The command hack/keystone/service.py (its usage is there) runs `main`; the tests run it as
+`python -m testbed.keystone_starter`. Its commands: install, start, stop, status.
+
+`install` puts `keystone` and `gunicorn` into Ironic's virtualenv (testbed/ironic_starter.py,
+default .tools/ironic-venv): Keystone's requirements are the same OpenStack libraries Ironic
+already has there, so pip runs constrained to the versions that venv holds (Ironic's packages
+never change; only Keystone's own few are added, ~10 s instead of ~60 s for a venv of its own).
+Idempotent and safe to run concurrently (a file lock serialises installers).
+
+`start` installs if needed and, for a STATE_DIR without a configuration, writes keystone.conf
+(sqlite, fernet tokens), runs `keystone-manage db_sync`, `fernet_setup`, `credential_setup` and
+`bootstrap` (user `admin` with the `admin` role on project `admin` and on the system, region
+RegionOne, the identity endpoint), then serves Keystone's WSGI application with gunicorn on a
+free port in its own process group, and creates the project `service` (where OpenStack puts
+its service users). It returns once a token is issued. On success it prints (eval-able):
+
+    KEYSTONE_URL=http://127.0.0.1:PORT/v3
+    KEYSTONE_ADMIN_PASSWORD=...
+    KEYSTONE_PID=PID
+
+A STATE_DIR that already holds a configuration is started again with it; a running one only
+prints its lines again. `stop` ends the process group and returns once none of it is left.
+
+Only the standard library is used (the Keystone API is called with urllib), so any python3
+>= 3.9 runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from testbed import ironic_starter
+from testbed.ports import free_port
+from testbed.procgroup import group_members
+
+# Keystone 30 is the release beside Ironic 39 / Nova 34; its requirements install into
+# Ironic's venv without changing any package there (pip is constrained to that venv's freeze).
+KEYSTONE_REQUIREMENTS = ("keystone==30.0.0", "gunicorn==27.0.1")
+ADMIN_USER = "admin"
+REGION = "RegionOne"
+SERVICE_PROJECT = "service"
+START_TIMEOUT_SECONDS = 120.0  # ~3 s alone; CI runs other tiers beside it on 2 cores
+STOP_TIMEOUT_SECONDS = 20.0
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class ServiceError(Exception):
+    """A problem installing, starting or stopping Keystone, with a message a person can act on."""
+
+
+def install() -> Path:
+    """Ensure Ironic's venv holds keystone and gunicorn; return its bin directory.
+
+    Idempotent: a stamp records the installed requirements. pip is constrained to the venv's
+    own freeze, so installing Keystone never changes a package Ironic runs on: where that
+    cannot be (a requirement conflict) pip refuses and this raises, saying so.
+    """
+    bin_dir = ironic_starter.install()
+    target = bin_dir.parent
+    stamp = target / ".keystone-installed"
+    wanted = "\n".join(KEYSTONE_REQUIREMENTS)
+    with open(target.parent / (target.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists() and stamp.read_text().strip() == wanted \
+                and (bin_dir / "keystone-manage").exists() and (bin_dir / "gunicorn").exists():
+            return bin_dir
+        print(f"installing {' '.join(KEYSTONE_REQUIREMENTS)} into {target} (~10 s)",
+              file=sys.stderr)
+        python = str(bin_dir / "python")
+        freeze = subprocess.run([python, "-m", "pip", "freeze", "--disable-pip-version-check"],
+                                check=True, capture_output=True, text=True).stdout
+        constraints = target / "ironic-constraints.txt"
+        constraints.write_text("".join(line + "\n" for line in freeze.splitlines()
+                                       if "==" in line and not line.startswith("-")))
+        pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
+               "-c", str(constraints)]
+        if os.environ.get("CI"):
+            pip.append("--progress-bar=off")
+        try:
+            subprocess.run(pip + list(KEYSTONE_REQUIREMENTS), check=True)
+        except subprocess.CalledProcessError as error:
+            raise ServiceError(
+                f"pip could not install {' '.join(KEYSTONE_REQUIREMENTS)} into {target} without "
+                f"changing Ironic's packages (exit {error.returncode}); see pip's output above"
+            ) from None
+        stamp.write_text(wanted + "\n")
+    return bin_dir
+
+
+def render_config(state: Path, port: int) -> None:
+    """Write keystone.conf and the admin's password into `state` (a fresh directory)."""
+    (state / "keystone.conf").write_text(f"""[DEFAULT]
+log_dir = {state}
+log_file = keystone.log
+use_stderr = false
+[database]
+connection = sqlite:///{state}/keystone.sqlite
+[token]
+provider = fernet
+[fernet_tokens]
+key_repository = {state}/fernet-keys
+[fernet_receipts]
+key_repository = {state}/fernet-keys
+[credential]
+key_repository = {state}/credential-keys
+""")
+    password = state / "admin-password"
+    password.write_text(secrets.token_urlsafe(18) + "\n")
+    password.chmod(0o600)
+    (state / "endpoint").write_text(f"http://127.0.0.1:{port}/v3\n")
+
+
+def configured_url(state: Path) -> str:
+    return (state / "endpoint").read_text().strip()
+
+
+def admin_password(state: Path) -> str:
+    return (state / "admin-password").read_text().strip()
+
+
+def _call(method: str, url: str, body: dict | None = None,
+          token: str | None = None) -> tuple[int, dict, dict]:
+    """One JSON request to Keystone: (status, headers, body); never via a proxy."""
+    request = urllib.request.Request(url, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json",
+                                              **({"X-Auth-Token": token} if token else {})})
+    try:
+        with _NO_PROXY.open(request, timeout=10) as response:
+            text = response.read()
+            return response.status, dict(response.headers), json.loads(text) if text else {}
+    except urllib.error.HTTPError as error:
+        text = error.read()
+        return error.code, dict(error.headers), json.loads(text) if text else {}
+
+
+def admin_token(url: str, password: str) -> str:
+    """A system-scoped token of the bootstrap admin (what creates projects, users, grants)."""
+    status, headers, body = _call("POST", url + "/auth/tokens", {"auth": {
+        "identity": {"methods": ["password"], "password": {"user": {
+            "name": ADMIN_USER, "domain": {"id": "default"}, "password": password}}},
+        "scope": {"system": {"all": True}}}})
+    if status != 201:
+        raise ServiceError(f"Keystone at {url} issued no admin token: HTTP {status} {body}")
+    return headers.get("X-Subject-Token") or headers["x-subject-token"]
+
+
+def answers(state: Path) -> bool:
+    """True when Keystone issues the admin a token."""
+    try:
+        admin_token(configured_url(state), admin_password(state))
+        return True
+    except (OSError, ValueError, ServiceError):
+        return False
+
+
+def ensure(url: str, token: str, kind: str, name: str, body: dict) -> str:
+    """The id of the `kind` ("projects", "users", "roles") named `name`, created with `body`
+    when absent (idempotent: a start again, or a second test asking, finds it)."""
+    status, _, found = _call("GET", f"{url}/{kind}?name={name}", token=token)
+    if status != 200:
+        raise ServiceError(f"Keystone refused listing {kind}: HTTP {status} {found}")
+    if found[kind]:
+        return found[kind][0]["id"]
+    status, _, made = _call("POST", f"{url}/{kind}", {kind[:-1]: {"name": name, **body}}, token)
+    if status != 201:
+        raise ServiceError(f"Keystone refused creating {kind[:-1]} {name}: HTTP {status} {made}")
+    return made[kind[:-1]]["id"]
+
+
+def ensure_user(url: str, password_of_admin: str, name: str, password: str, *,
+                role: str, project: str | None = None, system: bool = False) -> str:
+    """A user of the default domain holding `role` on `project` (by name) or on the system;
+    created when absent, its password and grant set again when present. Returns its id."""
+    token = admin_token(url, password_of_admin)
+    user = ensure(url, token, "users", name, {"domain_id": "default", "password": password})
+    _call("PATCH", f"{url}/users/{user}", {"user": {"password": password}}, token)
+    role_id = ensure(url, token, "roles", role, {})
+    if system:
+        target = f"{url}/system/users/{user}/roles/{role_id}"
+    else:
+        project_id = ensure(url, token, "projects", project or SERVICE_PROJECT,
+                            {"domain_id": "default"})
+        target = f"{url}/projects/{project_id}/users/{user}/roles/{role_id}"
+    status, _, body = _call("PUT", target, token=token)
+    if status not in (200, 201, 204):
+        raise ServiceError(f"Keystone refused granting {role} to {name}: HTTP {status} {body}")
+    return user
+
+
+def running_pid(state: Path) -> int | None:
+    pidfile = state / "keystone.pid"
+    if not pidfile.exists():
+        return None
+    pid = int(pidfile.read_text())
+    return pid if group_members(pid) else None
+
+
+def log_tail(state: Path, lines: int = 25) -> str:
+    text = ""
+    for name in ("keystone.log", "gunicorn.out"):
+        if (state / name).exists():
+            text += f"--- {name}\n" + "\n".join(
+                (state / name).read_text(errors="replace").splitlines()[-lines:]) + "\n"
+    return text or "(no log)"
+
+
+def _manage(bin_dir: Path, state: Path, *args: str) -> None:
+    done = subprocess.run([str(bin_dir / "keystone-manage"), "--config-file",
+                           str(state / "keystone.conf"), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ServiceError(f"keystone-manage {args[0]} failed (exit {done.returncode}):\n"
+                           f"{done.stderr[-2000:]}\n{log_tail(state)}")
+
+
+def start(state: Path, port: int | None = None) -> dict[str, str]:
+    """Start Keystone for `state` (set up on first use) and wait until it issues tokens."""
+    state = state.resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    bin_dir = install()
+    if not (state / "keystone.conf").exists():
+        render_config(state, port or free_port())
+        user = str(os.getuid())
+        group = str(os.getgid())
+        _manage(bin_dir, state, "db_sync")
+        _manage(bin_dir, state, "fernet_setup", "--keystone-user", user, "--keystone-group", group)
+        _manage(bin_dir, state, "credential_setup", "--keystone-user", user,
+                "--keystone-group", group)
+        url = configured_url(state)
+        _manage(bin_dir, state, "bootstrap", "--bootstrap-password", admin_password(state),
+                "--bootstrap-username", ADMIN_USER, "--bootstrap-project-name", "admin",
+                "--bootstrap-role-name", "admin", "--bootstrap-region-id", REGION,
+                "--bootstrap-admin-url", url, "--bootstrap-public-url", url,
+                "--bootstrap-internal-url", url)
+    url = configured_url(state)
+    coordinates = {"KEYSTONE_URL": url, "KEYSTONE_ADMIN_PASSWORD": admin_password(state)}
+    pid = running_pid(state)
+    if pid is not None and answers(state):
+        return {**coordinates, "KEYSTONE_PID": str(pid)}
+    if pid is not None:
+        stop(state)
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    # gunicorn takes its settings from ./gunicorn.conf.py, none from its command line:
+    # Keystone's oslo.config parses sys.argv and refuses any argument it does not know.
+    (state / "gunicorn.conf.py").write_text(
+        f"wsgi_app = 'keystone.wsgi.api:application'\nbind = '127.0.0.1:{port}'\n"
+        "workers = 1\nthreads = 4\n"
+        "control_socket_disable = True  # else one socket in $HOME for every gunicorn\n")
+    env = {**os.environ, "OS_KEYSTONE_CONFIG_FILES": str(state / "keystone.conf")}
+    with open(state / "gunicorn.out", "ab") as out:
+        process = subprocess.Popen(
+            [str(bin_dir / "gunicorn")], cwd=state,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True)  # its own process group: stop() ends every worker too
+    (state / "keystone.pid").write_text(f"{process.pid}\n")
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while not answers(state):
+        if process.poll() is not None:
+            stop(state)
+            raise ServiceError(f"gunicorn (keystone) exited with code {process.returncode} "
+                               f"before Keystone answered at {url}:\n{log_tail(state)}")
+        if time.monotonic() > deadline:
+            stop(state)
+            raise ServiceError(f"Keystone did not answer at {url} within "
+                               f"{START_TIMEOUT_SECONDS:.0f} s:\n{log_tail(state)}")
+        time.sleep(0.2)
+    token = admin_token(url, admin_password(state))
+    ensure(url, token, "projects", SERVICE_PROJECT, {"domain_id": "default"})
+    return {**coordinates, "KEYSTONE_PID": str(process.pid)}
+
+
+def stop(state: Path) -> None:
+    """End the service's process group and return once none of it is left (idempotent)."""
+    pidfile = state / "keystone.pid"
+    if not pidfile.exists():
+        return
+    ironic_starter.end_process_group(int(pidfile.read_text()), "Keystone")
+    pidfile.unlink()
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command line; `prog` names the command in usage and error lines."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("install", help="install keystone into Ironic's venv (idempotent)")
+    starting = commands.add_parser("start", help="start (or restart) the service of STATE_DIR")
+    starting.add_argument("state_dir", type=Path)
+    starting.add_argument("--port", type=int, help="default: a free port (first start only)")
+    for name in ("stop", "status"):
+        commands.add_parser(name).add_argument("state_dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "install":
+            print(install())
+        elif args.command == "start":
+            for key, value in start(args.state_dir, args.port).items():
+                print(f"{key}={value}")
+        elif args.command == "stop":
+            stop(args.state_dir.resolve())
+        else:
+            state = args.state_dir.resolve()
+            up = (state / "endpoint").exists() and running_pid(state) is not None \
+                and answers(state)
+            print("running" if up else "stopped")
+            return 0 if up else 3
+    except (ServiceError, ironic_starter.ServiceError) as error:
+        parser.exit(1, f"{parser.prog}: {error}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
