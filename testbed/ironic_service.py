@@ -129,11 +129,15 @@ def _run_starter(command: str, state_dir: Path, *options: str) -> dict[str, str]
 
 @contextmanager
 def running_ironic(state_dir: Path, *, auth: str = "http_basic", conductor_group: str = "",
-                   pin_release: str | None = None,
-                   max_limit: int | None = None) -> Iterator[IronicService]:
+                   pin_release: str | None = None, max_limit: int | None = None,
+                   keystone: Path | None = None) -> Iterator[IronicService]:
     """Start a service in `state_dir`, yield it, and stop it whatever happens. `max_limit`:
-    Ironic's [api]max_limit (the starter's default, Ironic's own 1000, when None)."""
+    Ironic's [api]max_limit (the starter's default, Ironic's own 1000, when None). `keystone`:
+    with auth "keystone", the state directory of a running Keystone (its cloud is then that
+    Keystone's system-scoped admin)."""
     options = ["--auth", auth, "--conductor-group", conductor_group]
+    if keystone is not None:
+        options += ["--keystone", str(Path(keystone).resolve())]
     if pin_release:
         options += ["--pin-release", pin_release]
     if max_limit is not None:
