@@ -109,7 +109,9 @@ def operator_side(service_json: str, nodes: int, members: int, adopt: int) -> di
     started = time.perf_counter()
     planned = poll(memory, down)
     wrote = run_cycle(adapter, spec, down, memory=memory)
-    out["failure"] = {"anchor": (rate_before, anchor_rate(service, anchor_nodes, next(anchors))),"seconds": time.perf_counter() - started, "moves": planned.moves_planned,
+    seconds = time.perf_counter() - started
+    out["failure"] = {"anchor": (rate_before, anchor_rate(service, anchor_nodes, next(anchors))),
+                      "seconds": seconds, "moves": planned.moves_planned,
                       "applied": wrote.moves_applied, "writes": adapter.writes_made - writes,
                       "plan_stage_seconds": planned.duration_seconds,
                       "requests": planned.ironic_requests + wrote.ironic_requests,
@@ -125,7 +127,9 @@ def operator_side(service_json: str, nodes: int, members: int, adopt: int) -> di
     started = time.perf_counter()
     planned = poll(memory, down)
     wrote = run_cycle(adapter, spec, down, memory=memory)
-    out["adoption"] = {"anchor": (rate_before, anchor_rate(service, anchor_nodes, next(anchors))),"seconds": time.perf_counter() - started, "moves": planned.moves_planned,
+    seconds = time.perf_counter() - started
+    out["adoption"] = {"anchor": (rate_before, anchor_rate(service, anchor_nodes, next(anchors))),
+                       "seconds": seconds, "moves": planned.moves_planned,
                        "applied": wrote.moves_applied, "writes": adapter.writes_made - writes,
                        "requests": planned.ironic_requests + wrote.ironic_requests,
                        "listing": planned.full_listing}

@@ -419,7 +419,7 @@ class IronicAdapter:
         re-reads also list the moves' targets (see _recheck)."""
         self.check()
         result = ApplyResult(planned=len(moves))
-        known = sorted(node.uuid for node in observed)
+        known = uuids_by_owner(observed)
         ordered = sorted(moves)
         pool = ThreadPoolExecutor(self.max_concurrent_writes,
                                   thread_name_prefix="ironic-shard-write")
@@ -443,7 +443,7 @@ class IronicAdapter:
             pool.shutdown(wait=True, cancel_futures=True)
         return result
 
-    def _launch(self, batch: list[Move], known: list[str], pool: ThreadPoolExecutor,
+    def _launch(self, batch: list[Move], known: Mapping[str | None, list[str]], pool: ThreadPoolExecutor,
                 stop: threading.Event | None, result: ApplyResult,
                 verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None,
                 targets_too: bool) -> _Launched:
@@ -464,7 +464,7 @@ class IronicAdapter:
                 result.count_skipped(said)
         return _Launched([], [(move, pool.submit(self._write, move, stop, guard)) for move in writes], None)
 
-    def _settle(self, launched: _Launched, known: list[str], pool: ThreadPoolExecutor,
+    def _settle(self, launched: _Launched, known: Mapping[str | None, list[str]], pool: ThreadPoolExecutor,
                 stop: threading.Event | None, result: ApplyResult,
                 verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None,
                 targets_too: bool) -> None:
@@ -476,7 +476,7 @@ class IronicAdapter:
             self._apply_batch(sorted(pending), known, pool, stop, result, verdict, guard, targets_too,
                               first_attempt=1, failure=failure)
 
-    def _apply_batch(self, batch: list[Move], known: list[str], pool: ThreadPoolExecutor,
+    def _apply_batch(self, batch: list[Move], known: Mapping[str | None, list[str]], pool: ThreadPoolExecutor,
                      stop: threading.Event | None, result: ApplyResult,
                      verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None,
                      targets_too: bool = False, first_attempt: int = 0,
@@ -516,7 +516,8 @@ class IronicAdapter:
                 f"the next cycle re-reads Ironic and continues")
         result.skipped_busy += len(pending)
 
-    def _recheck(self, moves: list[Move], known: list[str], targets_too: bool = False) -> dict[str, Node]:
+    def _recheck(self, moves: list[Move], known: Mapping[str | None, list[str]],
+                 targets_too: bool = False) -> dict[str, Node]:
         """The current state of `moves`' nodes, read with filtered, uuid-ordered listings over
         the range [first move, last move] (more pages only if the range outgrew the
         observation): one of the nodes whose shard is one of the moves' sources (and, with
@@ -530,16 +531,25 @@ class IronicAdapter:
         if targets_too:
             shards |= {move.target for move in moves}
         first, last = moves[0].node_uuid, moves[-1].node_uuid
-        low = bisect.bisect_left(known, first)
-        marker = known[low - 1] if low else None
-        in_range = bisect.bisect_right(known, last) - low
-        limit = min(PAGE_LIMIT, in_range + max(10, in_range // 10))
         found: dict[str, Node] = {}
-        for extra in ({"shard": ",".join(sorted(shards))} if shards else None,
-                      {"sharded": "false"} if None in sources else None):
-            if extra is not None:
-                found |= self._list({**selector_filters(self.selector), **extra}, marker=marker, until=last,
-                                    limit=limit, retry=False)
+        for owners, extra in ((shards, {"shard": ",".join(sorted(shards))} if shards else None),
+                              ({None}, {"sharded": "false"} if None in sources else None)):
+            if extra is None:
+                continue
+            # Pages sized to the nodes of these owners the observation saw in the range (a
+            # batch of a failed member's moves: about the batch), walked from the last of them
+            # before the range: Ironic stops at `limit` matches, so a page the size of the whole
+            # range would return every later node of the same owners.
+            marker, in_range = None, 0
+            for owner in owners:
+                uuids = known.get(owner, ())
+                low = bisect.bisect_left(uuids, first)
+                in_range += bisect.bisect_right(uuids, last) - low
+                if low and (marker is None or uuids[low - 1] > marker):
+                    marker = uuids[low - 1]
+            limit = min(PAGE_LIMIT, in_range + max(10, in_range // 10))
+            found |= self._list({**selector_filters(self.selector), **extra}, marker=marker, until=last,
+                                limit=limit, retry=False)
         wanted = {move.node_uuid for move in moves}
         return {uuid: node for uuid, node in found.items() if uuid in wanted}
 
@@ -646,6 +656,16 @@ class _Launched:
     unread: list[Move]
     writes: list[tuple[Move, Future]]
     failure: Transient | None
+
+
+def uuids_by_owner(nodes: Iterable[Node]) -> dict[str | None, list[str]]:
+    """Each owner's (None: unsharded) node uuids, sorted: what sizes the bulk re-reads."""
+    owned: dict[str | None, list[str]] = {}
+    for node in nodes:
+        owned.setdefault(node.shard, []).append(node.uuid)
+    for uuids in owned.values():
+        uuids.sort()
+    return owned
 
 
 def _tally(result: ApplyResult, outcomes: Iterable[tuple[Move, Any]],
