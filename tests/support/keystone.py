@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
-
 from testbed import keystone_starter
 from testbed.ironic_service import IronicService, running_ironic
 
@@ -85,8 +83,3 @@ def keystone_ironic(keystone_service: KeystoneService,
     with running_ironic(tmp_path_factory.mktemp("ironic-keystone"), auth="keystone",
                         keystone=keystone_service.state_dir) as service:
         yield service
-
-
-def cloud_yaml(clouds: dict[str, dict]) -> str:
-    """A clouds.yaml text holding `clouds`."""
-    return yaml.safe_dump({"clouds": clouds})
