@@ -4,8 +4,8 @@ fix, and the exit status says so.
 
 Not here: a 403 from Ironic's shard-update policy. Ironic enforces policy only with Keystone
 (`auth_strategy = keystone`; ironic/common/policy.py authorize() returns True otherwise, even
-with a policy file that denies the rule: docs/preflight.md says where and how it was tried),
-and this test bed runs no Keystone; the verdict of a 403 is tested in tests/unit/test_preflight.py."""
+with a policy file that denies the rule: docs/preflight.md says where and how it was tried);
+tests/integration/test_shard_policy_keystone.py gets that 403 from a real Keystone and Ironic."""
 
 from __future__ import annotations
 
