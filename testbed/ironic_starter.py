@@ -8,7 +8,9 @@ $IRONIC_VENV): Ironic is a peer we talk to, not a dependency of ours. It is idem
 safe to run concurrently (a file lock serialises installers).
 
 `start` installs if needed, renders hack/ironic/ironic.conf.template into STATE_DIR, creates
-the sqlite schema, starts the all-in-one `ironic` process (API + conductor, rpc_transport =
+the sqlite schema (with `--auth keystone --keystone DIR`: Ironic's service user in that
+running Keystone, testbed/keystone_starter.py, and a clouds.yaml of its system-scoped admin),
+starts the all-in-one `ironic` process (API + conductor, rpc_transport =
 none, fake-hardware) on 127.0.0.1 (or --host-ip, e.g. a bridge a local cluster reaches) in
 its own process group, and returns once the API answers. On
 success it prints shell-style lines (eval-able):

@@ -2,7 +2,8 @@
 """The real Ironic service (PyPI `ironic`), standalone on 127.0.0.1, for tests and the demo.
 
     python3 hack/ironic/service.py install
-    python3 hack/ironic/service.py start STATE_DIR [--auth noauth|http_basic] [--port N]
+    python3 hack/ironic/service.py start STATE_DIR [--auth noauth|http_basic|keystone] [--port N]
+                                                   [--keystone KEYSTONE_STATE_DIR]
                                                    [--host-ip IP] [--conductor-group NAME]
                                                    [--pin-release RELEASE] [--max-limit N]
     python3 hack/ironic/service.py stop STATE_DIR
