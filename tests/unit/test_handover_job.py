@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobBatch, job_name
+from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobBatch, handover_durations, job_name
 from ironic_shard_operator.core.handover_job import (
     BACKOFF_LIMIT, CONFIG_PATH, config_problem, job_selector, read_job, render_job,
 )
@@ -59,6 +59,18 @@ def test_a_jobs_attempt_is_read_back_from_the_job_itself():
     moves = (Move("n-1", "rack-2", "rack-0"),)
     assert read_job(render_job(_pool(), JobBatch("rack-2", "j", moves, attempt=3))).attempt == 3
     assert read_job(render_job(_pool(), JobBatch("rack-2", "j", moves))).attempt == 1
+
+
+def test_a_handed_over_node_is_timed_from_its_jobs_creation_as_the_api_wrote_it():
+    moves = (Move("n-1", "rack-2", "rack-0"), Move("n-2", "rack-2", "rack-1"))
+    job = render_job(_pool(), JobBatch("rack-2", "j", moves))
+    job["metadata"]["creationTimestamp"] = "2025-01-01T00:00:00Z"
+    view = read_job(job)
+    assert view.created == 1735689600.0
+    written = (Move("n-1", "rack-2", "rack-0"), Move("n-2", "rack-2", "rack-0"), Move("n-3", "rack-2", "rack-0"))
+    # n-2 went elsewhere than this Job moved it, n-3 was in no Job: neither is timed.
+    assert handover_durations(written, [view], 1735689642.5) == [42.5]
+    assert handover_durations(written, [read_job(render_job(_pool(), JobBatch("rack-2", "j", moves)))], 1.0) == []
 
 
 def test_a_nova_conf_without_database_access_is_refused_by_name():

@@ -202,12 +202,18 @@ def test_handovers_are_counted_by_trigger_and_failed_jobs_by_reason_and_forgotte
     metrics.record_handover_nodes("rack-a", "ScaleDown", 5)
     metrics.record_handover_nodes("rack-a", "Failure", 2)
     metrics.record_handover_job_failure("rack-a", "database")
+    metrics.record_handover_durations("rack-a", "Failure", [12.0, 45.0])
     found = samples(metrics)
+    assert value(found, "ironic_shard_handover_duration_seconds_count", pool="rack-a", trigger="Failure") == 2
+    assert value(found, "ironic_shard_handover_duration_seconds_bucket", pool="rack-a", trigger="Failure",
+                 le="20.0") == 1
     assert value(found, "ironic_shard_handover_nodes_total", pool="rack-a", trigger="ScaleDown") == 5
     assert value(found, "ironic_shard_handover_nodes_total", pool="rack-a", trigger="Failure") == 2
     assert value(found, "ironic_shard_handover_job_failures_total", pool="rack-a", reason="database") == 1
     with pytest.raises(ValueError):
         metrics.record_handover_nodes("rack-a", "rack-a-2", 1)
+    with pytest.raises(ValueError):
+        metrics.record_handover_durations("rack-a", "rack-a-2", [1.0])
     with pytest.raises(ValueError):
         metrics.record_handover_job_failure("rack-a", "Can't connect to MySQL server on 10.0.0.5")
     metrics.forget_pool("rack-a")

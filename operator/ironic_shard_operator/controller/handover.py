@@ -106,7 +106,8 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
     events = [Event(p.reason, p.message, "Warning") for p in step.problems]
     resharded = 0
     if step.writes and not pool.paused and work.may_write():
-        resharded = await _act(work, pool, step, ironic, nova, view, nodes, events)
+        resharded = await _act(work, pool, step, ironic, nova, view, nodes, events,
+                               [j for j in jobs if j is not None])
     return HandoverOutcome(handover_section(step), tuple(events), resharded)
 
 
@@ -172,10 +173,11 @@ async def _job_view(kube: Any, pool: Pool, raw: dict[str, Any]) -> handover.JobV
 
 async def _act(work: HandoverWork, pool: Pool, step: handover.HandoverPlan, ironic: IronicAdapter,
                nova: NovaAdapter | None, view: handover.NovaView, nodes: Sequence[Node],
-               events: list[Event]) -> int:
+               events: list[Event], jobs: Sequence[handover.JobView] = ()) -> int:
     """Carry out the step in order, one Event per write done (appended to `events`); returns
     the Ironic shards written. A failure stops the rest of the step (the next cycle derives it
-    again)."""
+    again). A batch of shard writes all applied is timed per node from its Job's creation
+    (`jobs`: the pool's Jobs as read this step)."""
     kube, metrics, resharded = work.kube, work.metrics, 0
     retried = dict(step.retried)
     triggers = {p.member: p.trigger for p in step.progress}
@@ -206,6 +208,9 @@ async def _act(work: HandoverWork, pool: Pool, step: handover.HandoverPlan, iron
             if result.applied:
                 if metrics is not None:
                     metrics.record_handover_nodes(pool.key, trigger, result.applied)
+                    if result.applied == len(moves):  # which ones of a partial batch: unknown
+                        metrics.record_handover_durations(
+                            pool.key, trigger, handover.handover_durations(moves, jobs, time.time()))
                 events.append(Event("HandedOverNodes",
                                     f"Set the Ironic shard of {result.applied} nodes with instances after Nova "
                                     f"moved them ({trigger}: {spread(moves)}; {time.monotonic() - started:.2f}s)"))

@@ -21,7 +21,7 @@ Invariants kept:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -56,6 +56,9 @@ HANDOVER_TRIGGERS = (SCALE_DOWN, FAILURE)
 # A reconcile cycle lists every managed node (~0.4 s per 1,000) and writes only moves
 # (~50 ms each, serialised): from tens of milliseconds to minutes for a big adoption.
 CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# A handed-over node: a Job's pod start and nova-manage (~5 s per node, docs/operating.md),
+# the next cycle's shard write; a failed Job's backoff reaches 960 s.
+HANDOVER_BUCKETS = (5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800)
 
 
 def classify_ironic_error(error: BaseException) -> str:
@@ -186,6 +189,11 @@ class OperatorMetrics:
             "Nodes with instances handed over (moved in Nova by nova-manage, then their Ironic shard "
             "written), by trigger: ScaleDown (a member retired) or Failure (afterFailureSeconds).",
             ["pool", "trigger"], registry=r)
+        self.handover_duration = Histogram(
+            f"{PREFIX}_handover_duration_seconds",
+            "Per node handed over: seconds from the creation of the Job that moved it in Nova "
+            "(its creationTimestamp) to its Ironic shard written, by trigger.",
+            ["pool", "trigger"], buckets=HANDOVER_BUCKETS, registry=r)
         self.handover_job_failures = Counter(
             f"{PREFIX}_handover_job_failures",
             "Handover Jobs that failed with no node moved and were tried again, by reason read from "
@@ -271,6 +279,13 @@ class OperatorMetrics:
             raise ValueError(f"handover trigger {trigger!r} is not one of {', '.join(HANDOVER_TRIGGERS)}")
         self.handover_nodes.labels(pool, trigger).inc(count)
 
+    def record_handover_durations(self, pool: str, trigger: str, seconds: Iterable[float]) -> None:
+        """Nodes just re-sharded by a handover: each one's time since its Job was created."""
+        if trigger not in HANDOVER_TRIGGERS:
+            raise ValueError(f"handover trigger {trigger!r} is not one of {', '.join(HANDOVER_TRIGGERS)}")
+        for value in seconds:
+            self.handover_duration.labels(pool, trigger).observe(value)
+
     def record_handover_job_failure(self, pool: str, reason: str) -> None:
         """A failed handover Job deleted to try its batch again: `reason` is one of
         handover.JOB_FAILURE_REASONS."""
@@ -304,6 +319,7 @@ class OperatorMetrics:
             _remove_if_present(self.nova_actions, pool, action)
         for trigger in HANDOVER_TRIGGERS:
             _remove_if_present(self.handover_nodes, pool, trigger)
+            _remove_if_present(self.handover_duration, pool, trigger)
         for reason in JOB_FAILURE_REASONS:
             _remove_if_present(self.handover_job_failures, pool, reason)
         self._since.last.pop(pool, None)

@@ -75,7 +75,8 @@ class NovaView:
 @dataclass(frozen=True, slots=True)
 class JobView:
     """A handover Job as observed: its `moves` (node uuid, destination), its state (ACTIVE,
-    SUCCEEDED, FAILED), when it finished (FAILED/SUCCEEDED), and the tail of its pod's log."""
+    SUCCEEDED, FAILED), when it finished (FAILED/SUCCEEDED), the tail of its pod's log, and
+    when it was created (its creationTimestamp, epoch seconds; None if unreadable)."""
 
     name: str
     source: str
@@ -84,6 +85,7 @@ class JobView:
     finished: float | None = None
     log_tail: str = ""
     attempt: int = 1
+    created: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +288,15 @@ def job_name(source: str, moves: Sequence[Move], attempt: int = 1) -> str:
     digest = hashlib.sha256("\n".join(f"{m.node_uuid}>{m.target}" for m in sorted(moves)).encode()
                             + source.encode() + (f"#{attempt}".encode() if attempt > 1 else b"")).hexdigest()[:8]
     return f"{source[:44].rstrip('-')}-handover-{digest}"
+
+
+def handover_durations(moves: Iterable[Move], jobs: Iterable[JobView], written_at: float) -> list[float]:
+    """For each of `moves` (shard writes just done) that a known Job carried (same node and
+    destination), the seconds from that Job's creation (its creationTimestamp, as read back)
+    to `written_at`; a move whose Job is gone or unreadable gives none (never a guess)."""
+    created = {move: job.created for job in jobs if job.created is not None for move in job.moves}
+    return [max(0.0, written_at - created[(m.node_uuid, m.target)]) for m in moves
+            if (m.node_uuid, m.target) in created]
 
 
 def half_move_message(node: Node, source: str, host: str) -> str:

@@ -121,7 +121,7 @@ def read_job(raw: Mapping[str, Any], log_tail: str = "") -> JobView | None:
     if meta.get("deletionTimestamp") and state == ACTIVE:
         state = FAILED  # being deleted: its pod is stopped, nothing more runs
     return JobView(name=meta.get("name", ""), source=source, moves=moves, state=state, finished=finished,
-                   log_tail=log_tail, attempt=attempt)
+                   log_tail=log_tail, attempt=attempt, created=parse_time(meta.get("creationTimestamp")))
 
 
 def config_problem(text: str | None, secret: str, key: str) -> str | None:
