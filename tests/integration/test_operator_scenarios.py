@@ -110,8 +110,11 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     status = pool["status"]
     assert status["observedGeneration"] == pool["metadata"]["generation"]
     assert (status["replicas"], status["readyReplicas"]) == (3, 3)
+    observed_at = status["nodes"].pop("observedAt")  # when these counts were listed in full
     assert status["nodes"] == {"total": 600, "free": 450, "pinned": 150, "unassigned": 0,
                                "pendingMoves": 0, "misplaced": 0}
+    listed = datetime.datetime.strptime(observed_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    assert abs(time.time() - listed.timestamp()) < 600
     assert [(m["name"], m["nodes"], m["pinnedNodes"]) for m in status["members"]] == [
         (f"{POOL}-{i}", 200, 50) for i in range(3)]
     pods = member_pods(client, ns, POOL)
