@@ -121,7 +121,8 @@ def shard_update_check(probe: HttpAnswer | None, node: str | None) -> Check:
         return passed(name, f"Ironic's policy allows baremetal:node:update:shard (proved on node {node} "
                             "with a PATCH no JSON patch can apply: nothing was written)")
     if probe.status in (401, 403):
-        return failed(name, f"Ironic refuses these credentials baremetal:node:update:shard: {_http(probe)}",
+        return failed(name, f"Ironic's policy refuses these credentials baremetal:node:update:shard "
+                            f"(probed on node {node}, nothing written): {_http(probe)}",
                       "give the operator's user a system-scoped admin role (openstack role add --system "
                       "all --user USER admin) or grant baremetal:node:update:shard in Ironic's policy")
     if probe.status == 409:
