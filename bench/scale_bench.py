@@ -114,6 +114,7 @@ def operator_side(service_json: str, nodes: int, members: int, adopt: int) -> di
                       "seconds": seconds, "moves": planned.moves_planned,
                       "applied": wrote.moves_applied, "writes": adapter.writes_made - writes,
                       "plan_stage_seconds": planned.duration_seconds,
+                      "write_stage_seconds": wrote.duration_seconds,
                       "requests": planned.ironic_requests + wrote.ironic_requests,
                       "observe_requests": planned.observe_requests + wrote.observe_requests,
                       "listing": planned.full_listing}
@@ -256,7 +257,8 @@ def report(args, m: dict, ring: dict[str, float]) -> None:
           f"{failure['seconds']:.1f} s ({failure['observe_requests']} observation requests, "
           f"{failure['requests']} in all; listing: {failure['listing'] or 'none in full'}); at the "
           f"anchor's {failure_rate:.1f}/s ({failure['anchor'][0]:.1f} before, {failure['anchor'][1]:.1f} "
-          f"after) {failure_ideal:.1f} s: {failure['seconds'] / failure_ideal:.2f}x (target <= 1.1)")
+          f"after) {failure_ideal:.1f} s: {failure['seconds'] / failure_ideal:.2f}x (target <= 1.1); plan "
+          f"stage {failure['plan_stage_seconds']:.1f} s, writing stage {failure['write_stage_seconds']:.1f} s")
     print(f"adoption of {args.adopt} new nodes: {adoption['applied']} written in {adoption['seconds']:.1f} s, "
           f"{adoption_rate:.1f}/s = {adoption_rate / adoption_anchor:.0%} of the anchor's "
           f"{adoption_anchor:.1f}/s ({adoption['anchor'][0]:.1f} before, {adoption['anchor'][1]:.1f} after; "
