@@ -308,6 +308,11 @@ class FakeKubelet:
         with self._lock:
             self._held.add(pod_name)
 
+    def reachable(self, node: str) -> bool:
+        """Whether `node`'s kubelet is there (see `set_node_reachable`)."""
+        with self._lock:
+            return self._reachable[node]
+
     def set_node_reachable(self, node: str, reachable: bool) -> None:
         """Take a node's kubelet away (or bring it back), as a network partition would."""
         with self._lock:

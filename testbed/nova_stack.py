@@ -146,6 +146,16 @@ class NovaStack:
             raise StackError(f"seed_instance failed: {done.stderr[-2000:] or done.stdout}")
         return done.stdout.strip().splitlines()[-1]
 
+    def delete_seeded_instance(self, instance: str) -> None:
+        """TEST SETUP SHORTCUT: mark an instance `seed_instance` made deleted in Nova's
+        database (hack/nova/seed_instance.py --delete), whatever its host's state."""
+        done = subprocess.run(
+            [str(Path(self.state["venv"]) / "bin" / "python"),
+             str(nova_starter.PEER_FILES / "seed_instance.py"), str(self.nova_conf), "--delete", instance],
+            capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise StackError(f"deleting a seeded instance failed: {done.stderr[-2000:] or done.stdout}")
+
     # -- reading Nova (its raw API, as any client sees it; independent of the operator's adapter)
     def _get_all(self, path: str, key: str) -> list[dict]:
         """Every item of a paged Nova list (`<key>_links` next links followed)."""

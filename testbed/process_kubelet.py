@@ -173,6 +173,13 @@ class ProcessKubelet:
         with self._lock:
             self._held.discard(pod_name)
 
+    def set_node_reachable(self, node: str, reachable: bool) -> None:
+        """Take a Kubernetes node's kubelet away (or bring it back), as a partition would
+        (FakeKubelet.set_node_reachable: taints, Ready Unknown, its pods NotReady). While it is
+        away, this kubelet neither reports, starts nor stops the pods bound to it, and never
+        removes their finalizer: a pod deleted meanwhile stays until the node is back."""
+        self.fake.set_node_reachable(node, reachable)
+
     def kill(self, pod_name: str) -> Container:
         """Crash the container of pod `pod_name`: SIGKILL its process (no graceful shutdown)."""
         container = self.container(pod_name)
@@ -241,6 +248,8 @@ class ProcessKubelet:
                     and state_of(pod) == PodState.PENDING and not runs_to_completion(pod):
                 self.fake.ready(name)  # FakeKubelet's usual policy for everything else
             return
+        if spec.get("nodeName") in self.fake.nodes and not self.fake.reachable(spec["nodeName"]):
+            return  # this node's kubelet is away: nothing of its pods is seen or done
         with self._lock:
             container = self._containers.get(uid)
         if meta.get("deletionTimestamp"):

@@ -11,6 +11,7 @@ API database. It prints the instance UUID; the caller sets the same UUID as the 
 instance_uuid (and powers the node on, as a deploy leaves it).
 
     .tools/nova-venv/bin/python hack/nova/seed_instance.py NOVA_CONF HOST NODE_UUID
+    .tools/nova-venv/bin/python hack/nova/seed_instance.py NOVA_CONF --delete INSTANCE_UUID
 """
 
 import sys
@@ -52,7 +53,22 @@ def main(nova_conf: str, host: str, node: str) -> str:
     return instance_uuid
 
 
+def delete(nova_conf: str, instance_uuid: str) -> str:
+    """Mark a seeded instance deleted in cell1, as Nova's own delete leaves it (the row kept,
+    `deleted` set): nova-manage and the API no longer count it."""
+    config.parse_args(["seed-instance", "--config-file", nova_conf])
+    objects.register_all()
+    admin = context.get_admin_context()
+    cell = next(c for c in objects.CellMappingList.get_all(admin) if c.name == "cell1")
+    with context.target_cell(admin, cell) as cell_context:
+        objects.Instance.get_by_uuid(cell_context, instance_uuid).destroy()
+    return instance_uuid
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) == 4 and sys.argv[2] == "--delete":
+        print(delete(sys.argv[1], sys.argv[3]))
+    elif len(sys.argv) == 4:
+        print(main(*sys.argv[1:]))
+    else:
         raise SystemExit(__doc__)
-    print(main(*sys.argv[1:]))

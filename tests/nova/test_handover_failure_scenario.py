@@ -1,0 +1,220 @@
+"""Long failure with handover, and the refusals, as Nova sees them: the real operator, real
+Ironic, the real Nova stack, member pods as REAL nova-compute processes and the handover Job's
+pod as a REAL `nova-manage db ironic_compute_node_move` (testbed/process_kubelet.py).
+
+3 members, 15 nodes; member 1 carries 3 instance nodes, one of them with a second instance in
+Nova. `spec.handover.afterFailureSeconds` is short (and above `rebalanceAfterSeconds`), fencing
+is Wait. Member 1's process is killed and its Kubernetes node goes away: its pod cannot be
+proven gone, so nothing is handed over however long it stays (only its free nodes move). The
+node comes back: the pod goes, and the member, failed for longer than afterFailureSeconds,
+becomes a handover source; its pod is not recreated while it owns instance nodes.
+
+Refusals, each with a clear condition and nothing changed in Nova or Ironic:
+- the novaManageConfig Secret holds a nova.conf without [database]: Degraded /
+  HandoverConfigInvalid naming the Secret;
+- once it is fixed, the node with two instances: Degraded / HandoverRefused naming the node,
+  while the other two instance nodes are moved in Nova, then re-sharded, and their servers'
+  hosts follow.
+The second instance deleted, that node moves too; member 1 then comes back and serves free
+nodes only: the handed-over nodes stay where they are.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from testbed.ironic_service import IronicService, shards_of, unique_resource_class
+from testbed.nova_stack import NovaStack
+from testbed.operator_objects import create_secrets, install_crd
+from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
+from tests.nova.nova_watch import NovaWatch
+from tests.nova.sharded_pool import available_nodes
+from tests.nova.test_failover_scenario import CLOUD, clouds_yaml
+from tests.support.kube_api import KubeAPI
+from tests.support.operator_harness import (
+    POOLS, OperatorProcess, condition, events, get_pool, member_pods, pool_manifest, ready_members,
+)
+
+pytestmark = pytest.mark.nova
+
+GRACE = 10      # failover.rebalanceAfterSeconds
+AFTER = 20      # handover.afterFailureSeconds (> GRACE: a CEL rule)
+POLL = 5
+NODES = 15
+SECRET = "nova-manage"
+
+
+def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
+        kube_api: KubeAPI, kube_namespace: str, nova_stack: NovaStack, noauth_ironic: IronicService,
+        tmp_path: Path) -> None:
+    if not kube_api.is_emulator:
+        pytest.skip("the handover Job's pod runs on the process kubelet (the fake API server only)")
+    client, ns, wait, ironic = kube_api.client, kube_namespace, kube_api.wait_for, noauth_ironic
+    started = time.monotonic()
+    interval = nova_stack.timings["update_resources_interval"]
+    pool = f"hf{uuid.uuid4().hex[:6]}"
+    m0, m1, m2 = (f"{pool}-{i}" for i in range(3))
+    install_crd(client)
+    resource_class = unique_resource_class("hofail")
+    nodes = available_nodes(ironic, NODES, resource_class)
+
+    def shards() -> dict[str, str | None]:
+        return shards_of(ironic, resource_class)
+
+    def nova_agrees() -> bool:
+        listed = nova_stack.hypervisor_hosts()
+        return all(listed.get(node, []) == [shard] for node, shard in shards().items())
+
+    def server_host(server: str) -> str | None:
+        found = [h for h in (m0, m1, m2) if any(s["id"] == server for s in nova_stack._get_all(
+            f"/servers?all_tenants=1&host={h}", "servers"))]
+        return found[0] if len(found) == 1 else None
+
+    def degraded() -> dict:
+        return condition(get_pool(client, ns, pool), "Degraded")
+
+    def jobs() -> list[dict]:
+        return client.get(f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+
+    def set_manage_conf(text: str) -> None:
+        client.patch(f"/api/v1/namespaces/{ns}/secrets/{SECRET}",
+                     {"data": {"nova.conf": base64.b64encode(text.encode()).decode()}})
+
+    with ProcessKubelet(client, ns, nova_stack, tmp_path / "kubelet") as kubelet:
+        operator = OperatorProcess(kube_api, ns, "op-handover-failure", tmp_path).start()
+        compute_conf = nova_stack.compute_conf(ironic.cloud)
+        create_secrets(client, ns, clouds_yaml(nova_stack, ironic, nova_stack.compute_url), nova_conf=compute_conf)
+        # A compute's nova.conf: no [database], no [api_database] (the refusal comes first).
+        client.create(f"/api/v1/namespaces/{ns}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
+            "data": {"nova.conf": base64.b64encode(compute_conf.encode()).decode()}})
+        try:
+            client.create(POOLS.format(ns=ns), pool_manifest(
+                pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
+                failover={"rebalanceAfterSeconds": GRACE, "fencing": {"mode": "Wait"}},
+                ironic={"pollIntervalSeconds": POLL},
+                handover={"novaManageConfig": {"secretRef": {"name": SECRET}}, "afterFailureSeconds": AFTER,
+                          "maxConcurrent": 3}))
+            wait(lambda: all(nova_stack.compute_services().get(m, {}).get("state") == "up"
+                             for m in (m0, m1, m2)), timeout=120, interval=1, what="three nova-compute services up")
+            nova_stack.discover_hosts()
+            wait(lambda: ready_members(client, ns, pool) == [m0, m1, m2], timeout=60, what="three Ready members")
+            wait(lambda: set(shards().values()) == {m0, m1, m2}, timeout=60, what="nodes adopted")
+            wait(nova_agrees, timeout=6 * interval, interval=1, what="every node listed under its shard's compute")
+
+            # Member 1 carries 3 instance nodes; the last has a second instance in Nova.
+            owners = shards()
+            instance_nodes = sorted(n for n, o in owners.items() if o == m1)[:3]
+            instances = {}
+            for node in instance_nodes:
+                instances[node] = nova_stack.seed_instance(m1, node)
+                ironic.request("PATCH", f"/nodes/{node}", json=[
+                    {"op": "add", "path": "/instance_uuid", "value": instances[node]}])
+            doubled = instance_nodes[-1]
+            extra = nova_stack.seed_instance(m1, doubled)
+            movable = instance_nodes[:2]
+            free_m1 = {n for n, o in owners.items() if o == m1} - set(instance_nodes)
+            kube_node = member_pods(client, ns, pool)[m1]["spec"]["nodeName"]
+            assert all(p["spec"]["nodeName"] != kube_node
+                       for name, p in member_pods(client, ns, pool).items() if name != m1)
+
+            with NovaWatch(nova_stack, set(nodes), {m0, m1, m2}, period=0.5) as watch:
+                # 1. Member 1's process dies and its Kubernetes node goes away (fencing Wait).
+                kubelet.set_node_reachable(kube_node, False)
+                kubelet.kill(m1)
+                failed_at = time.monotonic()
+                wait(lambda: not free_m1 & {n for n, o in shards().items() if o == m1},
+                     timeout=GRACE + 6 * POLL, interval=0.5, what="member 1's free nodes re-owned after the grace")
+                wait(lambda: watch.forced_down_times(m1), timeout=4 * POLL, interval=0.5,
+                     what="member 1's service forced down")
+                # Past afterFailureSeconds, its pod cannot be proven gone: nothing is handed over.
+                wait(lambda: (p := member_pods(client, ns, pool).get(m1)) and p["metadata"].get("deletionTimestamp"),
+                     timeout=GRACE + 6 * POLL, interval=0.5, what="member 1's pod deleted (and kept: node away)")
+                time.sleep(max(0.0, failed_at + AFTER + 2 * POLL - time.monotonic()))
+                assert not jobs() and not events(client, ns, "HandoverJobCreated")
+                assert {n: shards()[n] for n in instance_nodes} == {n: m1 for n in instance_nodes}
+                assert m1 in member_pods(client, ns, pool)
+
+                # 2. The node comes back: the pod goes, the handover starts, and is refused
+                # first for the Secret's nova.conf without [database]. Nothing changes.
+                kubelet.set_node_reachable(kube_node, True)
+                back_at = time.monotonic()
+                refused_conf = wait(lambda: (d := degraded()).get("reason") == "HandoverConfigInvalid" and d,
+                                    timeout=6 * POLL, interval=0.5, what="Degraded HandoverConfigInvalid")
+                assert refused_conf["status"] == "True"
+                assert SECRET in refused_conf["message"] and "[database] connection" in refused_conf["message"]
+                assert events(client, ns, "HandoverConfigInvalid")
+                time.sleep(2 * POLL)  # two more cycles: still nothing done
+                assert m1 not in member_pods(client, ns, pool)  # no pod while it owns instance nodes
+                assert not jobs()
+                assert {n: shards()[n] for n in instance_nodes} == {n: m1 for n in instance_nodes}
+                assert {n: nova_stack.hypervisor_hosts()[n] for n in instance_nodes} == \
+                    {n: [m1] for n in instance_nodes}
+
+                # 3. The Secret fixed: the two single-instance nodes move (Nova, then Ironic);
+                # the node with two instances is refused, named, and left as it is.
+                set_manage_conf(nova_stack.nova_conf.read_text())
+                fixed_at = time.monotonic()
+                wait(lambda: {shards()[n] for n in movable} <= {m0, m2}, timeout=120, interval=1,
+                     what="the single-instance nodes handed over")
+                resharded_at = time.monotonic()
+                refused = wait(lambda: (d := degraded()).get("reason") == "HandoverRefused" and d,
+                               timeout=4 * POLL, interval=0.5, what="Degraded HandoverRefused")
+                assert doubled in refused["message"] and "more than one instance" in refused["message"]
+                wait(nova_agrees, timeout=3 * interval, interval=1, what="Nova agreeing with Ironic")
+                assert {instances[n]: server_host(instances[n]) for n in movable} == \
+                    {instances[n]: shards()[n] for n in movable}
+                assert shards()[doubled] == m1 and nova_stack.hypervisor_hosts()[doubled] == [m1]
+                assert server_host(instances[doubled]) == m1 and server_host(extra) == m1
+                assert m1 not in member_pods(client, ns, pool)
+
+                # 4. The extra instance deleted, that node moves too; then member 1 comes back
+                # and gets free nodes only.
+                nova_stack.delete_seeded_instance(extra)
+                wait(lambda: shards()[doubled] in (m0, m2), timeout=120, interval=1,
+                     what="the formerly refused node handed over")
+                handed = {n: shards()[n] for n in instance_nodes}
+                wait(lambda: m1 in ready_members(client, ns, pool), timeout=120, interval=1,
+                     what="member 1 back and Ready")
+                returned_at = time.monotonic()
+                wait(lambda: not nova_stack.compute_services()[m1]["forced_down"], timeout=4 * POLL,
+                     what="member 1's forced_down cleared")
+                wait(lambda: any(o == m1 for o in shards().values()), timeout=6 * POLL, interval=1,
+                     what="free nodes on member 1 again")
+                wait(nova_agrees, timeout=3 * interval, interval=1, what="Nova agreeing at the end")
+                final = shards()
+                assert {n: final[n] for n in instance_nodes} == handed
+                mine = [n for n, o in final.items() if o == m1]
+                assert not any(ironic.request("GET", f"/nodes/{n}?fields=instance_uuid").json()["instance_uuid"]
+                               for n in mine)
+                wait(lambda: degraded().get("status") != "True", timeout=4 * POLL, interval=0.5,
+                     what="Degraded cleared")
+            assert not watch.errors, watch.errors[:3]
+            twice, node = watch.longest_listed_twice()
+            assert node is None, f"node {node} listed under two computes for {twice:.1f}s"
+            for n in instance_nodes:
+                seen = [s.hosts[n] for s in watch.samples if s.hosts[n]]
+                changes = sum(1 for a, b in zip(seen, seen[1:]) if a != b)
+                assert changes == 1 and seen[0] == (m1,) and seen[-1] == (final[n],), (n, seen)
+            for reason in ("HandoverJobCreated", "HandedOverNodes"):
+                assert events(client, ns, reason), f"no {reason} Event"
+            print(f"handover failure scenario: free nodes moved, then nothing handed over while the pod could "
+                  f"not be proven gone ({AFTER}s afterFailureSeconds); node back -> config refusal; "
+                  f"fixed -> 2 nodes re-sharded {resharded_at - fixed_at:.1f}s later; member back "
+                  f"{returned_at - back_at:.1f}s after its node returned; whole scenario "
+                  f"{time.monotonic() - started:.0f}s")
+        finally:
+            print("----- status -----\n" + repr(get_pool(client, ns, pool).get("status")))
+            print("----- events -----\n" + "\n".join(f"{e.get('reason')}: {e.get('message')}" for e in
+                                                    client.get(f"/api/v1/namespaces/{ns}/events")["items"]))
+            try:
+                client.delete(f"{POOLS.format(ns=ns)}/{pool}")
+                wait(lambda: not client.get(POOLS.format(ns=ns))["items"], timeout=60, what="the pool deleted")
+            finally:
+                print(f"----- operator -----\n{operator.log()[-20000:]}")
+                operator.stop()
