@@ -28,12 +28,15 @@ needed instead, or None. A full listing is needed:
 
 What the GLOBAL shard summary can and cannot tell a pool with a selector. Every count is
 over all of Ironic, every pool and every unmanaged node included:
-- a value that is one of the pool's identities (`<pool>-<n>`, unique per cloud, invariant 8)
-  or that owned nodes of the pool at the last listing: a moved count means a node of it was
-  added, deleted or re-sharded; the pool cannot tell whether inside its selector, so it
-  lists. The counts are compared with the summary read just BEFORE the last listing, not
-  with that listing's own per-owner counts: a change between the two is seen again, and a
-  member shard someone put on a node outside the selector does not trigger every poll;
+- a value that is one of the pool's identities (`<pool>-<n>`, unique per cloud, invariant 8):
+  every node carrying it should be one of the pool's, so its count must equal the pool's
+  listed count; when not, a node carrying it was added, deleted, re-sharded, or entered or
+  left the selector, and the pool lists (every poll, while nodes carrying its identities sit
+  outside its selector: nodes someone moved out of it);
+- a value that owned nodes of the pool at the last listing (a stranger's, on pinned nodes): a
+  moved count means a node of it was added, deleted or re-sharded; the pool cannot tell
+  whether inside its selector, so it lists. Its count is compared with the summary read just
+  BEFORE the last listing (a change between the two is seen again);
 - a value that did not exist at the last listing: it may be a new node of the selector
   enrolled with a preset shard, so the pool lists (another pool's new member costs this pool
   one full listing);
@@ -41,7 +44,7 @@ over all of Ironic, every pool and every unmanaged node included:
   which the `sharded=false` listing answers for the selector exactly): ignored, so pools
   with disjoint selectors on one Ironic do not make each other list on every change;
 - it cannot see: a node entering or leaving the selector (its conductor group or resource
-  class changed) with a shard that already existed, a pinned node freed on a ring member
+  class changed) with a shard that is none of the pool's identities, a pinned node freed on a ring member
   whose pinned nodes alone exceeded its fair share, changes of instance or provision state
   on ring members' nodes (which change no owner). Those wait for the slow timer, which is
   why the status says when the counts were last listed in full (status.nodes.observedAt).
@@ -49,6 +52,7 @@ over all of Ironic, every pool and every unmanaged node included:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -112,16 +116,19 @@ def reason_before_asking(last: FullObservation | None, ring_members: Sequence[st
 def reason_from_answers(pool: str, last: FullObservation, answers: CheapAnswers) -> str | None:
     """Why the cheap answers call for a full listing (None: `merged` is the pool's nodes).
     See the module doc for what the global summary can tell a pool with a selector."""
-    owned = {node.shard for node in last.nodes if node.shard is not None}
-    for name in sorted(set(answers.summary) | set(last.summary)):
+    listed = Counter(node.shard for node in last.nodes if node.shard is not None)
+    for name in sorted(set(answers.summary) | set(last.summary) | set(listed)):
         if name == UNSHARDED:
             continue  # the sharded=false listing answers for the selector
-        before, now = last.summary.get(name), answers.summary.get(name)
-        if before is None:
+        before, now = last.summary.get(name), answers.summary.get(name, 0)
+        if member_ordinal(pool, name) is not None:
+            if now != listed[name]:
+                return (f"Ironic counts {now} nodes with shard {name}, an identity of this pool, "
+                        f"where the pool lists {listed[name]}")
+        elif before is None and now:
             return f"shard {name} is new in Ironic's shard summary"
-        concerns = name in owned or member_ordinal(pool, name) is not None
-        if concerns and before != (now or 0):
-            return f"shard {name} went from {before} to {now or 0} nodes in Ironic's shard summary"
+        elif name in listed and before != now:
+            return f"shard {name} went from {before or 0} to {now} nodes in Ironic's shard summary"
     return None
 
 
