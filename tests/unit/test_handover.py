@@ -18,6 +18,7 @@ from ironic_shard_operator.core.handover import (
 )
 from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec
 from ironic_shard_operator.core.planner import plan
+from ironic_shard_operator.core.schedule import AFTER_WAKE_SECONDS, handover_retry_in, next_delay
 from ironic_shard_operator.core.shard_write import Verdict, handover_verdict
 from ironic_shard_operator.core.spec import Handover, SecretKeyRef
 from tests.unit.nova_records import service
@@ -94,6 +95,21 @@ def test_a_failed_job_with_no_progress_is_reported_with_its_log_and_retried_only
     assert step.progress[0].next_retry_at == NOW - 5 + handover.RETRY_SECONDS
     later = replace(failed, finished=NOW - handover.RETRY_SECONDS)
     assert _decide(pinned, services=services, hosts={"n0": m(2)}, jobs=[later]).delete_jobs == (failed.name,)
+
+
+def test_a_failed_jobs_message_leads_with_the_error_its_traceback_ends_in():
+    traceback = " | ".join([
+        "An error has occurred:", "Traceback (most recent call last):",
+        '  File "sqlalchemy/pool/base.py", line 943, in __connect', "    raise exc_value",
+        "oslo_db.exception.DBConnectionError: (pymysql.err.OperationalError) (2003, \"Can't connect to MySQL "
+        "server on '127.0.0.1' ([Errno 111] Connection refused)\")",
+        "(Background on this error at: https://sqlalche.me/e/20/e3q8)"])
+    text = handover.failure_text(traceback)
+    assert text.startswith("oslo_db.exception.DBConnectionError: (pymysql.err.OperationalError) (2003, ")
+    assert text.endswith(f"(log tail: {traceback})")
+    assert handover.failure_text("Destination compute is forced down!") == "Destination compute is forced down!"
+    assert handover.failure_text("  ") == "(no log)"
+    assert handover.failure_text("starting | exited 1") == "exited 1 (log tail: starting | exited 1)"
 
 
 def test_a_batch_that_keeps_failing_is_tried_again_later_each_time_and_the_attempt_survives_its_job():
@@ -351,3 +367,16 @@ def test_a_half_move_is_reported_with_its_manual_fix_and_never_resharded_or_batc
         assert step.progress[0].failed == 1
     fixed = _decide(pinned, services=services, hosts=hosts)
     assert fixed.shard_writes == (handover.Move("n0", m(2), m(0)),) and not fixed.problems
+
+
+def test_a_failed_jobs_retry_wakes_the_pool_when_it_falls_due_not_a_poll_later():
+    section = {"sources": [{"member": m(2), "nextRetryAt": "2025-01-01T00:01:00Z"},
+                           {"member": m(1), "nextRetryAt": "2025-01-01T00:02:00Z"}, {"member": m(0)}]}
+    now = 1735689600.0  # 2025-01-01T00:00:00Z
+    assert handover_retry_in(section, now) == 60.0
+    assert handover_retry_in(section, now + 90) == 0.0
+    assert handover_retry_in({"sources": [{"member": m(0)}]}, now) is None
+    assert handover_retry_in(None, now) is None
+    delay = next_delay(poll_seconds=300, members=[], grace_seconds=120, now=now, failed=False,
+                       wake_after=handover_retry_in(section, now), moves_applied=0)
+    assert delay == 60.0 + AFTER_WAKE_SECONDS

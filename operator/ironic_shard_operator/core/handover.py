@@ -26,6 +26,7 @@ rule (`planner.fair_quotas`, pinned nodes counting), so a retire spreads its nod
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -315,6 +316,22 @@ def retry_delay(attempt: int) -> float:
     return backoff(attempt, RETRY_SECONDS, MAX_RETRY_SECONDS)
 
 
+# A traceback's last word: "pkg.SomeError: what went wrong" (nova-manage's refusals are one line).
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Refused|NotFound)\b.*:")
+
+
+def failure_text(log_tail: str) -> str:
+    """What a failed Job's condition says: its log tail (lines joined with " | "), led by the
+    line that names the error (the last exception line of a traceback, else the last line),
+    so a message cut to an Event's length still carries it."""
+    tail = log_tail.strip()
+    if not tail:
+        return "(no log)"
+    lines = [line.strip() for line in tail.split(" | ") if line.strip()]
+    error = next((line for line in reversed(lines) if _EXCEPTION_LINE.match(line)), lines[-1])
+    return tail if len(lines) == 1 else f"{error} (log tail: {tail})"
+
+
 def job_failure_reason(log_tail: str) -> str:
     """The JOB_FAILURE_REASONS entry of a failed Job's log (nova 34's nova-manage messages)."""
     text = log_tail.lower()
@@ -402,7 +419,7 @@ def _source_step(source: str, trigger: str, nodes: Sequence[Node], nova: NovaVie
         if job.state == SUCCEEDED or (job.state == FAILED and moved):
             steps.delete_jobs.append(job.name)
         elif job.state == FAILED:
-            tail = job.log_tail.strip() or "(no log)"
+            tail = failure_text(job.log_tail)
             retry_at = (job.finished or now) + retry_delay(job.attempt)
             steps.problems.append(Problem(trigger, "HandoverFailed",
                                           f"Job {job.name} (handover of {source}, attempt {job.attempt}) failed: "

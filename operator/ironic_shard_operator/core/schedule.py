@@ -7,10 +7,12 @@ a spec change).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ironic_shard_operator.core.fencing import grace_left
 from ironic_shard_operator.core.model import Member
+from ironic_shard_operator.core.pods import parse_time
 
 # Retry delay after a failed cycle (Kubernetes or Ironic unreachable, a Secret unusable, a
 # write refused), at most the poll.
@@ -43,3 +45,12 @@ def next_delay(*, poll_seconds: float, members: Iterable[Member], grace_seconds:
     if moves_applied:
         delay = min(delay, AFTER_MOVES_SECONDS)
     return delay
+
+
+def handover_retry_in(section: Mapping[str, Any] | None, now: float) -> float | None:
+    """Seconds until the earliest `nextRetryAt` of a status.handover section (a failed Job's
+    batch is tried again then), 0 when one is past; None when none is set. As a `wake_after`
+    for next_delay, so a retry is not up to a poll late."""
+    due = [parse_time(source.get("nextRetryAt")) for source in (section or {}).get("sources") or ()
+           if source.get("nextRetryAt")]
+    return max(0.0, min(due) - now) if due else None
