@@ -22,20 +22,22 @@ nodes only: the handed-over nodes stay where they are.
 from __future__ import annotations
 
 import base64
+import configparser
+import io
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from testbed.ironic_service import IronicService, shards_of, unique_resource_class
+from testbed.ironic_service import IronicService
 from testbed.nova_stack import NovaStack
-from testbed.operator_objects import create_secrets, install_crd
+from testbed.operator_objects import create_secrets
 from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
+from tests.nova import handover_pool
 from tests.nova.nova_watch import NovaWatch
-from tests.nova.sharded_pool import available_nodes
 from tests.nova.test_failover_scenario import CLOUD, clouds_yaml
 from tests.support.kube_api import KubeAPI
+from tests.support.operator_rbac import is_handover_grant
 from tests.support.operator_harness import (
     POOLS, OperatorProcess, condition, events, get_pool, member_pods, pool_manifest, ready_members,
 )
@@ -52,28 +54,18 @@ SECRET = "nova-manage"
 def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
         kube_api: KubeAPI, kube_namespace: str, nova_stack: NovaStack, noauth_ironic: IronicService,
         tmp_path: Path) -> None:
-    if not kube_api.is_emulator:
-        pytest.skip("the handover Job's pod runs on the process kubelet (the fake API server only)")
     client, ns, wait, ironic = kube_api.client, kube_namespace, kube_api.wait_for, noauth_ironic
     started = time.monotonic()
     interval = nova_stack.timings["update_resources_interval"]
-    pool = f"hf{uuid.uuid4().hex[:6]}"
-    m0, m1, m2 = (f"{pool}-{i}" for i in range(3))
-    install_crd(client)
-    resource_class = unique_resource_class("hofail")
-    nodes = available_nodes(ironic, NODES, resource_class)
-
-    def shards() -> dict[str, str | None]:
-        return shards_of(ironic, resource_class)
+    names = handover_pool.fresh_pool(kube_api, ironic, "hf", NODES)
+    pool, (m0, m1, m2), resource_class, nodes, shards = \
+        names.pool, names.members, names.resource_class, names.nodes, names.shards
 
     def nova_agrees() -> bool:
-        listed = nova_stack.hypervisor_hosts()
-        return all(listed.get(node, []) == [shard] for node, shard in shards().items())
+        return handover_pool.nova_agrees(nova_stack, shards)
 
     def server_host(server: str) -> str | None:
-        found = [h for h in (m0, m1, m2) if any(s["id"] == server for s in nova_stack._get_all(
-            f"/servers?all_tenants=1&host={h}", "servers"))]
-        return found[0] if len(found) == 1 else None
+        return handover_pool.server_host(nova_stack, server, (m0, m1, m2))
 
     def degraded() -> dict:
         return condition(get_pool(client, ns, pool), "Degraded")
@@ -90,9 +82,7 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
         compute_conf = nova_stack.compute_conf(ironic.cloud)
         create_secrets(client, ns, clouds_yaml(nova_stack, ironic, nova_stack.compute_url), nova_conf=compute_conf)
         # A compute's nova.conf: no [database], no [api_database] (the refusal comes first).
-        client.create(f"/api/v1/namespaces/{ns}/secrets", {
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
-            "data": {"nova.conf": base64.b64encode(compute_conf.encode()).decode()}})
+        handover_pool.create_manage_secret(client, ns, SECRET, compute_conf)
         try:
             client.create(POOLS.format(ns=ns), pool_manifest(
                 pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
@@ -100,12 +90,7 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                 ironic={"pollIntervalSeconds": POLL},
                 handover={"novaManageConfig": {"secretRef": {"name": SECRET}}, "afterFailureSeconds": AFTER,
                           "maxConcurrent": 3}))
-            wait(lambda: all(nova_stack.compute_services().get(m, {}).get("state") == "up"
-                             for m in (m0, m1, m2)), timeout=120, interval=1, what="three nova-compute services up")
-            nova_stack.discover_hosts()
-            wait(lambda: ready_members(client, ns, pool) == [m0, m1, m2], timeout=60, what="three Ready members")
-            wait(lambda: set(shards().values()) == {m0, m1, m2}, timeout=60, what="nodes adopted")
-            wait(nova_agrees, timeout=6 * interval, interval=1, what="every node listed under its shard's compute")
+            handover_pool.wait_for_members(kube_api, ns, nova_stack, pool, (m0, m1, m2), shards)
 
             # Member 1 carries 3 instance nodes; the last has a second instance in Nova.
             owners = shards()
@@ -156,9 +141,24 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                 assert {n: nova_stack.hypervisor_hosts()[n] for n in instance_nodes} == \
                     {n: [m1] for n in instance_nodes}
 
-                # 3. The Secret fixed: the two single-instance nodes move (Nova, then Ironic);
-                # the node with two instances is refused, named, and left as it is.
+                # 3. Database access that fails: the Job's nova-manage fails (each pod), the
+                # condition carries the tail of its log, nothing moved.
+                set_manage_conf(unreachable_databases(nova_stack.nova_conf.read_text()))
+                failed = wait(lambda: (d := degraded()).get("reason") == "HandoverFailed" and d,
+                              timeout=120, interval=0.5, what="Degraded HandoverFailed")
+                # Led by the error its traceback ends in, so the Event (cut to 1 KiB) carries it.
+                assert "Can't connect to MySQL server" in failed["message"].split("(log tail:")[0], failed
+                assert "Can't connect to MySQL server" in events(client, ns, "HandoverFailed")[-1]["message"]
+                (failed_job,) = [j["metadata"]["name"] for j in jobs()]
+                assert {n: shards()[n] for n in instance_nodes} == {n: m1 for n in instance_nodes}
+                assert {n: nova_stack.hypervisor_hosts()[n] for n in instance_nodes} == \
+                    {n: [m1] for n in instance_nodes}
+
+                # 4. The Secret fixed and the failed Job deleted (try again now, not after its
+                # backoff): the two single-instance nodes move (Nova, then Ironic); the node
+                # with two instances is refused, named, and left as it is.
                 set_manage_conf(nova_stack.nova_conf.read_text())
+                client.delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{failed_job}", propagationPolicy="Background")
                 fixed_at = time.monotonic()
                 wait(lambda: {shards()[n] for n in movable} <= {m0, m2}, timeout=120, interval=1,
                      what="the single-instance nodes handed over")
@@ -173,7 +173,7 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                 assert server_host(instances[doubled]) == m1 and server_host(extra) == m1
                 assert m1 not in member_pods(client, ns, pool)
 
-                # 4. The extra instance deleted, that node moves too; then member 1 comes back
+                # 5. The extra instance deleted, that node moves too; then member 1 comes back
                 # and gets free nodes only.
                 nova_stack.delete_seeded_instance(extra)
                 wait(lambda: shards()[doubled] in (m0, m2), timeout=120, interval=1,
@@ -194,13 +194,10 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                                for n in mine)
                 wait(lambda: degraded().get("status") != "True", timeout=4 * POLL, interval=0.5,
                      what="Degraded cleared")
-            assert not watch.errors, watch.errors[:3]
-            twice, node = watch.longest_listed_twice()
-            assert node is None, f"node {node} listed under two computes for {twice:.1f}s"
-            for n in instance_nodes:
-                seen = [s.hosts[n] for s in watch.samples if s.hosts[n]]
-                changes = sum(1 for a, b in zip(seen, seen[1:]) if a != b)
-                assert changes == 1 and seen[0] == (m1,) and seen[-1] == (final[n],), (n, seen)
+            handover_pool.assert_each_moved_once(watch, instance_nodes, m1, final)
+            # The chart's identity used every handover grant (jobs, and pods/log for the failure).
+            unused = [g for g in kube_api.authz.unused_grants(ns, operator.service_account) if is_handover_grant(g)]
+            assert not unused, unused
             for reason in ("HandoverJobCreated", "HandedOverNodes"):
                 assert events(client, ns, reason), f"no {reason} Event"
             print(f"handover failure scenario: free nodes moved, then nothing handed over while the pod could "
@@ -209,12 +206,18 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                   f"{returned_at - back_at:.1f}s after its node returned; whole scenario "
                   f"{time.monotonic() - started:.0f}s")
         finally:
-            print("----- status -----\n" + repr(get_pool(client, ns, pool).get("status")))
-            print("----- events -----\n" + "\n".join(f"{e.get('reason')}: {e.get('message')}" for e in
-                                                    client.get(f"/api/v1/namespaces/{ns}/events")["items"]))
-            try:
-                client.delete(f"{POOLS.format(ns=ns)}/{pool}")
-                wait(lambda: not client.get(POOLS.format(ns=ns))["items"], timeout=60, what="the pool deleted")
-            finally:
-                print(f"----- operator -----\n{operator.log()[-20000:]}")
-                operator.stop()
+            handover_pool.report_and_delete(kube_api, ns, pool, operator)
+
+
+def unreachable_databases(nova_conf: str) -> str:
+    """`nova_conf` with [database] and [api_database] pointing at a port nothing listens on,
+    tried once (oslo.db would otherwise retry for 100 s)."""
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.read_string(nova_conf)
+    for section in ("database", "api_database"):
+        parser[section]["connection"] = "mysql+pymysql://root@127.0.0.1:9/nova?charset=utf8"
+        parser[section]["max_retries"] = "1"
+        parser[section]["retry_interval"] = "1"
+    out = io.StringIO()
+    parser.write(out)
+    return out.getvalue()

@@ -20,27 +20,25 @@ is stuck powering off, refusing further actions (409), until it is handed over a
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from ironic_shard_operator.core.handover_job import MOVES_ANNOTATION
-from testbed.ironic_service import IronicService, shards_of, unique_resource_class
+from testbed.ironic_service import IronicService
 from testbed.nova_stack import NovaStack
-from testbed.operator_objects import create_secrets, install_crd
+from testbed.operator_objects import create_secrets
 from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
+from tests.nova import handover_pool
 from tests.nova.nova_watch import NovaWatch
-from tests.nova.sharded_pool import available_nodes
 from tests.nova.test_failover_scenario import CLOUD, clouds_yaml
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    POOLS, OperatorProcess, condition, events, get_pool, member_pods, patch_spec, pool_manifest, ready_members,
+    POOLS, OperatorProcess, condition, events, get_pool, member_pods, patch_spec, pool_manifest,
 )
 
 pytestmark = pytest.mark.nova
@@ -53,52 +51,33 @@ NODES = 30
 def test_retire_hands_over_every_instance_node_in_nova_then_ironic(
         kube_api: KubeAPI, kube_namespace: str, nova_stack: NovaStack, noauth_ironic: IronicService,
         tmp_path: Path) -> None:
-    if not kube_api.is_emulator:
-        pytest.skip("the handover Job's pod runs on the process kubelet (the fake API server only)")
     client, ns, wait, ironic = kube_api.client, kube_namespace, kube_api.wait_for, noauth_ironic
     started = time.monotonic()
     interval = nova_stack.timings["update_resources_interval"]
-    pool = f"ho{uuid.uuid4().hex[:6]}"
-    m0, m1, m2 = (f"{pool}-{i}" for i in range(3))
-    install_crd(client)
-    resource_class = unique_resource_class("handover")
-    nodes = available_nodes(ironic, NODES, resource_class)
-
-    def shards() -> dict[str, str | None]:
-        return shards_of(ironic, resource_class)
+    names = handover_pool.fresh_pool(kube_api, ironic, "ho", NODES)
+    pool, (m0, m1, m2), resource_class, nodes, shards = \
+        names.pool, names.members, names.resource_class, names.nodes, names.shards
 
     def nova_agrees() -> bool:
-        listed = nova_stack.hypervisor_hosts()
-        return all(listed.get(node, []) == [shard] for node, shard in shards().items())
+        return handover_pool.nova_agrees(nova_stack, shards)
 
     def power(node: str) -> str | None:
         return ironic.request("GET", f"/nodes/{node}?fields=power_state").json()["power_state"]
 
     def server_host(server: str, hosts: tuple[str, ...]) -> str | None:
-        """The host Nova places `server` on (the summary list filtered by host: the seeded
-        instances have no network cache, which the detail view needs)."""
-        found = [h for h in hosts if any(s["id"] == server for s in nova_stack._get_all(
-            f"/servers?all_tenants=1&host={h}", "servers"))]
-        return found[0] if len(found) == 1 else None
+        return handover_pool.server_host(nova_stack, server, hosts)
 
     with ProcessKubelet(client, ns, nova_stack, tmp_path / "kubelet") as _kubelet:
         operator = OperatorProcess(kube_api, ns, "op-handover", tmp_path).start()
         create_secrets(client, ns, clouds_yaml(nova_stack, ironic, nova_stack.compute_url),
                        nova_conf=nova_stack.compute_conf(ironic.cloud))
-        client.create(f"/api/v1/namespaces/{ns}/secrets", {
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nova-manage"},
-            "data": {"nova.conf": base64.b64encode(nova_stack.nova_conf.read_bytes()).decode()}})
+        handover_pool.create_manage_secret(client, ns, "nova-manage", nova_stack.nova_conf.read_text())
         try:
             client.create(POOLS.format(ns=ns), pool_manifest(
                 pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
                 failover={"rebalanceAfterSeconds": GRACE}, ironic={"pollIntervalSeconds": POLL},
                 handover={"novaManageConfig": {"secretRef": {"name": "nova-manage"}}, "maxConcurrent": 3}))
-            wait(lambda: all(nova_stack.compute_services().get(m, {}).get("state") == "up"
-                             for m in (m0, m1, m2)), timeout=120, interval=1, what="three nova-compute services up")
-            nova_stack.discover_hosts()
-            wait(lambda: ready_members(client, ns, pool) == [m0, m1, m2], timeout=60, what="three Ready members")
-            wait(lambda: set(shards().values()) == {m0, m1, m2}, timeout=60, what="nodes adopted")
-            wait(nova_agrees, timeout=6 * interval, interval=1, what="every node listed under its shard's compute")
+            handover_pool.wait_for_members(kube_api, ns, nova_stack, pool, (m0, m1, m2), shards)
 
             # Half the nodes carry an instance (Nova first, then Ironic, as a boot records it,
             # and powered on, as a deploy leaves the node).
@@ -151,13 +130,7 @@ def test_retire_hands_over_every_instance_node_in_nova_then_ironic(
             pinned = Counter(final[n] for n in instances)
             assert set(pinned) == {m0, m1} and abs(pinned[m0] - pinned[m1]) <= 1, pinned
             # Nova the whole time: never a node under two computes, each moved node moved once.
-            assert not watch.errors, watch.errors[:3]
-            twice, node = watch.longest_listed_twice()
-            assert node is None, f"node {node} listed under two computes for {twice:.1f}s"
-            for n in on_m2:
-                seen = [s.hosts[n] for s in watch.samples if s.hosts[n]]
-                changes = sum(1 for a, b in zip(seen, seen[1:]) if a != b)
-                assert changes == 1 and seen[0] == (m2,) and seen[-1] == (final[n],), (n, seen)
+            handover_pool.assert_each_moved_once(watch, sorted(on_m2), m2, final)
             forced = watch.forced_down_times(m2)
             assert forced, "the retired member's service was forced down before its nodes moved"
             moved_at = {n: watch.first(lambda s, n=n: s.hosts[n] and s.hosts[n] != (m2,)) for n in on_m2}
@@ -199,15 +172,7 @@ def test_retire_hands_over_every_instance_node_in_nova_then_ironic(
                   f"{cost}; a handed-over server stopped in {stopped_in:.1f}s; "
                   f"whole scenario {time.monotonic() - started:.0f}s")
         finally:
-            print("----- status -----\n" + repr(get_pool(client, ns, pool).get("status")))
-            print("----- events -----\n" + "\n".join(f"{e.get('reason')}: {e.get('message')}" for e in
-                                                    client.get(f"/api/v1/namespaces/{ns}/events")["items"]))
-            try:
-                client.delete(f"{POOLS.format(ns=ns)}/{pool}")
-                wait(lambda: not client.get(POOLS.format(ns=ns))["items"], timeout=60, what="the pool deleted")
-            finally:
-                print(f"----- operator -----\n{operator.log()[-20000:]}")
-                operator.stop()
+            handover_pool.report_and_delete(kube_api, ns, pool, operator)
 
 
 def kill_a_job_pod_mid_batch(kube_api: KubeAPI, ns: str, kubelet: ProcessKubelet, nova: NovaStack) -> dict:

@@ -1,0 +1,121 @@
+"""What the real-Nova handover scenarios share: a pool of three real nova-compute members with
+spec.handover brought up and checked against Nova, the questions they ask Nova about it, and
+the report and clean-up at their end (tests/nova/test_handover_*.py)."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from testbed.ironic_service import IronicService, shards_of, unique_resource_class
+from testbed.operator_objects import install_crd
+from testbed.nova_stack import NovaStack
+from tests.nova.nova_watch import NovaWatch
+from tests.nova.sharded_pool import available_nodes
+from tests.support.kube_api import KubeAPI
+from tests.support.operator_harness import POOLS, OperatorProcess, get_pool, ready_members
+
+Shards = Callable[[], dict[str, str | None]]
+# The longest time between two samples of Nova a history may have (a node's two listings
+# shorter than that could go unseen).
+MAX_SAMPLE_GAP = 5.0
+
+
+@dataclass(frozen=True)
+class PoolNames:
+    """A fresh pool name, its three members, and `count` available Ironic nodes of a fresh
+    resource class (the pool's selector)."""
+
+    pool: str
+    members: tuple[str, str, str]
+    resource_class: str
+    nodes: list[str]
+    ironic: IronicService
+
+    def shards(self) -> dict[str, str | None]:
+        """Each node's Ironic shard."""
+        return shards_of(self.ironic, self.resource_class)
+
+
+def fresh_pool(kube_api: KubeAPI, ironic: IronicService, prefix: str, count: int) -> PoolNames:
+    """Skips off the fake API server (the Job's pod runs on the process kubelet); installs the
+    CRD and makes the nodes available."""
+    if not kube_api.is_emulator:
+        pytest.skip("the handover Job's pod runs on the process kubelet (the fake API server only)")
+    pool = f"{prefix}{uuid.uuid4().hex[:6]}"
+    install_crd(kube_api.client)
+    resource_class = unique_resource_class(prefix)
+    members = (f"{pool}-0", f"{pool}-1", f"{pool}-2")
+    return PoolNames(pool, members, resource_class, available_nodes(ironic, count, resource_class), ironic)
+
+
+def create_manage_secret(client, ns: str, name: str, nova_conf: str) -> None:
+    """The novaManageConfig Secret: `nova_conf` under key nova.conf."""
+    client.create(f"/api/v1/namespaces/{ns}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "data": {"nova.conf": base64.b64encode(nova_conf.encode()).decode()}})
+
+
+def nova_agrees(nova: NovaStack, shards: Shards) -> bool:
+    """Nova lists every node of `shards()` under exactly its shard's compute."""
+    listed = nova.hypervisor_hosts()
+    return all(listed.get(node, []) == [shard] for node, shard in shards().items())
+
+
+def server_host(nova: NovaStack, server: str, hosts: tuple[str, ...]) -> str | None:
+    """The host Nova places `server` on (the summary list filtered by host: the seeded
+    instances have no network cache, which the detail view needs); None unless exactly one."""
+    found = [h for h in hosts if any(s["id"] == server for s in nova._get_all(
+        f"/servers?all_tenants=1&host={h}", "servers"))]
+    return found[0] if len(found) == 1 else None
+
+
+def wait_for_members(kube_api: KubeAPI, ns: str, nova: NovaStack, pool: str, members: tuple[str, ...],
+                     shards: Shards) -> None:
+    """Every member's nova-compute up and mapped, its pod Ready, the nodes adopted and Nova
+    listing each under its shard's compute."""
+    wait = kube_api.wait_for
+    wait(lambda: all(nova.compute_services().get(m, {}).get("state") == "up" for m in members),
+         timeout=120, interval=1, what="the nova-compute services up")
+    nova.discover_hosts()
+    wait(lambda: ready_members(kube_api.client, ns, pool) == sorted(members), timeout=60, what="the members Ready")
+    wait(lambda: set(shards().values()) == set(members), timeout=60, what="nodes adopted")
+    wait(lambda: nova_agrees(nova, shards), timeout=6 * nova.timings["update_resources_interval"], interval=1,
+         what="every node listed under its shard's compute")
+
+
+def assert_each_moved_once(watch: NovaWatch, nodes: list[str], source: str, final: dict[str, str | None]) -> None:
+    """Nova the whole time: never a node under two computes, each of `nodes` listed first under
+    `source`, then once under its final owner, with no other change. A read of Nova's API that
+    failed (a reset connection on a loaded box) is a missing sample, not a finding: the
+    history must stay dense all the same (no gap of MAX_SAMPLE_GAP seconds, at most one read
+    in 20 failed)."""
+    gaps = [b.at - a.at for a, b in zip(watch.samples, watch.samples[1:])]
+    assert len(watch.errors) <= len(watch.samples) // 20 and max(gaps, default=0.0) < MAX_SAMPLE_GAP, \
+        (f"{len(watch.errors)} failed reads of {len(watch.samples)}, longest gap {max(gaps, default=0.0):.1f}s",
+         watch.errors[:3])
+    twice, node = watch.longest_listed_twice()
+    assert node is None, f"node {node} listed under two computes for {twice:.1f}s"
+    for n in nodes:
+        seen = [s.hosts[n] for s in watch.samples if s.hosts[n]]
+        changes = sum(1 for a, b in zip(seen, seen[1:]) if a != b)
+        assert changes == 1 and seen[0] == (source,) and seen[-1] == (final[n],), (n, seen)
+
+
+def report_and_delete(kube_api: KubeAPI, ns: str, pool: str, operator: OperatorProcess) -> None:
+    """The pool's status, the namespace's Events and the operator's log printed; the pool
+    deleted (waited for) and the operator stopped, whatever fails."""
+    client = kube_api.client
+    print("----- status -----\n" + repr(get_pool(client, ns, pool).get("status")))
+    print("----- events -----\n" + "\n".join(f"{e.get('reason')}: {e.get('message')}" for e in
+                                            client.get(f"/api/v1/namespaces/{ns}/events")["items"]))
+    try:
+        client.delete(f"{POOLS.format(ns=ns)}/{pool}")
+        kube_api.wait_for(lambda: not client.get(POOLS.format(ns=ns))["items"], timeout=60, what="the pool deleted")
+    finally:
+        print(f"----- operator -----\n{operator.log()[-20000:]}")
+        operator.stop()
