@@ -78,6 +78,6 @@ def test_the_chart_grants_the_operator_exactly_what_it_uses(
     assert operator.refused() == [], "the operator was refused requests the chart should allow"
     unused = kube_api.authz.unused_grants(ns, operator.service_account)
     # Handover Jobs and their logs need a real Nova (nova-manage): the real-Nova handover
-    # scenario, run as the same chart identity, must use them (tests/nova/test_handover_scenario.py).
+    # scenario, run as the same chart identity, must use them (tests/nova/test_handover_failure_scenario.py).
     unused = [grant for grant in unused if not is_handover_grant(grant)]
     assert unused == [], "the chart grants what the operator never used:\n" + "\n".join(unused)
