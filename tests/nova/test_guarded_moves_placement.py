@@ -6,6 +6,7 @@ joins; once the allocation is gone, it moves. A move away from a dead owner asks
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 
@@ -99,3 +100,28 @@ def test_a_move_away_from_a_dead_owner_does_not_wait_for_placement(
                        members, now=now)
     assert report.applied.applied == 4
     assert set(shards_of(noauth_ironic, resource_class).values()) == {"pool-1"}
+
+
+def test_a_placement_that_does_not_answer_leaves_the_guard_to_ironic(
+        nova_stack: NovaStack, noauth_ironic: IronicService) -> None:
+    """Nova cannot schedule without Placement: an outage must not hold a scale-down or a
+    rebalance. The moves go ahead, each still read again in Ironic right before its write."""
+    resource_class = unique_resource_class("placement-down")
+    seed_nodes_directly_in_db(noauth_ironic, 6, resource_class=resource_class, shard="pool-0")
+    entry = nova_stack.cloud_config()
+    entry.pop("compute_api_version")
+    entry |= {"baremetal_endpoint_override": noauth_ironic.url, "placement_endpoint_override": _closed_url()}
+    adapter = IronicAdapter.from_clouds_yaml(yaml.safe_dump({"clouds": {"c": entry}}), "c",
+                                             selector=Selector(resource_class=resource_class))
+    now = time.time()
+    joined = [Member("pool-0", ready=True, since=now - 600), Member("pool-1", ready=True, since=now - 5)]
+    report = run_cycle(adapter, PoolSpec(name="pool", replicas=2), joined, now=now)
+    assert report.moves_planned and report.applied.applied == report.moves_planned
+    # one listing, one bulk re-read, and per move its own read and its write
+    assert report.ironic_requests == 2 + 2 * report.moves_planned
+
+
+def _closed_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"

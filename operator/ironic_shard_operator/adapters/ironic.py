@@ -140,8 +140,8 @@ class Guard:
     A move whose source is one of `live_owners` (shard_write.live_owners) is read on its own
     right before its write and written only on shard_write.guarded_verdict's WRITE.
     `claimed_in_placement(node_uuid)` answers whether Placement holds allocations on the
-    node's provider (None: the cloud has no Placement, so nothing is asked); an exception
-    from it leaves the move unwritten this cycle (counted busy), never written blind.
+    node's provider (None: no Placement to ask, so the Ironic read alone decides); an
+    exception from it leaves the move unwritten this cycle (counted busy).
     """
 
     live_owners: frozenset[str]

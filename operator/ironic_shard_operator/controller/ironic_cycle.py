@@ -196,10 +196,13 @@ def run_cycle(
 
 
 def placement_question(adapter: IronicAdapter) -> Callable[[str], bool] | None:
-    """Placement's `has_allocations` for the adapter's cloud, or None when the cloud has no
-    Placement (then no Nova schedules there, and the guard reads Ironic alone; said in the log
-    each time, which is only when members change). A Placement that does not answer is asked
-    per move all the same: those moves wait (never written blind)."""
+    """Placement's `has_allocations` for the adapter's cloud, or None when there is none to
+    ask: the cloud names no Placement (then no Nova schedules there), or Placement does not
+    answer right now (then Nova cannot schedule either; holding every scale-down and
+    rebalance until it is back would cost more than the window it guards). With None the
+    guard reads Ironic alone, per node, right before each write; said in the log each time,
+    which is only when members change. A Placement that answered here and fails on a later
+    question keeps that move unwritten this cycle."""
     placement = PlacementAdapter(adapter.connection, cloud_name=adapter.cloud)
     try:
         placement.check()
@@ -208,8 +211,10 @@ def placement_question(adapter: IronicAdapter) -> Callable[[str], bool] | None:
                  "asked for builds in flight (set placement_endpoint_override or a catalog "
                  "entry when the cloud runs Nova)", error)
         return None
-    except PlacementError:
-        pass  # asked per move, where a failure keeps the move unwritten
+    except PlacementError as error:
+        log.warning("%s: this cycle's moves away from live members rely on Ironic's per-node "
+                    "re-read alone", error)
+        return None
     return placement.has_allocations
 
 
