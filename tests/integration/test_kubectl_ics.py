@@ -21,6 +21,7 @@ from testbed.ironic_service import IronicService, enrol_nodes, unique_resource_c
 from testbed.operator_objects import create_secrets, install_crd
 from testbed.ports import free_port
 from tests.support.kube_api import KubeAPI
+from tests.support.operator_rbac import helm as project_helm
 from tests.support.operator_harness import (
     POOLS, REPO, OperatorProcess, get_pool, http_get, lease_holder, pool_manifest)
 
@@ -170,9 +171,7 @@ def test_the_readme_quick_start_as_a_user_types_it(
     assert [c.split()[:3] for c in commands] == [["helm", "install", "iso"], ["kubectl", "apply", "-f"],
                                                  ["kubectl", "ics", "preflight"], ["kubectl", "apply", "-f"],
                                                  ["kubectl", "ics", "status"]]
-    helm = shutil.which("helm") or str(REPO / ".tools" / "bin" / "helm")
-    if not Path(helm).exists():
-        pytest.skip("helm is not installed (hack/tools.sh installs it into .tools/bin)")
+    helm = str(project_helm())  # the project's helm (hack/tools.sh installs it once), as CI has it
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(kube_api.kubeconfig.read_text())
     env = dict(kube_api.env, KUBECONFIG=str(kubeconfig), HELM_CACHE_HOME=str(tmp_path / "helm-cache"),
