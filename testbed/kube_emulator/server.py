@@ -66,6 +66,7 @@ without credentials is the cluster administrator's and may do anything.
 """
 import asyncio
 import base64
+import contextvars
 import contextlib
 import copy
 import dataclasses
@@ -107,6 +108,8 @@ HISTORY_KEPT = 5_000  # watch events kept for resuming watches; older ones answe
 # is synchronous up to the first await, and no reaction here declines a request it matched).
 REQUESTS_KEPT = 1
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024  # a real server's limit of a request body
+# Set by a server-side apply that created its object: its answer is 201 (see _apply).
+_CREATED_BY_APPLY: contextvars.ContextVar[bool] = contextvars.ContextVar('created_by_apply', default=False)
 
 
 def now_timestamp(delay_seconds: float = 0) -> str:
@@ -206,7 +209,10 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             del self._requests[:-REQUESTS_KEPT]
             for reaction in self._payloads:
                 del reaction._requests[:-REQUESTS_KEPT]
+            _CREATED_BY_APPLY.set(False)
             response = await self._handle(request)
+            if _CREATED_BY_APPLY.get():
+                response.set_status(201)
         except Exception as e:
             response = await self._render_error(e)
         self.authn.record(user, raw_request.method, raw_request.path_qs, response.status)
@@ -683,14 +689,18 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         config = applied_config(data, rt.api_version, name, params)
         existing = self._objects.get((rt.group, rt.plural, namespace or '', name))
         if existing is not None and contained_in({k: v for k, v in config.items() if k != 'status'}, existing):
-            return kmock.Response(status=200, payload=self._view(rt, existing))
+            return self._view(rt, existing)
         if existing is not None:
             raise ApiError(415, 'UnsupportedMediaType',
                            f'server-side apply to an existing object ({rt.qualified} "{name}") is not emulated by this '
                            f'fake API server (it keeps no managedFields); accepted media types include: '
                            f'application/json-patch+json, application/merge-patch+json'
                            + ('' if rt.is_custom else ', application/strategic-merge-patch+json'), {})
-        return kmock.Response(status=201, payload=self._create(rt, namespace, config, params, dry_run=dry_run))
+        created = self._create(rt, namespace, config, params, dry_run=dry_run)
+        # Answered 201 by __call__: a kmock.Response(status=201) returned here would stay the
+        # status of every later answer of this reaction (all PATCHes and PUTs turned 201).
+        _CREATED_BY_APPLY.set(True)
+        return created
 
     def _kept_metadata(self, rt: ResourceType, old: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
         """Metadata after a write: system fields stay, finalizers cannot grow on deleting objects."""
