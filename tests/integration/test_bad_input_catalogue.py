@@ -34,6 +34,7 @@ from testbed.kube_client import KubeAPIError
 from testbed.nova_stack import NovaStack
 from testbed.operator_objects import install_crd
 from tests.support.kube_api import KubeAPI
+from tests.support.manifest_edits import delete_at, set_at
 from tests.support.operator_harness import POOLS, OperatorProcess, condition, get_pool, pool_manifest, settle
 
 pytestmark = pytest.mark.integration
@@ -44,24 +45,7 @@ NODES_PER_POOL = 2
 # --- REFUSED at admission ------------------------------------------------------------------
 
 
-def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
-    def change(pool: dict[str, Any]) -> None:
-        *parents, leaf = path.split(".")
-        node = pool
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return change
-
-
-def _drop(path: str) -> Callable[[dict[str, Any]], None]:
-    def change(pool: dict[str, Any]) -> None:
-        *parents, leaf = path.split(".")
-        node = pool
-        for key in parents:
-            node = node[key]
-        del node[leaf]
-    return change
+_set, _drop = set_at, delete_at
 
 
 def _autoscale(**settings: Any) -> Callable[[dict[str, Any]], None]:

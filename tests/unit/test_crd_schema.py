@@ -47,6 +47,7 @@ import yaml
 from ironic_shard_operator.core import autoscale, model, nova_policy
 from ironic_shard_operator.core.status import CycleFacts, build_status
 from testbed.kube_emulator.resources import custom_resource_types
+from tests.support.manifest_edits import delete_at, set_at
 from testbed.kube_emulator.tables import table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -426,24 +427,7 @@ def _minimal_with(change) -> dict[str, Any]:
     return pool
 
 
-def _set(path: str, value: Any):
-    def change(pool: dict[str, Any]) -> None:
-        *parents, leaf = path.split(".")
-        node = pool
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return change
-
-
-def _delete(path: str):
-    def change(pool: dict[str, Any]) -> None:
-        *parents, leaf = path.split(".")
-        node = pool
-        for key in parents:
-            node = node[key]
-        del node[leaf]
-    return change
+_set, _delete = set_at, delete_at
 
 
 def _both(*changes):
