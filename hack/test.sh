@@ -11,6 +11,11 @@ cd "$(dirname "$0")/.."
 # usual deadline (TEST_DEADLINE_SCALE, testbed/waiting.py). TEST_WORKERS=0 runs
 # everything in this one process.
 # Not --dist loadgroup: with pytest 9.2 it silently stops grouping (pytest-xdist#1386).
+# --maxschedchunk 1: a worker is handed one test at a time as its queue runs low, so the long
+# tests, collected first (tests/support/scheduling.py), spread over both workers instead of
+# arriving in one block of contiguous tests on one of them.
 workers=${TEST_WORKERS:-2}
 export TEST_DEADLINE_SCALE=${TEST_DEADLINE_SCALE:-$([[ $workers == 0 ]] && echo 1 || echo 2)}
-.venv/bin/python -m pytest tests -ra --durations=12 -n "$workers" --dist load "$@"
+# Arguments name what to run (a tier: `bash hack/test.sh tests/nova`); none: everything.
+[[ $# -gt 0 ]] || set -- tests
+.venv/bin/python -m pytest -ra --durations=12 -n "$workers" --dist load --maxschedchunk 1 "$@"

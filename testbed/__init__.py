@@ -7,9 +7,15 @@ lives in, and nothing that is a test:
 - kube_client.py            a small synchronous client for any Kubernetes API server
 - kubelet.py                a FAKE kubelet (and scheduler) for API servers where no kubelet runs pods
 - process_kubelet.py        a FAKE kubelet whose pods run as REAL nova-compute processes
+- task_pods.py              a Job pod's nova-manage or shell script, run for real by the process kubelet
 - service_account_tokens.py ServiceAccount tokens for a process, issued, rotated and revoked
 - operator_objects.py       the CRD and a pool's Secrets, created as a user creates them
 - ironic_starter.py         the real Ironic service: install, start, stop (hack/ironic/service.py runs it)
+- keystone_starter.py       the real Keystone (identity for Ironic's policy tests): start, stop, users
+                            (hack/keystone/service.py runs it)
+- registry.py               the real OCI registry (Debian's docker-registry; hack/registry.sh installs it)
+                            with TLS or plain HTTP, optional auth, and a small pushed image
+- service_process.py        one service's process group: start, wait until ready, stop with nothing left
 - ironic_service.py         a running Ironic for Python callers, and helpers that fill it with nodes
 - nova_starter.py           the real Nova stack: start, stop, computes (hack/nova/novastack.py runs it)
 - nova_stack.py             a running Nova stack for Python callers (openstacksdk, nova-compute processes)
@@ -17,7 +23,8 @@ lives in, and nothing that is a test:
 - ports.py                  a free TCP port
 - waiting.py                wait_for: polling with a deadline CI can stretch (TEST_DEADLINE_SCALE)
 
-The starters, procgroup.py and ports.py use only the standard library (any python3 >= 3.9):
+The starters (but registry.py, which needs the venv's `cryptography`), service_process.py,
+procgroup.py and ports.py use only the standard library (any python3 >= 3.9):
 the commands in hack/ run them before the project's venv exists.
 
 Direction: tests/, hack/ and bench/ import testbed; testbed imports none of them. It reads the

@@ -175,6 +175,27 @@ def enrol_nodes(service: IronicService, count: int, *, resource_class: str,
     return uuids
 
 
+def available_nodes(ironic: IronicService, count: int, resource_class: str,
+                    timeout: float = 60.0) -> list[str]:
+    """`count` fake-hardware nodes made `available` through Ironic's API (enroll -> manage ->
+    provide), all nodes moving at once."""
+    nodes = enrol_nodes(ironic, count, resource_class=resource_class)
+    for target, expect in (("manage", "manageable"), ("provide", "available")):
+        for node in nodes:
+            ironic.request("PUT", f"/nodes/{node}/states/provision", json={"target": target})
+        deadline = time.monotonic() + timeout
+        while True:
+            listed = ironic.request(
+                "GET", f"/nodes?resource_class={resource_class}&fields=uuid,provision_state").json()
+            states = {n["uuid"]: n["provision_state"] for n in listed["nodes"]}
+            if all(states.get(node) == expect for node in nodes):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nodes did not all reach {expect}: {states}")
+            time.sleep(0.2)
+    return nodes
+
+
 def seed_nodes_directly_in_db(service: IronicService, count: int, *, resource_class: str,
                               conductor_group: str = "", shard: str | None = None) -> list[str]:
     """SETUP SHORTCUT: `count` available fake-hardware nodes, cloned in Ironic's database.

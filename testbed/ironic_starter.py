@@ -25,10 +25,11 @@ configuration (port, credentials, database): that is how a test brings Ironic ba
 stopping it. Starting a service that is already running only prints its lines again.
 
 `stop` ends the whole process group (SIGTERM, then SIGKILL after a bound) and returns only
-once no process of it is left. `status` exits 0 when the service answers.
+once no process of it is left (testbed/service_process.py). `status` exits 0 when the service
+answers.
 
-Only the standard library is used (here and in testbed/procgroup.py), so any python3 >= 3.9
-runs it, before the project's venv exists.
+Only the standard library is used (here and in testbed/service_process.py), so any python3
+>= 3.9 runs it, before the project's venv exists.
 """
 
 from __future__ import annotations
@@ -38,17 +39,16 @@ import fcntl
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import venv
 from pathlib import Path
 
+from testbed import service_process
 from testbed.ports import free_port
-from testbed.procgroup import group_members
+from testbed.service_process import ServiceProcess
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_TEMPLATE = REPO / "hack" / "ironic" / "ironic.conf.template"
@@ -58,13 +58,12 @@ IRONIC_REQUIREMENT = "ironic==39.0.0"
 CLOUD_NAME = "ironic-test"
 HTTP_BASIC_USER = "admin"
 START_TIMEOUT_SECONDS = 180.0  # ~5 s alone; CI runs other tiers beside it on 2 cores
-STOP_TIMEOUT_SECONDS = 20.0
 AUTH_STRATEGIES = ("noauth", "http_basic", "keystone")
 # Ironic's own default [api]max_limit: the most items one page of a listing holds.
 DEFAULT_MAX_LIMIT = 1000
 
 
-class ServiceError(Exception):
+class ServiceError(service_process.ServiceError):
     """A problem starting or stopping the service, with a message a person can act on."""
 
 
@@ -176,19 +175,16 @@ def answers(url: str) -> bool:
         return False
 
 
+def _process(state: Path) -> ServiceProcess:
+    return ServiceProcess(state / "ironic.pid", "Ironic", ServiceError)
+
+
 def running_pid(state: Path) -> int | None:
-    pidfile = state / "ironic.pid"
-    if not pidfile.exists():
-        return None
-    pid = int(pidfile.read_text())
-    return pid if group_members(pid) else None
+    return _process(state).running_pid()
 
 
 def log_tail(state: Path, lines: int = 25) -> str:
-    log = state / "ironic.log"
-    if not log.exists():
-        return "(no ironic.log)"
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    return service_process.last_lines(state / "ironic.log", lines)
 
 
 def start(state: Path, auth: str = "noauth", host_ip: str = "127.0.0.1",
@@ -214,59 +210,37 @@ def start(state: Path, auth: str = "noauth", host_ip: str = "127.0.0.1",
         return {**coordinates, "IRONIC_PID": str(pid)}
     if pid is not None:
         stop(state)
-    with open(state / "ironic.out", "ab") as out:
-        process = subprocess.Popen(
-            [str(bin_dir / "ironic"), "--config-file", str(state / "ironic.conf")],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)  # its own process group: stop() ends every child too
-    (state / "ironic.pid").write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while not answers(url):
-        if process.poll() is not None:
-            stop(state)
-            raise ServiceError(f"ironic exited with code {process.returncode} before its API "
-                               f"answered at {url}; last log lines:\n{log_tail(state)}")
-        if time.monotonic() > deadline:
-            stop(state)
-            raise ServiceError(f"ironic did not answer at {url} within "
-                               f"{START_TIMEOUT_SECONDS:.0f} s; last log lines:\n{log_tail(state)}")
-        time.sleep(0.2)
+    service = _process(state)
+    process = service.start([str(bin_dir / "ironic"), "--config-file", str(state / "ironic.conf")],
+                            state / "ironic.out")
+    service.await_ready(
+        process, lambda: answers(url), timeout=START_TIMEOUT_SECONDS, interval=0.2,
+        exited=lambda code: (f"ironic exited with code {code} before its API answered at "
+                             f"{url}; last log lines:\n{log_tail(state)}"),
+        timed_out=lambda: (f"ironic did not answer at {url} within {START_TIMEOUT_SECONDS:.0f} "
+                           f"s; last log lines:\n{log_tail(state)}"))
     return {**coordinates, "IRONIC_PID": str(process.pid)}
 
 
 def stop(state: Path) -> None:
-    """End the service's process group and return once none of it is left (idempotent)."""
-    pidfile = state / "ironic.pid"
-    if not pidfile.exists():
-        return
-    end_process_group(int(pidfile.read_text()), "Ironic")
-    pidfile.unlink()
-
-
-def end_process_group(pgid: int, service: str) -> None:
-    """SIGTERM the process group `pgid`, SIGKILL it after a bound, and return only once no
-    process of it is left (raises when one survives SIGKILL)."""
-    for sig, bound in ((signal.SIGTERM, STOP_TIMEOUT_SECONDS), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + bound
-        while group_members(pgid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not group_members(pgid):
-            break
-    if group_members(pgid):
-        raise ServiceError(f"process group {pgid} of the {service} service survived SIGKILL")
+    """End the service's process group: none of it is left when this returns (idempotent)."""
+    _process(state).stop()
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command line; `prog` names the command in usage and error lines."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("install", help="install ironic into its own venv (idempotent)")
-    starting = commands.add_parser("start", help="start (or restart) the service of STATE_DIR")
-    starting.add_argument("state_dir", type=Path)
+    return service_process.command_line(
+        argv, prog, __doc__.split("\n\n")[0], install=install,
+        install_help="install ironic into its own venv (idempotent)",
+        start_help="start (or restart) the service of STATE_DIR", start_options=_start_options,
+        start=lambda args: start(args.state_dir, args.auth, args.host_ip, args.port,
+                                 args.conductor_group, args.pin_release, args.max_limit,
+                                 args.keystone),
+        stop=stop, up=lambda state: (state / "endpoint").exists()
+        and running_pid(state) is not None and answers(configured_url(state)))
+
+
+def _start_options(starting: argparse.ArgumentParser) -> None:
     starting.add_argument("--auth", choices=AUTH_STRATEGIES, default="noauth")
     starting.add_argument("--host-ip", default="127.0.0.1", metavar="IP",
                           help="address to listen on (default 127.0.0.1; first start only)")
@@ -281,29 +255,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     starting.add_argument("--keystone", type=Path, metavar="KEYSTONE_STATE_DIR",
                           help="with --auth keystone: the state directory of a running Keystone "
                                "(hack/keystone/service.py; first start only)")
-    for name in ("stop", "status"):
-        commands.add_parser(name).add_argument("state_dir", type=Path)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "install":
-            print(install())
-        elif args.command == "start":
-            coordinates = start(args.state_dir, args.auth, args.host_ip, args.port,
-                                args.conductor_group, args.pin_release, args.max_limit,
-                                args.keystone)
-            for key, value in coordinates.items():
-                print(f"{key}={value}")
-        elif args.command == "stop":
-            stop(args.state_dir.resolve())
-        else:
-            state = args.state_dir.resolve()
-            up = (state / "endpoint").exists() and running_pid(state) is not None \
-                and answers(configured_url(state))
-            print("running" if up else "stopped")
-            return 0 if up else 3
-    except ServiceError as error:
-        parser.exit(1, f"{parser.prog}: {error}\n")
-    return 0
 
 
 if __name__ == "__main__":

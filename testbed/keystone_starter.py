@@ -22,7 +22,8 @@ its service users). It returns once a token is issued. On success it prints (eva
     KEYSTONE_PID=PID
 
 A STATE_DIR that already holds a configuration is started again with it; a running one only
-prints its lines again. `stop` ends the process group and returns once none of it is left.
+prints its lines again. `stop` ends the process group and returns once none of it is left
+(testbed/service_process.py).
 
 Only the standard library is used (the Keystone API is called with urllib), so any python3
 >= 3.9 runs it.
@@ -30,7 +31,6 @@ Only the standard library is used (the Keystone API is called with urllib), so a
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import json
 import os
@@ -42,9 +42,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from testbed import ironic_starter
+from testbed import ironic_starter, service_process
 from testbed.ports import free_port
-from testbed.procgroup import group_members
+from testbed.service_process import ServiceProcess
 
 # Keystone 30 is the release beside Ironic 39 / Nova 34; its requirements install into
 # Ironic's venv without changing any package there (pip is constrained to that venv's freeze).
@@ -53,11 +53,10 @@ ADMIN_USER = "admin"
 REGION = "RegionOne"
 SERVICE_PROJECT = "service"
 START_TIMEOUT_SECONDS = 120.0  # ~3 s alone; CI runs other tiers beside it on 2 cores
-STOP_TIMEOUT_SECONDS = 20.0
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-class ServiceError(Exception):
+class ServiceError(service_process.ServiceError):
     """A problem installing, starting or stopping Keystone, with a message a person can act on."""
 
 
@@ -182,39 +181,46 @@ def ensure(url: str, token: str, kind: str, name: str, body: dict) -> str:
 
 
 def ensure_user(url: str, password_of_admin: str, name: str, password: str, *,
-                role: str, project: str | None = None, system: bool = False) -> str:
-    """A user of the default domain holding `role` on `project` (by name) or on the system;
-    created when absent, its password and grant set again when present. Returns its id."""
+                role: str, project: str | None = None, system: bool = False,
+                also: tuple[str, ...] = ()) -> str:
+    """A user of the default domain holding `role` (and the roles `also`, each created when
+    absent) on `project` (by name) or on the system; created when absent, its password and
+    grants set again when present. Returns its id."""
     token = admin_token(url, password_of_admin)
     user = ensure(url, token, "users", name, {"domain_id": "default", "password": password})
     _call("PATCH", f"{url}/users/{user}", {"user": {"password": password}}, token)
-    role_id = ensure(url, token, "roles", role, {})
+    # A password change revokes the user's tokens issued before it (identity/core.py
+    # update_user: a revocation event). A token's issued_at has whole seconds, so one issued
+    # later within this same second counts as revoked too and Ironic answers 401 with it:
+    # the caller's first token is asked for in the next second.
+    time.sleep(1.05 - time.time() % 1.0)
     if system:
-        target = f"{url}/system/users/{user}/roles/{role_id}"
+        scope = f"{url}/system/users/{user}"
     else:
         project_id = ensure(url, token, "projects", project or SERVICE_PROJECT,
                             {"domain_id": "default"})
-        target = f"{url}/projects/{project_id}/users/{user}/roles/{role_id}"
-    status, _, body = _call("PUT", target, token=token)
-    if status not in (200, 201, 204):
-        raise ServiceError(f"Keystone refused granting {role} to {name}: HTTP {status} {body}")
+        scope = f"{url}/projects/{project_id}/users/{user}"
+    for granted in (role, *also):
+        role_id = ensure(url, token, "roles", granted, {})
+        status, _, body = _call("PUT", f"{scope}/roles/{role_id}", token=token)
+        if status not in (200, 201, 204):
+            raise ServiceError(f"Keystone refused granting {granted} to {name}: HTTP {status} {body}")
     return user
 
 
+def _process(state: Path) -> ServiceProcess:
+    return ServiceProcess(state / "keystone.pid", "Keystone", ServiceError)
+
+
 def running_pid(state: Path) -> int | None:
-    pidfile = state / "keystone.pid"
-    if not pidfile.exists():
-        return None
-    pid = int(pidfile.read_text())
-    return pid if group_members(pid) else None
+    return _process(state).running_pid()
 
 
 def log_tail(state: Path, lines: int = 25) -> str:
     text = ""
     for name in ("keystone.log", "gunicorn.out"):
         if (state / name).exists():
-            text += f"--- {name}\n" + "\n".join(
-                (state / name).read_text(errors="replace").splitlines()[-lines:]) + "\n"
+            text += f"--- {name}\n" + service_process.last_lines(state / name, lines) + "\n"
     return text or "(no log)"
 
 
@@ -260,65 +266,35 @@ def start(state: Path, port: int | None = None) -> dict[str, str]:
         "workers = 1\nthreads = 4\n"
         "control_socket_disable = True  # else one socket in $HOME for every gunicorn\n")
     env = {**os.environ, "OS_KEYSTONE_CONFIG_FILES": str(state / "keystone.conf")}
-    with open(state / "gunicorn.out", "ab") as out:
-        process = subprocess.Popen(
-            [str(bin_dir / "gunicorn")], cwd=state,
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True)  # its own process group: stop() ends every worker too
-    (state / "keystone.pid").write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while not answers(state):
-        if process.poll() is not None:
-            stop(state)
-            raise ServiceError(f"gunicorn (keystone) exited with code {process.returncode} "
-                               f"before Keystone answered at {url}:\n{log_tail(state)}")
-        if time.monotonic() > deadline:
-            stop(state)
-            raise ServiceError(f"Keystone did not answer at {url} within "
-                               f"{START_TIMEOUT_SECONDS:.0f} s:\n{log_tail(state)}")
-        time.sleep(0.2)
+    service = _process(state)
+    process = service.start([str(bin_dir / "gunicorn")], state / "gunicorn.out", cwd=state, env=env)
+    service.await_ready(
+        process, lambda: answers(state), timeout=START_TIMEOUT_SECONDS, interval=0.2,
+        exited=lambda code: (f"gunicorn (keystone) exited with code {code} before Keystone "
+                             f"answered at {url}:\n{log_tail(state)}"),
+        timed_out=lambda: (f"Keystone did not answer at {url} within "
+                           f"{START_TIMEOUT_SECONDS:.0f} s:\n{log_tail(state)}"))
     token = admin_token(url, admin_password(state))
     ensure(url, token, "projects", SERVICE_PROJECT, {"domain_id": "default"})
     return {**coordinates, "KEYSTONE_PID": str(process.pid)}
 
 
 def stop(state: Path) -> None:
-    """End the service's process group and return once none of it is left (idempotent)."""
-    pidfile = state / "keystone.pid"
-    if not pidfile.exists():
-        return
-    ironic_starter.end_process_group(int(pidfile.read_text()), "Keystone")
-    pidfile.unlink()
+    """End the service's process group: none of it is left when this returns (idempotent)."""
+    _process(state).stop()
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command line; `prog` names the command in usage and error lines."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("install", help="install keystone into Ironic's venv (idempotent)")
-    starting = commands.add_parser("start", help="start (or restart) the service of STATE_DIR")
-    starting.add_argument("state_dir", type=Path)
-    starting.add_argument("--port", type=int, help="default: a free port (first start only)")
-    for name in ("stop", "status"):
-        commands.add_parser(name).add_argument("state_dir", type=Path)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "install":
-            print(install())
-        elif args.command == "start":
-            for key, value in start(args.state_dir, args.port).items():
-                print(f"{key}={value}")
-        elif args.command == "stop":
-            stop(args.state_dir.resolve())
-        else:
-            state = args.state_dir.resolve()
-            up = (state / "endpoint").exists() and running_pid(state) is not None \
-                and answers(state)
-            print("running" if up else "stopped")
-            return 0 if up else 3
-    except (ServiceError, ironic_starter.ServiceError) as error:
-        parser.exit(1, f"{parser.prog}: {error}\n")
-    return 0
+    return service_process.command_line(
+        argv, prog, __doc__.split("\n\n")[0], install=install,
+        install_help="install keystone into Ironic's venv (idempotent)",
+        start_help="start (or restart) the service of STATE_DIR",
+        start_options=lambda starting: starting.add_argument(
+            "--port", type=int, help="default: a free port (first start only)"),
+        start=lambda args: start(args.state_dir, args.port), stop=stop,
+        up=lambda state: (state / "endpoint").exists() and running_pid(state) is not None
+        and answers(state))
 
 
 if __name__ == "__main__":

@@ -96,8 +96,12 @@ class NovaStack:
         }
 
     def connection(self, token: str | None = None) -> openstack.connection.Connection:
-        """A new openstacksdk connection to this Nova (admin unless `token` says otherwise)."""
-        return openstack.connect(load_yaml_config=False, load_envvars=False,
+        """A new openstacksdk connection to this Nova (admin unless `token` says otherwise).
+        A request whose connection drops before any answer is sent again (`connect_retries`):
+        Nova's gunicorn closes a keep-alive connection idle for 2 s, and a read that reuses it at
+        that moment gets "Connection aborted" though Nova is up. The operator's own adapter
+        handles that itself; this is the tests' reader of Nova."""
+        return openstack.connect(load_yaml_config=False, load_envvars=False, connect_retries=3,
                                  **self.cloud_config(token))
 
     # -- processes
@@ -212,6 +216,18 @@ class NovaStack:
         response = self._admin.compute.post(f"/servers/{server}/action", json=action,
                                             microversion=COMPUTE_MICROVERSION, raise_exc=False)
         return response.status_code, response.text
+
+    def set_forced_down(self, host: str, forced_down: bool) -> None:
+        """An administrator's `openstack compute service set --down|--up HOST nova-compute`:
+        PUT /os-services/<id> with forced_down, as any admin client does."""
+        if self._admin is None:
+            self._admin = self.connection()
+        service = self.compute_services()[host]
+        response = self._admin.compute.put(f"/os-services/{service['id']}", json={"forced_down": forced_down},
+                                           microversion=COMPUTE_MICROVERSION, raise_exc=False)
+        if response.status_code != 200:
+            raise StackError(f"PUT /os-services/{service['id']} forced_down={forced_down}: "
+                             f"HTTP {response.status_code} {response.text}")
 
     def wait_for(self, what: str, condition: Callable[[], bool], timeout: float,
                  interval: float = 1.0) -> None:

@@ -6,6 +6,13 @@ this pair is what shows Ironic's own refusals, e.g. the 403 of `baremetal:node:u
 Keystone is testbed/keystone_starter.py (installed into Ironic's venv on first use, ~20 s);
 it starts in ~15 s (db_sync, key setup, bootstrap) and stops with the session.
 
+Ironic runs with one policy override (policy.yaml beside its ironic.conf, where oslo.config
+finds it; oslo.policy reads it again whenever it changes): `baremetal:shards:get` is refused
+to any user who also holds the role NO_SHARD_SUMMARY_ROLE, and is Ironic's default (a
+system-scoped reader) for everyone else. A system admin with that role is what a deployment
+whose policy keeps the shard summary from the operator's user looks like: it may list nodes
+and set their shards, and GET /v1/shards answers it 403.
+
 Where Keystone cannot be installed (pip refusing it beside Ironic's packages, no index), the
 fixtures skip with that reason, printed as a warning too so nobody mistakes it for a pass.
 """
@@ -25,6 +32,12 @@ from testbed import keystone_starter
 from testbed.ironic_service import IronicService, running_ironic
 
 REPO = Path(__file__).resolve().parents[2]
+NO_SHARD_SUMMARY_ROLE = "no-shard-summary"
+# Ironic 39's default for baremetal:shards:get is SYSTEM_READER (ironic/common/policy.py);
+# the override adds only the refusal of NO_SHARD_SUMMARY_ROLE in front of it.
+POLICY_OVERRIDE = (
+    f'"baremetal:shards:get": "not role:{NO_SHARD_SUMMARY_ROLE} and ((role:reader and system_scope:all) '
+    'or (role:service and system_scope:all) or rule:service_role)"\n')
 
 
 @dataclass(frozen=True)
@@ -36,12 +49,13 @@ class KeystoneService:
     admin_password: str
 
     def user_cloud(self, ironic: IronicService, name: str, *, role: str,
-                   system: bool = False, project: str | None = None) -> dict:
+                   system: bool = False, project: str | None = None, also: tuple[str, ...] = ()) -> dict:
         """A clouds.yaml entry (password auth against this Keystone, `ironic`'s endpoint) for
-        user `name`, created (or reset) with `role` on the system or on `project`."""
+        user `name`, created (or reset) with `role` (and the roles `also`) on the system or on
+        `project`."""
         password = secrets.token_urlsafe(12)
         keystone_starter.ensure_user(self.url, self.admin_password, name, password, role=role,
-                                     system=system, project=project)
+                                     system=system, project=project, also=also)
         scope = {"system_scope": "all"} if system else {
             "project_name": project or keystone_starter.SERVICE_PROJECT,
             "project_domain_id": "default"}
@@ -79,7 +93,8 @@ def keystone_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyst
 def keystone_ironic(keystone_service: KeystoneService,
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[IronicService]:
     """A real Ironic with `auth_strategy = keystone` (policy enforced, Ironic's scoped
-    defaults); its `cloud` is Keystone's system-scoped admin."""
+    defaults, and POLICY_OVERRIDE); its `cloud` is Keystone's system-scoped admin."""
     with running_ironic(tmp_path_factory.mktemp("ironic-keystone"), auth="keystone",
                         keystone=keystone_service.state_dir) as service:
+        (service.state_dir / "policy.yaml").write_text(POLICY_OVERRIDE)
         yield service
