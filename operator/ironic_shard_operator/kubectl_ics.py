@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ironic_shard_operator.adapters.kubectl import RESOURCE, Kubectl, KubectlError, NotFound
+from ironic_shard_operator.core import nova_policy
 
 RECENT_EVENTS = 8
 LAST_MOVES = 3
@@ -150,13 +151,18 @@ def pool_inputs(kubectl: Kubectl, body: Mapping[str, Any], *, check_image: bool 
 # --- the status screen (pure) ----------------------------------------------------------
 
 
+def _forced_down_cell(member: str, forced: set[str], kept: set[str]) -> str:
+    """yes / no, and `yes (kept)` for a flag the operator leaves alone (not set in a failure)."""
+    return "yes (kept)" if member in kept else "yes" if member in forced else "no"
+
+
 def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> str:
     """One screen: the pool's line, its conditions, a row per member (ready, phase, nodes,
     pinned, forced down in Nova), node counts, Nova, handover progress when the status has
     it, the last moves and the recent Events."""
     meta, spec, status = pool.get("metadata") or {}, pool.get("spec") or {}, pool.get("status") or {}
     nova = status.get("nova") or {}
-    forced = set(nova.get("forcedDown") or ())
+    forced, kept = set(nova.get("forcedDown") or ()), nova_policy.left_forced_down(nova)
     lines = [f"ironiccomputeshard/{meta.get('name')} in {meta.get('namespace')}: "
              f"{status.get('readyReplicas', 0)}/{status.get('desiredReplicas', spec.get('replicas', '?'))} "
              f"members ready ({status.get('desiredReason', 'not planned yet')})"
@@ -169,7 +175,7 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) 
         name = member.get("name", "?")
         lines.append(f"{name:<20}{'yes' if member.get('ready') else 'no':<7}{member.get('phase', '?'):<12}"
                      f"{member.get('nodes', 0):>6}{member.get('pinnedNodes', 0):>8}  "
-                     f"{'yes' if name in forced else 'no':<12}{member.get('since', '')}")
+                     f"{_forced_down_cell(name, forced, kept):<12}{member.get('since', '')}")
         if member.get("message"):
             lines.append(f"{'':<20}{_short(member['message'], 90)}")
     if not status.get("members"):

@@ -70,8 +70,8 @@ def test_status_pause_resume_and_preflight_as_a_user_types_them(
         "members": [{"name": f"{POOL}-0", "ready": True, "phase": "Ready", "nodes": 1, "pinnedNodes": 0},
                     {"name": f"{POOL}-1", "ready": False, "phase": "Replacing", "nodes": 0, "pinnedNodes": 0}],
         "nodes": {"total": 1, "free": 1, "pinned": 0, "unassigned": 0, "pendingMoves": 0, "misplaced": 0},
-        "nova": {"state": "Enabled", "message": "in sync", "findings": {}, "forcedDown": [f"{POOL}-1"],
-                 "waiting": [], "retired": []}}})
+        "nova": {"state": "Enabled", "message": "in sync", "findings": {}, "forcedDown": [f"{POOL}-0", f"{POOL}-1"],
+                 "waiting": [], "retired": [], "clearWhenReady": [f"{POOL}-1"]}}})
     pool_uid = client.get(f"{POOLS.format(ns=ns)}/{POOL}")["metadata"]["uid"]
     client.create(f"/api/v1/namespaces/{ns}/events", {
         "apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{POOL}.moved"}, "type": "Normal",
@@ -85,6 +85,8 @@ def test_status_pause_resume_and_preflight_as_a_user_types_them(
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if line.startswith(f"{POOL}-1"))
     assert row.split()[:6] == [f"{POOL}-1", "no", "Replacing", "0", "0", "yes"]  # forced down in Nova
+    ready_row = next(line for line in shown.stdout.splitlines() if line.startswith(f"{POOL}-0"))
+    assert ready_row.split()[:7] == [f"{POOL}-0", "yes", "Ready", "1", "0", "yes", "(kept)"]  # someone else's flag
     assert "Set the Ironic shard of 1 of 1 nodes" in shown.stdout.split("LAST MOVES")[1]
 
     checked = kubectl_ics(kube_api, "preflight", POOL, "-n", ns, "--skip-image")

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from testbed.ironic_service import IronicService, shards_of, unique_resource_class
+from testbed.ironic_service import IronicService, available_nodes, shards_of, unique_resource_class
 from testbed.operator_objects import install_crd
 from testbed.nova_stack import NovaStack
 from tests.nova.nova_watch import NovaWatch
-from tests.nova.sharded_pool import available_nodes
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import POOLS, OperatorProcess, get_pool, ready_members
 

@@ -8,7 +8,6 @@ pool's base config (what its Secret holds) and member.conf exactly what the oper
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from ironic_shard_operator.core.podspec import member_conf
 from ironic_shard_operator.core.spec import Pool, read_pool
-from testbed.ironic_service import IronicService, enrol_nodes, unique_resource_class
+from testbed.ironic_service import IronicService, available_nodes, unique_resource_class
 from testbed.nova_stack import ComputeProcess, NovaStack
 
 
@@ -28,27 +27,6 @@ def pool_named(name: str, resource_class: str) -> Pool:
                  "novaConfig": {"secretRef": {"name": "nova-config"}},
                  "cloud": {"secretRef": {"name": "openstack-cloud"}}},
     })
-
-
-def available_nodes(ironic: IronicService, count: int, resource_class: str,
-                    timeout: float = 60.0) -> list[str]:
-    """`count` fake-hardware nodes made `available` through Ironic's API (enroll -> manage ->
-    provide), all nodes moving at once."""
-    nodes = enrol_nodes(ironic, count, resource_class=resource_class)
-    for target, expect in (("manage", "manageable"), ("provide", "available")):
-        for node in nodes:
-            ironic.request("PUT", f"/nodes/{node}/states/provision", json={"target": target})
-        deadline = time.monotonic() + timeout
-        while True:
-            listed = ironic.request(
-                "GET", f"/nodes?resource_class={resource_class}&fields=uuid,provision_state").json()
-            states = {n["uuid"]: n["provision_state"] for n in listed["nodes"]}
-            if all(states.get(node) == expect for node in nodes):
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"nodes did not all reach {expect}: {states}")
-            time.sleep(0.2)
-    return nodes
 
 
 @dataclass

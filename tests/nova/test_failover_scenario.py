@@ -22,13 +22,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from testbed.ironic_service import IronicService, shards_of, unique_resource_class
+from testbed.ironic_service import IronicService, available_nodes, shards_of, unique_resource_class
 from testbed.nova_stack import NovaStack
 from testbed.operator_objects import create_secrets, install_crd
 from testbed.ports import free_port
 from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
 from tests.nova.nova_watch import NovaWatch
-from tests.nova.sharded_pool import available_nodes
 from tests.nova.switchable_proxy import SwitchableProxy
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
@@ -230,8 +229,13 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                            "DeletedNovaService", "NovaAudit", "NovaAuditClear", "HandedOverNodes"):
                 assert events(client, ns, reason), f"no {reason} Event"
             assert nova_metric("ironic_shard_nova_actions_total", action="forced_down_set") >= 1
-            assert nova_metric("ironic_shard_nova_actions_total", action="forced_down_cleared") == 1
+            # Every flag cleared was one the operator set (nobody else forced a service down
+            # here); a member slow to turn Ready again under load may be forced down twice.
+            assert 1 <= nova_metric("ironic_shard_nova_actions_total", action="forced_down_cleared") \
+                <= nova_metric("ironic_shard_nova_actions_total", action="forced_down_set")
             assert nova_metric("ironic_shard_nova_actions_total", action="service_deleted") == 1
+            # The pool's full listings are counted by reason: its first one at least.
+            assert nova_metric("ironic_shard_full_listings_total", reason="no_listing_yet") >= 1
             operator_rss = next(int(line.split()[1]) for line in Path(
                 f"/proc/{operator.process.pid}/status").read_text().splitlines()
                 if line.startswith("VmRSS:")) / 1024

@@ -15,7 +15,10 @@ Refusals, each with a clear condition and nothing changed in Nova or Ironic:
 - once it is fixed, the node with two instances: Degraded / HandoverRefused naming the node,
   while the other two instance nodes are moved in Nova, then re-sharded, and their servers'
   hosts follow.
-The second instance deleted, that node moves too; member 1 then comes back and serves free
+An administrator forces down both staying members' services: the operator leaves those flags
+alone, and the node freed of its second instance finds no destination (Degraded /
+HandoverNoDestination naming each member; nothing changed). The flags cleared, that node moves
+too; member 1 then comes back, its own forced_down (a failure's) is cleared, and it serves free
 nodes only: the handed-over nodes stay where they are.
 """
 
@@ -172,9 +175,31 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                 assert server_host(instances[doubled]) == m1 and server_host(extra) == m1
                 assert m1 not in member_pods(client, ns, pool)
 
-                # 5. The extra instance deleted, that node moves too; then member 1 comes back
-                # and gets free nodes only.
+                # 5. An administrator forces down the services of both staying members (keeping
+                # Nova off them): the operator leaves those flags alone (it clears only a flag
+                # seen during a failure), and the node freed of its second instance finds no
+                # destination: named, nothing changed. Once the administrator clears the flags,
+                # it moves.
+                for host in (m0, m2):
+                    nova_stack.set_forced_down(host, True)
+                wait(lambda: len(events(client, ns, "ForcedDownLeftAlone")) >= 2, timeout=6 * POLL,
+                     interval=0.5, what="an Event for each flag left alone")
                 nova_stack.delete_seeded_instance(extra)
+                no_destination = wait(lambda: (d := degraded()).get("reason") == "HandoverNoDestination" and d,
+                                      timeout=6 * POLL, interval=0.5, what="Degraded HandoverNoDestination")
+                assert all(f"{host}'s Nova service is forced down" in no_destination["message"]
+                           for host in (m0, m2)), no_destination
+                time.sleep(2 * POLL)  # cycles later: still left alone, still nothing moved
+                assert all(nova_stack.compute_services()[host]["forced_down"] for host in (m0, m2))
+                assert shards()[doubled] == m1 and nova_stack.hypervisor_hosts()[doubled] == [m1]
+                assert not jobs()
+                nova_status = get_pool(client, ns, pool)["status"]["nova"]
+                assert {m0, m2} <= set(nova_status["forcedDown"]) and \
+                    not {m0, m2} & set(nova_status["clearWhenReady"]), nova_status
+                for host in (m0, m2):
+                    nova_stack.set_forced_down(host, False)
+
+                # 6. That node moves too; then member 1 comes back and gets free nodes only.
                 wait(lambda: shards()[doubled] in (m0, m2), timeout=120, interval=1,
                      what="the formerly refused node handed over")
                 handed = {n: shards()[n] for n in instance_nodes}

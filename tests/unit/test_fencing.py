@@ -4,7 +4,8 @@ from hypothesis import given, strategies as st
 
 from tests.unit.nova_records import service, services
 from ironic_shard_operator.core.fencing import (
-    FenceAction, NodeView, counts_as_ready, fence_verdict, forced_down_changes, grace_left, past_grace,
+    FenceAction, NodeView, clear_when_ready_after, clear_when_ready_written, counts_as_ready, fence_verdict, forced_down_changes, grace_left,
+    past_grace,
 )
 from ironic_shard_operator.core.model import Member
 from ironic_shard_operator.core.pods import PodView
@@ -125,21 +126,21 @@ def test_a_pod_is_forgotten_only_where_the_mode_allows_it(mode, deleting, ready,
 def test_forced_down_is_set_only_once_the_grace_has_run_out():
     nova = services(*MEMBERS)
     within = [Member("rack-1", ready=False, since=NOW - GRACE + 1)]
-    assert forced_down_changes(within, nova, GRACE, NOW) == ()
+    assert forced_down_changes(within, nova, GRACE, NOW, set()) == ()
     outlasted = [Member("rack-1", ready=False, since=NOW - GRACE)]
-    change, = forced_down_changes(outlasted, nova, GRACE, NOW)
+    change, = forced_down_changes(outlasted, nova, GRACE, NOW, set())
     assert (change.member, change.forced_down, change.service.id) == ("rack-1", True, "id-rack-1")
     assert "not been ready for 30s" in change.message
 
 
 def test_forced_down_is_cleared_as_soon_as_the_member_is_ready_and_never_repeated():
     forced = services(*MEMBERS, changed=[service("rack-1", forced_down=True)])
-    change, = forced_down_changes([Member("rack-1", ready=True, since=NOW)], forced, GRACE, NOW)
+    change, = forced_down_changes([Member("rack-1", ready=True, since=NOW)], forced, GRACE, NOW, {"rack-1"})
     assert change.forced_down is False
     # already forced: nothing to write; never ready (since None) or no service: nothing either
-    assert forced_down_changes([Member("rack-1", ready=False, since=NOW - 999)], forced, GRACE, NOW) == ()
-    assert forced_down_changes([Member("rack-0", ready=False, since=None)], forced, GRACE, NOW) == ()
-    assert forced_down_changes([Member("rack-7", ready=False, since=NOW - 999)], forced, GRACE, NOW) == ()
+    assert forced_down_changes([Member("rack-1", ready=False, since=NOW - 999)], forced, GRACE, NOW, {"rack-1"}) == ()
+    assert forced_down_changes([Member("rack-0", ready=False, since=None)], forced, GRACE, NOW, {"rack-1"}) == ()
+    assert forced_down_changes([Member("rack-7", ready=False, since=NOW - 999)], forced, GRACE, NOW, {"rack-1"}) == ()
 
 
 @given(ready=st.booleans(), forced=st.booleans(), lost=st.integers(0, 1000), grace=st.integers(0, 500))
@@ -147,15 +148,73 @@ def test_forced_down_decisions_are_a_fixed_point(ready, forced, lost, grace):
     """Applying the decided change once leaves nothing to decide (no write on the next cycle)."""
     member = Member("rack-0", ready=ready, since=NOW - lost)
     nova = {"rack-0": service("rack-0", forced_down=forced)}
-    changes = forced_down_changes([member], nova, grace, NOW)
+    ours = clear_when_ready_after((), [member], nova)
+    changes = forced_down_changes([member], nova, grace, NOW, ours)
     after = {"rack-0": service("rack-0", forced_down=changes[0].forced_down)} if changes else nova
-    assert forced_down_changes([member], after, grace, NOW) == ()
-    expected = False if ready else (True if lost >= grace else forced)  # within the grace: untouched
+    assert forced_down_changes([member], after, grace, NOW, clear_when_ready_after(ours, [member], after)) == ()
+    # within the grace: untouched; a flag first seen on a ready member: someone else's, kept
+    expected = forced if ready else (True if lost >= grace else forced)
     assert after["rack-0"].forced_down == expected
 
 
 @given(lost=st.integers(0, 1000), grace=st.integers(0, 500))
 def test_a_service_is_forced_down_exactly_when_the_planner_takes_its_member_out_of_the_ring(lost, grace):
     member = Member("rack-0", ready=False, since=NOW - lost)
-    forced = bool(forced_down_changes([member], services("rack-0"), grace, NOW))
+    forced = bool(forced_down_changes([member], services("rack-0"), grace, NOW, set()))
     assert forced == (not counts_as_ready(member, NOW, grace))
+
+
+def left_alone(nova, clear_when_ready) -> set[str]:
+    """The members status.nova reports as forced down by someone else (nova_policy.left_forced_down)."""
+    from ironic_shard_operator.core.nova_policy import ENABLED, left_forced_down, status_section
+
+    forced = sorted(host for host, s in nova.items() if s.forced_down)
+    return left_forced_down(status_section(ENABLED, "", forced_down=forced, clear_when_ready=clear_when_ready))
+
+
+def test_a_failures_flag_is_cleared_when_the_member_is_back_and_an_administrators_flag_is_left_alone():
+    """The operator clears only a flag that belongs to a failure: seen while the member was
+    not ready. A flag set on a ready member (an administrator keeping Nova off it) stays, in
+    every later cycle, and is reported as left alone."""
+    failed, back = Member("rack-1", ready=False, since=NOW - 999), Member("rack-1", ready=True, since=NOW)
+    forced = services(*MEMBERS, changed=[service("rack-1", forced_down=True)])
+    ours = clear_when_ready_after((), [failed], forced)
+    assert ours == {"rack-1"}
+    ours = clear_when_ready_after(ours, [back], forced)  # still recorded once it is ready
+    change, = forced_down_changes([back], forced, GRACE, NOW, ours)
+    assert change.forced_down is False and left_alone(forced, ours) == set()
+    cleared = services(*MEMBERS)
+    assert clear_when_ready_after(ours, [back], cleared) == frozenset()  # the flag gone: forgotten
+
+    admins = clear_when_ready_after((), [back], forced)  # first seen on a ready member
+    assert admins == frozenset()
+    assert forced_down_changes([back], forced, GRACE, NOW, admins) == ()
+    assert left_alone(forced, admins) == {"rack-1"}
+    # The same member failing later makes the flag a failure's: cleared when it is back.
+    assert clear_when_ready_after(admins, [failed], forced) == {"rack-1"}
+
+
+@given(steps=st.lists(st.tuples(st.booleans(), st.sampled_from([None, True, False])), min_size=1, max_size=16))
+def test_the_operator_clears_a_flag_exactly_when_it_was_seen_during_a_failure(steps):
+    """Cycles of one member: before each, an administrator may set or clear the flag; then the
+    operator's cycle (record, decide, apply). A flag is cleared by the operator only if some
+    cycle since it was set saw the member not ready, and always then once the member is ready."""
+    forced, ours, seen_failing = False, frozenset(), False
+    for ready, admin in steps:
+        if admin is not None:
+            if admin and not forced:
+                seen_failing = False  # a new flag, set by the administrator
+            forced = admin
+        member = Member("rack-0", ready=ready, since=NOW if ready else NOW - 999)
+        nova = {"rack-0": service("rack-0", forced_down=forced)}
+        ours = clear_when_ready_after(ours, [member], nova)
+        seen_failing = seen_failing or (forced and not ready)
+        changes = forced_down_changes([member], nova, GRACE, NOW, ours)
+        for change in changes:
+            if not change.forced_down:
+                assert seen_failing, "cleared an administrator's flag"
+            forced = change.forced_down
+            seen_failing = forced  # the operator's own flag belongs to a failure
+        ours = clear_when_ready_written(ours, changes, {"rack-0"} if forced else set())
+        if ready and seen_failing:
+            assert not forced, "left a failure's flag on a ready member"

@@ -308,7 +308,7 @@ def test_the_status_section_has_one_shape_whatever_the_state():
     enabled = status_section(ENABLED, summary(report.findings), report, forced_down=["rack-1"])
     disabled = status_section(DISABLED, "cloud 'x' has no compute endpoint")
     assert enabled.keys() == disabled.keys() == {"state", "message", "findings", "forcedDown", "waiting",
-                                                 "retired"}
+                                                 "retired", "clearWhenReady"}
     assert enabled["findings"][DUPLICATE] == 1 and enabled["forcedDown"] == ["rack-1"]
     assert enabled["waiting"] == []  # rack-5 was deleted, not waiting
     assert disabled["findings"] == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0}
@@ -338,3 +338,21 @@ def test_events_only_for_changes_of_the_nova_section():
     assert (down.reason, down.type) == ("NovaUnavailable", "Warning")
     back = section_events(status_section(UNAVAILABLE, "timed out"), clean)
     assert [e.reason for e in back] == ["NovaAvailable"]
+
+
+def test_a_flag_left_alone_is_told_once_and_an_old_status_keeps_clearing_what_it_cleared():
+    from ironic_shard_operator.core.nova_policy import (
+        ENABLED, recorded_clear_when_ready, section_events, status_section,
+    )
+
+    failure = status_section(ENABLED, summary(()), forced_down=["rack-1"], clear_when_ready=["rack-1"])
+    admins = status_section(ENABLED, summary(()), forced_down=["rack-1", "rack-2"], clear_when_ready=["rack-1"])
+    assert section_events(failure, failure) == []  # a failure's flag: no news
+    told, = section_events(failure, admins)
+    assert told.reason == "ForcedDownLeftAlone" and told.type == "Warning"
+    assert "rack-2" in told.message and "openstack compute service set --up rack-2 nova-compute" in told.message
+    assert section_events(admins, admins) == []  # told once
+    # A status written before clearWhenReady existed: its forcedDown was cleared once ready.
+    assert recorded_clear_when_ready({"forcedDown": ["rack-1"]}) == ("rack-1",)
+    assert recorded_clear_when_ready({"forcedDown": ["rack-1"], "clearWhenReady": []}) == ()
+    assert recorded_clear_when_ready(None) == ()

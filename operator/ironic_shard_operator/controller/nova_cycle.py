@@ -6,7 +6,8 @@ openstacksdk connection (one clouds.yaml, one cloud) through the Ironic adapter.
 
 - Every cycle: the compute services (one request) -> forced_down set or cleared
   (`fencing.forced_down_changes`): set once a member has not been ready for
-  `failover.rebalanceAfterSeconds`, cleared as soon as it is ready again.
+  `failover.rebalanceAfterSeconds`, cleared as soon as it is ready again if the flag belongs
+  to a failure (status.nova.clearWhenReady); an administrator's flag on a ready member stays.
 - Once per update interval of the members (`update_resources_interval` of the nova.conf
   they run): Nova's hypervisor list against the pool's Ironic nodes as this cycle read
   them -> `nova_policy.audit()`: findings (status.nova, condition Degraded, Events, metrics),
@@ -114,7 +115,10 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         state.schedule = state.schedule.answered_now()
         state.retired = nova_policy.retired_after(recorded, retiring=retiring, identities=identities,
                                                   services=services)
-        changes = fencing.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now)
+        clear_when_ready = fencing.clear_when_ready_after(
+            nova_policy.recorded_clear_when_ready(previous), members, services)
+        changes = fencing.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now,
+                                              clear_when_ready)
         deletions: tuple[nova_policy.ServiceDeletion, ...] = ()
         interval = nova_policy.update_interval(nova_conf)
         repairs: tuple[Move, ...] = ()
@@ -146,13 +150,15 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         log.warning("pool %s: Nova: %s (next attempt in %.0fs)", key, error,
                     state.schedule.retry_at - now)
         section = nova_policy.status_section(nova_policy.UNAVAILABLE, str(error), state.report,
-                                             (previous or {}).get("forcedDown") or (), state.retired)
+                                             (previous or {}).get("forcedDown") or (), state.retired,
+                                             nova_policy.recorded_clear_when_ready(previous))
     else:
         state.schedule = state.schedule.after(nova_policy.ENABLED, now)
         message = nova_policy.summary(state.report.findings) if state.report is not None else \
             "Nova answers; its hypervisor list is audited once Ironic has been read"
         section = nova_policy.status_section(nova_policy.ENABLED, message, state.report,
-                                             sorted(forced & identities), state.retired)
+                                             sorted(forced & identities), state.retired,
+                                             fencing.clear_when_ready_written(clear_when_ready, changes, forced))
     return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)))
 
 

@@ -15,9 +15,11 @@ long it is given in each:
   keeps its identity and no second pod is created (`fence_verdict`).
 
 forced_down (Nova): a member past its grace gets its nova-compute service forced down, so Nova
-treats it as dead at once (and an administrator may move its instances' compute nodes); a
-ready member's forced-down service is cleared (Nova never clears it itself). Level-triggered:
-whoever set the flag, a ready member has it cleared.
+treats it as dead at once (and an administrator may move its instances' compute nodes). Nova
+never clears the flag itself, so whoever set it clears it: the operator clears it once the
+member is ready again, but only where the flag belongs to a failure, that is, it was seen
+while the member was not ready (`clear_when_ready_after`). A flag an administrator sets on a
+ready member (keeping Nova off a healthy host) is left alone: the operator did not set it.
 
 Pure: nothing here does I/O.
 """
@@ -25,7 +27,7 @@ Pure: nothing here does I/O.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -187,12 +189,15 @@ class ForcedDownChange:
 
 
 def forced_down_changes(members: Iterable[Member], services: Mapping[str, ServiceRecord],
-                        grace_seconds: float, now: float) -> tuple[ForcedDownChange, ...]:
+                        grace_seconds: float, now: float,
+                        clear_when_ready: AbstractSet[str]) -> tuple[ForcedDownChange, ...]:
     """The forced_down writes one cycle needs, at most one per member.
 
     A member past its grace (lost readiness `grace_seconds` ago or longer) gets its service
-    forced down; a ready member's forced-down service is cleared. A member that was never
-    ready, or has no service, needs nothing. Applying the changes leaves none to decide.
+    forced down; a ready member's forced-down service is cleared if the member is in
+    `clear_when_ready` (its flag belongs to a failure: `clear_when_ready_after`), and left
+    as it is otherwise. A member that was never ready, or has no service, needs nothing.
+    Applying the changes leaves none to decide.
     """
     changes = []
     for member in members:
@@ -200,9 +205,10 @@ def forced_down_changes(members: Iterable[Member], services: Mapping[str, Servic
         if service is None:
             continue
         if member.ready and service.forced_down:
-            changes.append(ForcedDownChange(
-                member.name, service, False,
-                f"Cleared forced_down of Nova compute service {member.name}: the member is ready again"))
+            if member.name in clear_when_ready:
+                changes.append(ForcedDownChange(
+                    member.name, service, False,
+                    f"Cleared forced_down of Nova compute service {member.name}: the member is ready again"))
         elif past_grace(member, now, grace_seconds) and not service.forced_down:
             changes.append(ForcedDownChange(
                 member.name, service, True,
@@ -210,3 +216,26 @@ def forced_down_changes(members: Iterable[Member], services: Mapping[str, Servic
                 f"ready for {now - member.since:.0f}s (failover.rebalanceAfterSeconds "
                 f"{grace_seconds:g})"))
     return tuple(changes)
+
+
+def clear_when_ready_after(recorded: Iterable[str], members: Iterable[Member],
+                           services: Mapping[str, ServiceRecord]) -> frozenset[str]:
+    """The members whose forced_down flag the operator clears once they are ready again.
+
+    A flag seen while its member is not ready belongs to a failure (the operator's own, a
+    handover's, or an administrator's during a failover) and joins; it stays recorded until
+    the flag is gone or the service is. A flag first seen on a ready member never joins, so
+    an administrator's forced_down on a healthy member survives every cycle. Members this
+    cycle does not list keep their record while their service is forced down.
+    """
+    known = {m.name for m in members if not m.ready} | set(recorded)
+    return frozenset(name for name, service in services.items() if service.forced_down and name in known)
+
+
+def clear_when_ready_written(clear_when_ready: AbstractSet[str], changes: Iterable[ForcedDownChange],
+                             forced_now: AbstractSet[str]) -> frozenset[str]:
+    """The record to keep once the cycle's writes are done: a flag the operator set itself
+    belongs to a failure from its first cycle (the member may be ready again before the next
+    one); only flags still set stay (`forced_now`: the hosts forced down after the writes)."""
+    return frozenset((set(clear_when_ready) | {c.member for c in changes if c.forced_down}) & forced_now)
+

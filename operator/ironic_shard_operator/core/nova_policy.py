@@ -298,7 +298,8 @@ ENABLED, DISABLED, UNAVAILABLE = "Enabled", "Disabled", "Unavailable"
 
 
 def status_section(state: str, message: str, report: AuditReport | None = None,
-                   forced_down: Iterable[str] = (), retired: Iterable[str] = ()) -> dict:
+                   forced_down: Iterable[str] = (), retired: Iterable[str] = (),
+                   clear_when_ready: Iterable[str] = ()) -> dict:
     """`status.nova`: always the same keys (the status is merge-patched: a key left out would
     linger), values that change only with the facts (no clock), so an unchanged pool's status
     is not rewritten.
@@ -307,7 +308,8 @@ def status_section(state: str, message: str, report: AuditReport | None = None,
     has no usable Nova: `message` says why) or UNAVAILABLE (Nova did not answer; the last
     audit's findings are kept). `forced_down`: members whose service is forced down now.
     `retired`: the identities this pool retired whose service may remain (`retired_after`),
-    in their order.
+    in their order. `clear_when_ready`: members whose forced_down belongs to a failure and is
+    cleared once they are ready (`fencing.clear_when_ready_after`).
     """
     return {
         "state": state,
@@ -316,7 +318,21 @@ def status_section(state: str, message: str, report: AuditReport | None = None,
         "forcedDown": sorted(forced_down),
         "waiting": [f"{host}: {why}" for host, why in sorted((report.waiting if report else {}).items())],
         "retired": list(retired),
+        "clearWhenReady": sorted(clear_when_ready),
     }
+
+
+def recorded_clear_when_ready(previous: Mapping | None) -> tuple[str, ...]:
+    """`status.nova.clearWhenReady` as last written. A section written before the field
+    existed cleared every forced-down member once ready: its `forcedDown` stands in."""
+    before = previous or {}
+    return tuple(before["clearWhenReady"] if "clearWhenReady" in before else before.get("forcedDown") or ())
+
+
+def left_forced_down(section: Mapping) -> set[str]:
+    """Members whose service is forced down but not by a failure the operator saw: an
+    administrator's flag on a ready member, which the operator leaves alone."""
+    return set(section.get("forcedDown") or ()) - set(section.get("clearWhenReady") or ())
 
 
 def section_events(previous: Mapping | None, section: Mapping) -> list[Event]:
@@ -334,6 +350,12 @@ def section_events(previous: Mapping | None, section: Mapping) -> list[Event]:
             events.append(Event("NovaAvailable", "Nova answers: forced_down during failover, "
                                                  "service cleanup on scale-down and the audit are on"))
     if state == ENABLED:
+        for host in sorted(left_forced_down(section) - left_forced_down(before)):
+            events.append(Event("ForcedDownLeftAlone", (
+                f"Nova compute service {host} is forced down while its member is ready; the operator "
+                f"did not set that and leaves it: Nova schedules nothing to {host} and no handover lands "
+                f"there until it is cleared (openstack compute service set --up {host} nova-compute)"),
+                "Warning"))
         found = any(section["findings"].values())
         had = any((before.get("findings") or {}).values())
         if found and message != before.get("message"):
