@@ -8,8 +8,9 @@ service is forced down, every instance node is moved in Nova and then re-sharded
 hypervisor list shows each under its new owner; each server's host is the new owner, the old
 service is deleted, and pinned nodes per kept member differ by at most one. The operator is
 killed while the first Job runs and restarted, and a Job's pod is killed between two of its
-nova-manage runs: the end is the same, and a sampler of Nova shows that no node ever moved
-twice and none was listed under two computes.
+nova-manage runs (the Job's next pod skips the nodes moved already and finishes the batch):
+the end is the same, and a sampler of Nova shows that no node ever moved twice and none was
+listed under two computes.
 
 Instances work afterwards: a server handed over is stopped through Nova's API and its Ironic
 node powers off, while the retired member is gone. Before its node is handed over, the same
@@ -142,6 +143,12 @@ def test_retire_hands_over_every_instance_node_in_nova_then_ironic(
             assert killed_pod["exit_code"] == 137
             assert any(s.hosts[n] == (m2,) for s in watch.samples if s.at >= killed_pod["at"]
                        for n in killed_pod["nodes"]), "the Job's pod was killed with a node of its batch left"
+            # The Job's next pod finished the batch (skipping the nodes moved already): no later
+            # Job carries the nodes left, and no Job failed.
+            later = sorted(name for name, (_, moves) in jobs.seen.items()
+                           if name != killed_pod["job"] and {n for n, _ in moves} & set(killed_pod["nodes"]))
+            assert not later, f"the killed pod's Job did not finish its batch: {later} moved its nodes"
+            assert not events(client, ns, "HandoverFailed")
 
             # Instances work afterwards, the retired member still gone: a handed-over server stops
             # and its Ironic node powers off. The one stopped while its host was dead never did.
@@ -193,7 +200,8 @@ def kill_a_job_pod_mid_batch(kube_api: KubeAPI, ns: str, kubelet: ProcessKubelet
                        ["items"] if p["status"].get("phase") == "Running"]
             if running:
                 kubelet.kill(running[0]["metadata"]["name"])
-                killed.update(name=running[0]["metadata"]["name"], at=time.monotonic(), nodes=left)
+                killed.update(name=running[0]["metadata"]["name"], job=job["metadata"]["name"],
+                              at=time.monotonic(), nodes=left)
                 return True
         return False
 

@@ -9,7 +9,7 @@ import pytest
 
 from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobBatch, handover_durations, job_name
 from ironic_shard_operator.core.handover_job import (
-    BACKOFF_LIMIT, CONFIG_PATH, config_problem, job_selector, read_job, render_job,
+    BACKOFF_LIMIT, CONFIG_PATH, MOVED_ALREADY, config_problem, job_selector, read_job, render_job, script,
 )
 from ironic_shard_operator.core.model import Move
 from ironic_shard_operator.core.spec import read_pool
@@ -23,22 +23,74 @@ def _pool():
                  "handover": {"novaManageConfig": {"secretRef": {"name": "nm", "key": "db.conf"}}}}})
 
 
-def test_the_job_runs_nova_manage_per_node_in_the_pool_image_with_the_db_config_and_stops_at_a_refusal():
+def test_the_job_runs_in_the_pool_image_with_the_db_config_and_bounded_retries():
     moves = (Move("n-1", "rack-2", "rack-0"), Move("n-2", "rack-2", "rack-1"))
     job = render_job(_pool(), JobBatch("rack-2", job_name("rack-2", moves), moves))
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "registry/nova:34"
     shell, flag, text = container["command"]
-    assert (shell, flag) == ("/bin/sh", "-c")
-    steps = [shlex.split(step) for step in text.split("; ")]
-    assert steps[0] == ["set", "-e"]
-    assert steps[1:] == [["nova-manage", "--config-file", CONFIG_PATH, "db", "ironic_compute_node_move",
-                          "--ironic-node-uuid", m.node_uuid, "--destination-host", m.target] for m in moves]
+    assert (shell, flag) == ("/bin/sh", "-c") and text == script(moves)
     volume = job["spec"]["template"]["spec"]["volumes"][0]["secret"]
     assert volume == {"secretName": "nm", "items": [{"key": "db.conf", "path": "nova.conf"}]}
     assert job["spec"]["backoffLimit"] == BACKOFF_LIMIT and job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     assert job["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert len(job["metadata"]["name"]) <= 63
+
+
+# A stand-in nova-manage for the script's control flow (the real one runs in tests/nova): it
+# records its arguments and answers as nova 34 does for the node named in $NOVA_MANAGE_ANSWERS.
+STAND_IN = """#!/bin/sh
+echo "$*" >> "$CALLS"
+node=$(echo "$*" | sed 's/.*--ironic-node-uuid \\([^ ]*\\).*/\\1/')
+answer=$(grep "^$node " "$ANSWERS" | cut -d' ' -f2-)
+[ -z "$answer" ] && exit 0
+echo "An error has occurred:"
+echo "nova.exception.NovaException: $answer"
+exit 1
+"""
+
+
+@pytest.mark.parametrize("answers, ran, code, logged", [
+    ({}, ["n-1", "n-2", "n-3"], 0, None),
+    # n-1 moved by an earlier pod of the Job (killed after it): noted, the rest of the batch runs
+    ({"n-1": MOVED_ALREADY}, ["n-1", "n-2", "n-3"], 0, "node n-1 skipped"),
+    # any other refusal ends the pod with nova-manage's status; nothing after it runs
+    ({"n-2": "Destination compute is forced down!"}, ["n-1", "n-2"], 1, "Destination compute is forced down!"),
+    ({"n-1": MOVED_ALREADY, "n-3": "Found an ironic host with more than one instance!"},
+     ["n-1", "n-2", "n-3"], 1, "more than one instance"),
+], ids=["all move", "a node moved already is skipped", "a refusal stops the batch", "skip, then refusal"])
+def test_the_jobs_script_moves_each_node_skips_one_moved_already_and_stops_at_any_other_failure(
+        tmp_path, answers, ran, code, logged):
+    import os
+    import subprocess
+
+    moves = tuple(Move(f"n-{i}", "rack-2", f"rack-{i % 2}") for i in (1, 2, 3))
+    stand_in = tmp_path / "bin" / "nova-manage"
+    stand_in.parent.mkdir()
+    stand_in.write_text(STAND_IN)
+    stand_in.chmod(0o755)
+    (tmp_path / "answers").write_text("".join(f"{node} {text}\n" for node, text in answers.items()))
+    done = subprocess.run(["/bin/sh", "-c", script(moves)], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PATH": f"{stand_in.parent}:{os.environ['PATH']}",
+                               "CALLS": str(tmp_path / "calls"), "ANSWERS": str(tmp_path / "answers")})
+    calls = [shlex.split(line) for line in (tmp_path / "calls").read_text().splitlines()]
+    assert [c[c.index("--ironic-node-uuid") + 1] for c in calls] == ran
+    assert all(c[:4] == ["--config-file", CONFIG_PATH, "db", "ironic_compute_node_move"] for c in calls)
+    assert [c[c.index("--destination-host") + 1] for c in calls] == [m.target for m in moves][:len(ran)]
+    assert done.returncode == code, done.stdout + done.stderr
+    if logged:
+        assert logged in done.stdout
+
+
+def test_a_failed_jobs_reason_is_the_error_that_ended_it_not_a_node_skipped_before():
+    from ironic_shard_operator.core.handover import job_failure_reason
+
+    tail = " | ".join([
+        "An error has occurred:", f"nova.exception.NovaException: {MOVED_ALREADY}",
+        "ironic-shard-operator: node n-1 skipped: its compute node is no longer under the source",
+        "An error has occurred:", "Traceback (most recent call last):",
+        "oslo_db.exception.DBConnectionError: (pymysql.err.OperationalError) (2003, \"Can't connect\")"])
+    assert job_failure_reason(tail) == "database"
 
 
 @pytest.mark.parametrize("conditions, state", [

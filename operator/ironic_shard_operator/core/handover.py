@@ -328,13 +328,20 @@ def failure_text(log_tail: str) -> str:
     if not tail:
         return "(no log)"
     lines = [line.strip() for line in tail.split(" | ") if line.strip()]
-    error = next((line for line in reversed(lines) if _EXCEPTION_LINE.match(line)), lines[-1])
-    return tail if len(lines) == 1 else f"{error} (log tail: {tail})"
+    return tail if len(lines) == 1 else f"{_error_line(lines)} (log tail: {tail})"
+
+
+def _error_line(lines: Sequence[str]) -> str:
+    """The line of a log that names its error: the last exception line, else the last line."""
+    return next((line for line in reversed(lines) if _EXCEPTION_LINE.match(line)), lines[-1])
 
 
 def job_failure_reason(log_tail: str) -> str:
-    """The JOB_FAILURE_REASONS entry of a failed Job's log (nova 34's nova-manage messages)."""
-    text = log_tail.lower()
+    """The JOB_FAILURE_REASONS entry of a failed Job's log (nova 34's nova-manage messages),
+    read from the error that ended it (an earlier node's refusal, noted and skipped by the
+    Job's script, does not count)."""
+    lines = [line.strip() for line in log_tail.split(" | ") if line.strip()]
+    text = _error_line(lines).lower() if lines else ""
     if any(word in text for word in ("forced down", "more than one instance", "could not be found",
                                      "not found", "computehostnotfound")):
         return "refused"

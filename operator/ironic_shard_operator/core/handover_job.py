@@ -2,12 +2,16 @@
 
 The Job runs `nova-manage db ironic_compute_node_move --ironic-node-uuid U --destination-host H`
 for each node of its batch, one after the other, in the pool's image, with the nova.conf of
-`spec.handover.novaManageConfig` (database access) mounted read-only. `set -e`: the first
-refusal ends the pod, so nothing after it runs. Its name is derived from its batch
+`spec.handover.novaManageConfig` (database access) mounted read-only. The first failure ends
+the pod, so nothing after it runs. Its name is derived from its batch
 (core/handover.py::job_name), it is owned by the pool (garbage-collected with it), its pod is
 never restarted in place and the Job retries at most BACKOFF_LIMIT times. A pod that runs a
 batch again cannot move a node twice: nova-manage refuses a node whose compute node's service
-is not forced down, which a node already at its (live) destination is not.
+is not forced down, which a node already at its (live) destination is not. That one refusal is
+the mark of a node an earlier pod of the Job moved (the operator forces the source down before
+it creates the Job), so the script notes it and goes on with the batch: a pod killed mid-batch
+costs its retry the nodes left, not a failed Job and a backoff. Whether a node moved is never
+taken from the Job: the operator reads it from Nova.
 
 The batch is also recorded in an annotation, so the operator reads back which nodes a Job
 moves without parsing its command, and so is its attempt (a batch tried again after its Job
@@ -43,12 +47,24 @@ def job_selector(pool: str) -> str:
     return f"{POOL_LABEL}={pool},{COMPONENT_LABEL}={COMPONENT}"
 
 
+# nova 34's refusal of a node whose compute node's service is not forced down: for a node of a
+# running Job (its source forced down first), an earlier pod of the Job moved it already.
+MOVED_ALREADY = "Source service is not yet forced down!"
+
+
 def script(moves: Sequence[Any]) -> str:
-    """The shell script of a batch: one nova-manage per node, stop at the first refusal."""
-    steps = [" ".join(shlex.quote(word) for word in (
-        "nova-manage", "--config-file", CONFIG_PATH, "db", "ironic_compute_node_move",
-        "--ironic-node-uuid", move.node_uuid, "--destination-host", move.target)) for move in moves]
-    return "; ".join(["set -e", *steps])
+    """The shell script of a batch (POSIX sh): one nova-manage per node, its output in the log;
+    a node moved already (MOVED_ALREADY) is noted and skipped, any other failure ends the pod
+    with nova-manage's exit status."""
+    command = " ".join(shlex.quote(word) for word in (
+        "nova-manage", "--config-file", CONFIG_PATH, "db", "ironic_compute_node_move"))
+    move = ("move() { out=$(" + command + ' --ironic-node-uuid "$1" --destination-host "$2" 2>&1); rc=$?; '
+            "printf '%s\\n' \"$out\"; [ \"$rc\" -eq 0 ] && return 0; "
+            f"case \"$out\" in *{shlex.quote(MOVED_ALREADY)}*) "
+            'echo "ironic-shard-operator: node $1 skipped: its compute node is no longer under the '
+            'source (an earlier pod of this Job moved it)"; return 0;; esac; return "$rc"; }')
+    steps = [f"move {shlex.quote(m.node_uuid)} {shlex.quote(m.target)} || exit $?" for m in moves]
+    return "\n".join([move, *steps])
 
 
 def render_job(pool: Pool, batch: JobBatch) -> dict[str, Any]:
