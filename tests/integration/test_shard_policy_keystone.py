@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.ironic_service import IronicService, enrol_nodes, set_provision_state, unique_resource_class
+from testbed.ironic_service import IronicService, available_nodes, enrol_nodes, unique_resource_class
 from tests.support.keystone import KeystoneService
 
 pytestmark = pytest.mark.integration
@@ -81,6 +81,26 @@ def test_preflight_fails_a_user_ironic_refuses_shards_and_writes_nothing(
     assert (after["updated_at"], after["shard"]) == (before["updated_at"], before["shard"])
 
 
+def test_preflight_says_why_a_service_user_sees_no_node(
+        keystone_service: KeystoneService, keystone_ironic: IronicService, tmp_path: Path) -> None:
+    """A user reusing a nova-compute's credentials (role `service` in project `service`) lists
+    no node under Ironic's scoped defaults: preflight warns that it saw none and says that
+    project-scoped credentials see only their project's nodes and that the operator needs a
+    system-scoped admin, instead of only asking to enrol a node that is already there."""
+    resource_class = unique_resource_class("policy-service")
+    [node] = enrol_nodes(keystone_ironic, 1, resource_class=resource_class)
+    service = keystone_service.user_cloud(keystone_ironic, "nova-like", role="service", project="service")
+
+    status, checks = preflight(tmp_path / "service", service, resource_class)
+
+    unseen = checks["ironic-shard-update"]
+    assert unseen["verdict"] == "warn", unseen
+    assert "list no node" in unseen["message"], unseen
+    assert "project-scoped credentials" in unseen["fix"] and "system-scoped admin" in unseen["fix"], unseen
+    assert keystone_ironic.request("GET", f"/nodes/{node}?fields=shard").json()["shard"] is None
+    assert status == 0, checks  # warnings only: the operator would run, and see no node
+
+
 def test_the_refusal_is_the_shard_policy_alone(keystone_service: KeystoneService,
                                                keystone_ironic: IronicService) -> None:
     """The same user may list the node and change its other fields: only the shard is refused,
@@ -108,10 +128,7 @@ def test_the_operator_reports_the_refusal_and_moves_no_node(
 
     client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
     resource_class = unique_resource_class("policy-op")
-    nodes = enrol_nodes(keystone_ironic, 3, resource_class=resource_class)
-    for node in nodes:  # free nodes to adopt: available, no instance, no shard
-        set_provision_state(keystone_ironic, node, "manage", "manageable")
-        set_provision_state(keystone_ironic, node, "provide", "available")
+    nodes = available_nodes(keystone_ironic, 3, resource_class)  # free nodes to adopt: no instance, no shard
     before = {n: shard_and_updated_at(keystone_ironic, n) for n in nodes}
     member = keystone_service.user_cloud(keystone_ironic, "system-member", role="member", system=True)
     install_crd(client)

@@ -72,7 +72,7 @@ def full_listing_requests() -> int:
 def test_a_steady_poll_makes_two_requests_and_no_write(ironic_service: IronicService):
     pool = Pool(ironic_service, "steady")
     first, requests, writes = pool.poll()
-    assert first.full_listing == "no full listing yet"
+    assert (first.full_listing, first.full_listing_kind) == ("no full listing yet", "no_listing_yet")
     assert requests == 1 + full_listing_requests()  # the shard summary, then the listing
     before = pool.owners()
 
@@ -106,7 +106,7 @@ def test_a_new_node_is_adopted_by_the_next_poll_and_a_disjoint_pool_stays_quiet(
     report, _, writes = theirs.poll()
     assert writes == 1 and theirs.owners()[theirs_new] in {m.name for m in theirs.members}
     report, requests, writes = ours.poll()  # its own write since: one full listing, then quiet
-    assert report.full_listing is not None and writes == 0
+    assert report.full_listing_kind == "own_writes" and writes == 0
     report, requests, writes = ours.poll()
     assert (report.full_listing, requests, writes) == (None, 2, 0)
 

@@ -218,3 +218,22 @@ def test_handovers_are_counted_by_trigger_and_failed_jobs_by_reason_and_forgotte
         metrics.record_handover_job_failure("rack-a", "Can't connect to MySQL server on 10.0.0.5")
     metrics.forget_pool("rack-a")
     assert not [key for key in samples(metrics) if key[0].startswith("ironic_shard_handover")]
+
+
+def test_full_listings_are_counted_by_reason_and_forgotten_with_the_pool():
+    """How often and why a pool lists Ironic in full (~100 requests at 100,000 nodes), with
+    the reason a fixed word: a cycle's sentence (numbers, shard values) is refused as a label."""
+    metrics = OperatorMetrics()
+    for reason in ("no_listing_yet", "resync_timer", "resync_timer", "unlisted_source"):
+        metrics.record_full_listing("rack-a", reason)
+    metrics.record_full_listing("rack-b", "summary_refused")
+    found = samples(metrics)
+    assert value(found, "ironic_shard_full_listings_total", pool="rack-a", reason="resync_timer") == 2
+    assert value(found, "ironic_shard_full_listings_total", pool="rack-a", reason="no_listing_yet") == 1
+    assert value(found, "ironic_shard_full_listings_total", pool="rack-a", reason="unlisted_source") == 1
+    assert value(found, "ironic_shard_full_listings_total", pool="rack-b", reason="summary_refused") == 1
+    with pytest.raises(ValueError, match="resync_timer"):
+        metrics.record_full_listing("rack-a", "the last full listing is older than fullResyncSeconds (600s)")
+    metrics.forget_pool("rack-a")
+    left = [dict(key[1]) for key in samples(metrics) if key[0] == "ironic_shard_full_listings_total"]
+    assert left == [{"pool": "rack-b", "reason": "summary_refused"}]

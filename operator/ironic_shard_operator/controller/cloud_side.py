@@ -152,6 +152,7 @@ class CloudSide:
                                              memory=work.memory,
                                              full_resync_seconds=pool.ironic.full_resync_seconds)
             result = CloudResult(report)
+            _record_listing(metrics, work.key, report)
         except IronicError as error:
             _record_error(metrics, work.key, error)
             result = CloudResult(error=error)
@@ -165,6 +166,7 @@ class CloudSide:
                     stop=WriteStop(interrupt, work.may_write), autoscale_history=work.autoscale_history,
                     memory=work.memory, full_resync_seconds=pool.ironic.full_resync_seconds)
                 result = CloudResult(report, applied=report.moves_applied)
+                _record_listing(metrics, work.key, report)
                 if report.moves_applied and metrics is not None:
                     metrics.record_moves(work.key, report.moves_applied)
             except IronicError as error:
@@ -196,3 +198,9 @@ def _usable_nova(runtime: NovaRuntime, outcome: NovaOutcome) -> Any:
 def _record_error(metrics: Any, key: str, error: IronicError) -> None:
     if metrics is not None:
         metrics.record_ironic_error(key, error)
+
+
+def _record_listing(metrics: Any, key: str, report: CycleReport) -> None:
+    """Count the run's full listing of the pool, if it made one (by reason)."""
+    if metrics is not None and report.full_listing_kind is not None:
+        metrics.record_full_listing(key, report.full_listing_kind)

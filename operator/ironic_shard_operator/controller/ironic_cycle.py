@@ -13,7 +13,11 @@ stands: 2 requests whatever the node count. It lists in full when they do not, w
 changed, on the slow timer, and always before writing: every shard write is planned from a
 listing made in the same cycle (and re-checked in bulk by the adapter). Without a memory
 (benchmarks, tests of one cycle) every cycle lists in full. A restart starts with a full
-listing: nothing of this is persisted.
+listing: nothing of this is persisted. Credentials Ironic refuses the shard summary (policy
+baremetal:shards:get) make every poll list in full, as without a memory: the pool is managed
+as before observation by need, at the cost of a full listing per poll; said once in the log
+(WARNING) and by preflight's `ironic-shard-summary` check, and undone at the first poll whose
+summary Ironic answers again.
 
 `AdapterCache` keeps a pool's adapter from one cycle to the next: rebuilt when its
 configuration changes, and a configuration that cannot be used is neither tried nor logged
@@ -26,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ironic_shard_operator.adapters.ironic import ApplyResult, Guard, IronicAdapter, IronicConfigError
@@ -35,7 +39,7 @@ from ironic_shard_operator.core import observation
 from ironic_shard_operator.core.model import (
     AutoscaleHistory, Member, Node, NodeCounts, Observation, Plan, PoolSpec,
 )
-from ironic_shard_operator.core.observation import CheapAnswers, FullObservation
+from ironic_shard_operator.core.observation import CheapAnswers, FullObservation, ListingReason, SummaryRefused
 from ironic_shard_operator.core.planner import plan
 from ironic_shard_operator.core.shard_write import live_owners
 
@@ -50,7 +54,9 @@ class CycleReport:
     list (`full_listing` None: the cheap answers confirmed the last listing), they are up to
     spec.ironic.fullResyncSeconds old: their owners are confirmed by Ironic's shard summary
     count for count, their instances and provision states are as they were then.
-    `full_listing` says why this cycle listed in full."""
+    `full_listing` says why this cycle listed in full, `full_listing_kind` in a word (one of
+    observation.FULL_LISTING_KINDS: the label of metrics.record_full_listing); both None when
+    it did not."""
 
     nodes: tuple[Node, ...]
     plan: Plan
@@ -59,7 +65,8 @@ class CycleReport:
     ironic_requests: int        # all Ironic requests of the cycle (reads, re-reads, writes)
     duration_seconds: float
     nodes_observed_at: float = 0.0
-    full_listing: str | None = "every cycle lists (no ObservationMemory)"
+    full_listing: str | None = observation.EVERY_CYCLE.text
+    full_listing_kind: str | None = observation.EVERY_CYCLE.kind
 
     @property
     def moves_planned(self) -> int:
@@ -110,11 +117,14 @@ class AdapterCache:
 
 
 class ObservationMemory:
-    """A pool's last full listing between cycles (`last`), for observation by need. In
-    memory only: a new operator process, or a new adapter, starts with a full listing."""
+    """A pool's last full listing between cycles (`last`), for observation by need, and
+    whether Ironic refused the last shard summary asked (`summary_refused`: logged when it
+    starts and ends). In memory only: a new operator process, or a new adapter, starts with
+    a full listing."""
 
     def __init__(self) -> None:
         self.last: FullObservation | None = None
+        self.summary_refused = False
 
 
 def run_cycle(
@@ -150,7 +160,7 @@ def run_cycle(
                                 autoscale_history=autoscale_history, nodes_observed_at=observed_at))
 
     last = memory.last if memory is not None else None
-    reason: str | None = "every cycle lists (no ObservationMemory)" if memory is None else "no full listing yet"
+    reason: ListingReason | None = observation.EVERY_CYCLE if memory is None else observation.NO_LISTING_YET
     if last is not None:
         decision = planned(last.nodes, last.observed_at)
         reason = observation.reason_before_asking(last, decision.ring_members, now, full_resync_seconds)
@@ -171,6 +181,7 @@ def run_cycle(
         decision = planned(nodes, observed_at)
         if memory is not None:
             memory.last = FullObservation(nodes, observed_at, decision.ring_members, summary)
+            _say_summary_refused(memory, summary, spec.name)
     observe_requests = adapter.requests_made - first_request
     if paused or not decision.moves:
         applied = ApplyResult(planned=len(decision.moves), not_attempted=len(decision.moves))
@@ -191,7 +202,8 @@ def run_cycle(
         ironic_requests=adapter.requests_made - first_request,
         duration_seconds=time.monotonic() - started,
         nodes_observed_at=observed_at,
-        full_listing=reason,
+        full_listing=reason.text if reason is not None else None,
+        full_listing_kind=reason.kind if reason is not None else None,
     )
 
 
@@ -218,10 +230,28 @@ def placement_question(adapter: IronicAdapter) -> Callable[[str], bool] | None:
     return placement.has_allocations
 
 
+def _say_summary_refused(memory: ObservationMemory, summary: Mapping[str, int] | SummaryRefused,
+                         pool: str) -> None:
+    """Log when Ironic starts refusing the shard summary (every poll lists in full from then
+    on) and when it answers again: once each, not once per poll."""
+    refused = isinstance(summary, SummaryRefused)
+    if isinstance(summary, SummaryRefused) and not memory.summary_refused:
+        log.warning("pool %s: %s (ceil(N/1000)+1 requests per poll instead of 2); allow "
+                    "baremetal:shards:get for the operator's credentials (a system-scoped reader in "
+                    "Ironic's default policy)", pool, observation.summary_refused_reason(summary))
+    elif memory.summary_refused and not refused:
+        log.info("pool %s: Ironic answers the shard summary again: polls list the pool only when "
+                 "it changed", pool)
+    memory.summary_refused = refused
+
+
 def _cheap_answers(adapter: IronicAdapter, owners_outside: Sequence[str]) -> CheapAnswers:
     """The cheap questions of a poll (core/observation.py): the summary first (a change
     after it is seen by the next poll), then the selector's unsharded nodes, then the nodes
-    of each owner outside the ring: 2 requests, plus one per 1,000 nodes of such owners."""
+    of each owner outside the ring: 2 requests, plus one per 1,000 nodes of such owners. A
+    refused summary comes alone (the poll lists in full)."""
     summary = adapter.shard_summary()
+    if isinstance(summary, SummaryRefused):
+        return CheapAnswers(summary=summary, unsharded=(), owners={})
     return CheapAnswers(summary=summary, unsharded=adapter.unsharded_nodes(),
                         owners={owner: adapter.nodes_of(owner) for owner in owners_outside})

@@ -13,7 +13,8 @@ Invariants kept:
   `NOVA_ERROR_KINDS`, fence
   modes from `FENCING_MODES`, Nova finding kinds from `audit.FINDING_KINDS`, Nova
   actions from `NOVA_ACTIONS`, handover triggers from `HANDOVER_TRIGGERS` and handover Job
-  failure reasons from `handover.JOB_FAILURE_REASONS`, so a strange exception can never explode cardinality;
+  failure reasons from `handover.JOB_FAILURE_REASONS`, reasons for a full listing from
+  `observation.FULL_LISTING_KINDS`, so a strange exception can never explode cardinality;
 - "seconds since the last successful Ironic observation" is computed at scrape time, so
   it keeps growing while Ironic is unreachable and no cycle completes.
 """
@@ -31,6 +32,7 @@ from prometheus_client.registry import Collector
 from ironic_shard_operator.core.handover import FAILURE, JOB_FAILURE_REASONS, SCALE_DOWN
 from ironic_shard_operator.core.nova_policy import FINDING_KINDS
 from ironic_shard_operator.core.model import Observation, Plan
+from ironic_shard_operator.core.observation import FULL_LISTING_KINDS
 from ironic_shard_operator.core.spec import FENCING_MODES
 
 PREFIX = "ironic_shard"
@@ -199,6 +201,11 @@ class OperatorMetrics:
             "Handover Jobs that failed with no node moved and were tried again, by reason read from "
             "their log: refused (a nova-manage precondition), database, other.",
             ["pool", "reason"], registry=r)
+        self.full_listings = Counter(
+            f"{PREFIX}_full_listings",
+            "Full listings of the pool's Ironic nodes (ceil(N/1000)+1 requests each; a steady poll "
+            "makes 2), by reason (core/observation.py FULL_LISTING_KINDS).",
+            ["pool", "reason"], registry=r)
         self.leader = Gauge(
             f"{PREFIX}_leader", "1 while this replica holds the leader Lease, else 0.",
             registry=r)
@@ -293,6 +300,13 @@ class OperatorMetrics:
             raise ValueError(f"handover failure reason {reason!r} is not one of {', '.join(JOB_FAILURE_REASONS)}")
         self.handover_job_failures.labels(pool, reason).inc()
 
+    def record_full_listing(self, pool: str, reason: str) -> None:
+        """The pool's nodes were listed in full: `reason` is one of FULL_LISTING_KINDS
+        (CycleReport.full_listing_kind)."""
+        if reason not in FULL_LISTING_KINDS:
+            raise ValueError(f"full listing reason {reason!r} is not one of {', '.join(FULL_LISTING_KINDS)}")
+        self.full_listings.labels(pool, reason).inc()
+
     def set_leader(self, leading: bool) -> None:
         """Whether this replica is the one acting (holds the Lease)."""
         self.leader.set(1 if leading else 0)
@@ -322,6 +336,8 @@ class OperatorMetrics:
             _remove_if_present(self.handover_duration, pool, trigger)
         for reason in JOB_FAILURE_REASONS:
             _remove_if_present(self.handover_job_failures, pool, reason)
+        for reason in FULL_LISTING_KINDS:
+            _remove_if_present(self.full_listings, pool, reason)
         self._since.last.pop(pool, None)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> WSGIServer:

@@ -48,6 +48,17 @@ over all of Ironic, every pool and every unmanaged node included:
   whose pinned nodes alone exceeded its fair share, changes of instance or provision state
   on ring members' nodes (which change no owner). Those wait for the slow timer, which is
   why the status says when the counts were last listed in full (status.nodes.observedAt).
+
+Credentials refused the summary (`SummaryRefused`: Ironic's policy `baremetal:shards:get`,
+a system reader in Ironic's defaults, answered 403) cannot poll by need: every poll lists in
+full, as before observation by need (ceil(N/1000)+1 requests instead of 2), and asks the
+summary again before each listing (one refused request), so a policy that allows it again
+takes effect at the next poll. Preflight's `ironic-shard-summary` check warns of it.
+
+Each reason (`ListingReason`) is a sentence for people (numbers and shard values in it) and
+its kind, one of the few fixed `FULL_LISTING_KINDS`: the label of the operator's metric of
+full listings (a sentence in a label would make a new series per number). The rule that
+writes a sentence names its kind; nothing reads a kind back out of a sentence.
 """
 
 from __future__ import annotations
@@ -62,19 +73,62 @@ from ironic_shard_operator.core.model import Move, Node, member_ordinal
 UNSHARDED = "None"
 DEFAULT_FULL_RESYNC_SECONDS = 600.0
 
+# Why a pool listed in full, as a metric label: one kind per rule of this module, plus
+# `no_memory` (a cycle run without memory lists every time: benchmarks, one-cycle tests).
+FULL_LISTING_KINDS = (
+    "no_memory", "no_listing_yet", "summary_refused", "own_writes", "resync_timer", "ring_gained",
+    "identity_count", "new_shard", "owner_count", "unlisted_source",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ListingReason:
+    """Why a pool lists all its nodes: `text` for people (the log, the cycle report) and
+    `kind`, one of FULL_LISTING_KINDS, for the metric's label."""
+
+    kind: str
+    text: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in FULL_LISTING_KINDS:
+            raise ValueError(f"full listing kind {self.kind!r} is not one of {', '.join(FULL_LISTING_KINDS)}")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+EVERY_CYCLE = ListingReason("no_memory", "every cycle lists (no ObservationMemory)")
+NO_LISTING_YET = ListingReason("no_listing_yet", "no full listing yet")
+OWN_WRITES = ListingReason("own_writes", "shards were written since the last full listing")
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRefused:
+    """Ironic's policy refused the shard summary (`GET /v1/shards`, HTTP 403: the credentials
+    lack `baremetal:shards:get`); `message` is the adapter's (no credential in it)."""
+
+    message: str
+
+
+def summary_refused_reason(refused: SummaryRefused) -> ListingReason:
+    """Why every poll lists in full while the summary is refused (the cycle's reason)."""
+    return ListingReason("summary_refused", "Ironic refuses these credentials the shard summary (GET /v1/shards "
+                         f"needs policy baremetal:shards:get), so every poll lists the pool in full: {refused.message}")
+
 
 @dataclass(frozen=True, slots=True)
 class FullObservation:
     """What the pool saw at its last full listing: `nodes` (every managed node), at
     `observed_at` (seconds since the epoch), the ring the plan made from them had
     (`ring_members`), the shard summary read right before the listing (`summary`: shard
-    value -> node count over all of Ironic, UNSHARDED for no shard), and whether the pool
-    wrote shards since (`wrote_since`: the listing no longer shows Ironic)."""
+    value -> node count over all of Ironic, UNSHARDED for no shard; SummaryRefused when
+    Ironic's policy refused it), and whether the pool wrote shards since (`wrote_since`:
+    the listing no longer shows Ironic)."""
 
     nodes: tuple[Node, ...]
     observed_at: float
     ring_members: tuple[str, ...]
-    summary: Mapping[str, int]
+    summary: Mapping[str, int] | SummaryRefused
     wrote_since: bool = False
 
     def owners_outside(self, ring_members: Sequence[str]) -> tuple[str, ...]:
@@ -89,33 +143,41 @@ class FullObservation:
 class CheapAnswers:
     """Ironic's answers to a poll's cheap questions: the shard summary, the selector's
     unsharded nodes, and for each owner outside the ring its nodes in the selector
-    (`owners`), all read in this cycle."""
+    (`owners`), all read in this cycle. A refused summary (SummaryRefused) comes alone: the
+    other questions are not asked, the poll lists in full."""
 
-    summary: Mapping[str, int]
+    summary: Mapping[str, int] | SummaryRefused
     unsharded: Sequence[Node]
     owners: Mapping[str, Sequence[Node]]
 
 
 def reason_before_asking(last: FullObservation | None, ring_members: Sequence[str], now: float,
-                         full_resync_seconds: float) -> str | None:
+                         full_resync_seconds: float) -> ListingReason | None:
     """Why a full listing is needed whatever Ironic would answer (None: ask the cheap
     questions). `ring_members` is the ring planned now from `last`'s nodes. A ring that only
     lost members needs none: the members that left are listed as owners outside the ring."""
     if last is None:
-        return "no full listing yet"
+        return NO_LISTING_YET
+    if isinstance(last.summary, SummaryRefused):
+        return summary_refused_reason(last.summary)
     if last.wrote_since:
-        return "shards were written since the last full listing"
+        return OWN_WRITES
     if now - last.observed_at >= full_resync_seconds:
-        return f"the last full listing is older than fullResyncSeconds ({full_resync_seconds:g}s)"
+        return ListingReason("resync_timer",
+                             f"the last full listing is older than fullResyncSeconds ({full_resync_seconds:g}s)")
     joined = sorted(set(ring_members) - set(last.ring_members))
     if joined:
-        return f"the ring gained {', '.join(joined)} since the last full listing"
+        return ListingReason("ring_gained", f"the ring gained {', '.join(joined)} since the last full listing")
     return None
 
 
-def reason_from_answers(pool: str, last: FullObservation, answers: CheapAnswers) -> str | None:
+def reason_from_answers(pool: str, last: FullObservation, answers: CheapAnswers) -> ListingReason | None:
     """Why the cheap answers call for a full listing (None: `merged` is the pool's nodes).
     See the module doc for what the global summary can tell a pool with a selector."""
+    if isinstance(answers.summary, SummaryRefused):
+        return summary_refused_reason(answers.summary)
+    if isinstance(last.summary, SummaryRefused):  # reason_before_asking lists first
+        return summary_refused_reason(last.summary)
     listed = Counter(node.shard for node in last.nodes if node.shard is not None)
     for name in sorted(set(answers.summary) | set(last.summary) | set(listed)):
         if name == UNSHARDED:
@@ -123,12 +185,13 @@ def reason_from_answers(pool: str, last: FullObservation, answers: CheapAnswers)
         before, now = last.summary.get(name), answers.summary.get(name, 0)
         if member_ordinal(pool, name) is not None:
             if now != listed[name]:
-                return (f"Ironic counts {now} nodes with shard {name}, an identity of this pool, "
-                        f"where the pool lists {listed[name]}")
+                return ListingReason("identity_count", f"Ironic counts {now} nodes with shard {name}, an "
+                                     f"identity of this pool, where the pool lists {listed[name]}")
         elif before is None and now:
-            return f"shard {name} is new in Ironic's shard summary"
+            return ListingReason("new_shard", f"shard {name} is new in Ironic's shard summary")
         elif name in listed and before != now:
-            return f"shard {name} went from {before or 0} to {now} nodes in Ironic's shard summary"
+            return ListingReason("owner_count", f"shard {name} went from {before or 0} to {now} nodes in "
+                                 "Ironic's shard summary")
     return None
 
 
@@ -142,11 +205,12 @@ def merged(last: FullObservation, answers: CheapAnswers) -> tuple[Node, ...]:
     return (*kept, *fresh.values())
 
 
-def unlisted_sources(moves: Sequence[Move], answers: CheapAnswers) -> str | None:
+def unlisted_sources(moves: Sequence[Move], answers: CheapAnswers) -> ListingReason | None:
     """Why `moves` may not be written without a full listing first: a move whose source
     (None: unsharded) was not listed in this cycle. None: every source was."""
     listed: set[str | None] = {None, *answers.owners}
     unlisted = sorted({move.source or "unsharded" for move in moves if move.source not in listed})
     if unlisted:
-        return f"moves are planned from {', '.join(unlisted[:3])}: writes follow a full listing"
+        return ListingReason("unlisted_source",
+                             f"moves are planned from {', '.join(unlisted[:3])}: writes follow a full listing")
     return None
