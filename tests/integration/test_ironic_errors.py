@@ -4,7 +4,12 @@ credentials, wrong endpoints) and a real Ironic acting as the Zed release (too o
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import socket
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +22,7 @@ from ironic_shard_operator.adapters.ironic import (
     IronicConfigError,
     IronicEndpointError,
     IronicError,
+    IronicKeystoneUnavailable,
     IronicTooOld,
     IronicUnavailable,
 )
@@ -30,6 +36,7 @@ from testbed.ironic_service import (
     unique_resource_class,
 )
 from tests.integration.conftest import POOL, ready_members
+from tests.integration.test_preflight_ironic import preflight
 
 pytestmark = pytest.mark.integration
 
@@ -120,3 +127,131 @@ def test_noauth_service_and_a_conductor_group_selector(tmp_path: Path):
     assert {owners[node] for node in ours} == {f"{POOL}-{i}" for i in range(3)}
     assert {owners[node] for node in theirs} == {None}
     assert adapter.writes_made == len(ours)
+
+
+class _AnswersStatus(http.server.BaseHTTPRequestHandler):
+    """A server answering `status` to every request: 401 is any service that wants a token
+    (Keystone itself never answers its version document so), 503 a Keystone whose load
+    balancer has no backend."""
+
+    status = 401
+
+    def _refuse(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"error": {"code": %d, "title": "Refused", "message": "not now"}}' % self.status
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _refuse
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def password_entry(service: IronicService, auth_url: str, **settings: object) -> dict:
+    """A clouds.yaml entry that authenticates with a password at `auth_url` (keystoneauth's
+    generic `password` plugin, as most clouds.yaml files have) and whose Ironic is `service`;
+    `settings` are more keys of the entry."""
+    return {"auth_type": "password", "baremetal_endpoint_override": service.url, **settings,
+            "auth": {"auth_url": auth_url, "username": "operator", "password": "pw", "project_name": "p",
+                     "user_domain_name": "Default", "project_domain_name": "Default"}}
+
+
+def password_cloud(service: IronicService, auth_url: str, **settings: object) -> IronicAdapter:
+    """An adapter for `password_entry`'s cloud, named "broken"."""
+    cloud = password_entry(service, auth_url, **settings)
+    return IronicAdapter.from_clouds_yaml(yaml.safe_dump({"clouds": {"broken": cloud}}), "broken",
+                                          request_timeout=1.0, retry_attempts=2, backoff_seconds=0.05,
+                                          selector=Selector(resource_class="nothing-here"))
+
+
+def error_within(seconds: float, adapter: IronicAdapter, kind: type[IronicError]) -> str:
+    """one_line_error, in a thread given `seconds`: a cycle that never returns fails the test
+    instead of hanging it."""
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(_caught(adapter, kind)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"the cycle still waits after {seconds:.0f}s"
+    [result] = outcome
+    if isinstance(result, BaseException):
+        raise result
+    return str(result)
+
+
+def _caught(adapter: IronicAdapter, kind: type[IronicError]) -> object:
+    try:
+        return one_line_error(adapter, kind)
+    except BaseException as failure:  # handed to the test's thread
+        return failure
+
+
+@contextlib.contextmanager
+def answering(status: int) -> Iterator[str]:
+    """An auth_url (…/v3) of a server answering `status` to every request."""
+    handler = type("Answers", (_AnswersStatus,), {"status": status})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v3"
+    finally:
+        server.shutdown()
+
+
+def test_an_auth_url_that_is_not_keystone_is_refused_at_once(ironic_service: IronicService):
+    """keystoneauth's generic plugins wait for ever on an auth_url answering 401 (they ask
+    for a token to read the versions while holding the lock that asking needs): the cycle
+    must name the mistake instead of holding the pool."""
+    with answering(401) as auth_url:
+        message = error_within(30, password_cloud(ironic_service, auth_url), IronicAuthError)
+    assert f"the auth_url {auth_url} of cloud 'broken' answered HTTP 401" in message
+    assert "not Keystone's Identity endpoint" in message
+
+
+def test_a_keystone_answering_503_is_named_as_keystone(ironic_service: IronicService):
+    """A Keystone behind a load balancer with no backend (503): the cycle reports Keystone's
+    failure as the reason Ironic cannot be asked, in the adapter's own error type, not as a
+    stray keystoneauth exception."""
+    with answering(503) as auth_url:
+        message = error_within(30, password_cloud(ironic_service, auth_url), IronicKeystoneUnavailable)
+    assert f"Ironic at {ironic_service.url} (cloud 'broken') cannot be asked: the token request to Keystone " \
+           f"at {auth_url} failed" in message
+
+
+def test_a_keystone_that_never_answers_is_named_and_costs_a_bounded_wait(ironic_service: IronicService):
+    """A Keystone that accepts connections and never answers: each of its requests ends at
+    the cloud's api_timeout, and the error names Keystone, not Ironic (which was never asked)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # connections complete in the kernel's backlog; nothing ever answers
+        auth_url = f"http://127.0.0.1:{silent.getsockname()[1]}/v3"
+        started = time.monotonic()
+        message = error_within(20, password_cloud(ironic_service, auth_url, api_timeout=1),
+                               IronicKeystoneUnavailable)
+    assert f"Ironic at {ironic_service.url} (cloud 'broken') cannot be asked: the token request to Keystone " \
+           f"at {auth_url} failed: timed out" in message
+    print(f"a silent Keystone cost the cycle {time.monotonic() - started:.1f}s (api_timeout 1 s, 2 attempts)")
+
+
+def test_keystone_is_waited_for_30_s_at_most_unless_the_cloud_says_otherwise(ironic_service: IronicService):
+    """keystoneauth has no timeout of its own: a cloud without `api_timeout` gets 30 s for
+    every request of its session (Keystone's too), one with it keeps its own."""
+    unset = password_cloud(ironic_service, "http://keystone.example/v3")
+    assert unset.connection.session.timeout == 30.0
+    assert password_cloud(ironic_service, "http://keystone.example/v3", api_timeout=7).connection.session.timeout == 7.0
+
+
+def test_preflight_says_to_look_at_keystone_when_the_token_request_fails(ironic_service: IronicService,
+                                                                        tmp_path: Path):
+    """`ironic-shard-operator preflight` as a user runs it: Ironic could not be asked because
+    Keystone failed the token request, and the fix points at Keystone, not at Ironic."""
+    with answering(503) as auth_url:
+        status, checks = preflight(tmp_path, {"broken": password_entry(ironic_service, auth_url)}, "broken")
+    assert status == 1, checks
+    reachable = checks["ironic-reachable"]
+    assert reachable["verdict"] == "fail"
+    assert f"the token request to Keystone at {auth_url} failed" in reachable["message"]
+    assert "Keystone runs" in reachable["fix"] and "auth.auth_url" in reachable["fix"]

@@ -123,4 +123,7 @@ def test_the_operator_reports_preflight_when_a_pool_starts_and_when_its_secret_c
         passed = wait(lambda: (c := condition(get_pool(client, ns, "rack-p"), "Preflight"))["status"] == "True" and c,
                       timeout=60, what="Preflight passing after the Secret is fixed")
         assert passed["reason"] == "PassedWithWarnings"  # no Nova in this cloud, an image no registry has
-        assert [e["type"] for e in events(client, ns, "PreflightPassed")] == ["Normal"]
+        # Passing with warnings is news: a Warning Event naming them (not a quiet PreflightPassed).
+        [warned] = wait(lambda: events(client, ns, "PreflightWarnings"), timeout=30, what="PreflightWarnings")
+        assert warned["type"] == "Warning" and warned["message"] == passed["message"]
+        assert not events(client, ns, "PreflightPassed")

@@ -74,6 +74,8 @@ def test_ironic_answers_become_checks_with_fixes() -> None:
     assert verdicts(old)["ironic-api-version"] is Verdict.FAIL and "1.82" in old[-1].fix
     down = preflight.ironic_checks(ServiceAnswer(failure="unavailable", message="Connection refused"), None)
     assert [c.verdict for c in down] == [Verdict.FAIL] and "reachable" in down[0].fix
+    no_token = preflight.ironic_checks(ServiceAnswer(failure="keystone", message="the token request failed"), None)
+    assert [c.verdict for c in no_token] == [Verdict.FAIL] and "auth.auth_url" in no_token[0].fix
     refused = preflight.ironic_checks(ServiceAnswer(version=(1, 99)), HttpAnswer(403, "forbidden"))
     assert verdicts(refused)["ironic-shard-list"] is Verdict.FAIL
 
@@ -84,6 +86,21 @@ def test_the_shard_update_probe_is_read_by_its_status() -> None:
     assert refused.verdict is Verdict.FAIL and "system" in refused.fix
     assert preflight.shard_update_check(HttpAnswer(409, "locked"), "n1").verdict is Verdict.WARN
     assert preflight.shard_update_check(None, None).verdict is Verdict.WARN
+
+
+def test_a_refused_shard_summary_is_a_warning_that_says_its_cost_and_policy() -> None:
+    """GET /v1/shards refused: the operator works (it lists every poll), so a warn, naming
+    baremetal:shards:get and the role Ironic's default policy gives it to."""
+    assert preflight.shard_summary_check(HttpAnswer(200, '{"shards": []}')).verdict is Verdict.PASS
+    refused = preflight.shard_summary_check(HttpAnswer(403, "Access was denied to the following resource: "
+                                                            "baremetal:shards:get"))
+    assert refused.verdict is Verdict.WARN and refused.name == "ironic-shard-summary"
+    assert "HTTP 403" in refused.message and "every poll" in refused.message
+    assert "baremetal:shards:get" in refused.fix and "--system all" in refused.fix and "reader" in refused.fix
+    assert "\n" not in refused.fix
+    assert preflight.shard_summary_check(HttpAnswer(None, "timed out")).verdict is Verdict.WARN
+    ok, reason, message = preflight.condition([refused])
+    assert ok and reason == "PassedWithWarnings" and "ironic-shard-summary" in message
 
 
 def test_nova_placement_and_image_verdicts() -> None:
@@ -162,6 +179,28 @@ def test_the_preflight_condition_warns_when_it_first_fails_and_is_kept_between_v
     assert preflight_of(fresh)["status"] == "True" and not [e for e in events if "Preflight" in e.reason]
 
 
+def test_preflight_warnings_are_a_warning_event_when_they_first_show_or_change() -> None:
+    """A pool whose checks pass with warnings (say, Ironic refuses the shard summary) tells the
+    user once, at its first check too, and again only when the warnings change."""
+    from ironic_shard_operator.core.status import CycleFacts, build_status
+
+    def preflight_events(events):
+        return [(e.reason, e.type, e.message) for e in events if e.reason.startswith("Preflight")]
+
+    warned = (True, "PassedWithWarnings", "ironic-shard-summary: refused (HTTP 403)")
+    status, events = build_status(CycleFacts(generation=1, pool="p", preflight=warned, now=1.0), None)
+    assert preflight_events(events) == [("PreflightWarnings", "Warning", warned[2])]
+    same, events = build_status(CycleFacts(generation=1, pool="p", preflight=warned, now=2.0), status)
+    assert preflight_events(events) == []
+    more = (True, "PassedWithWarnings", warned[2] + "; image: cannot check x from here")
+    changed, events = build_status(CycleFacts(generation=1, pool="p", preflight=more, now=3.0), same)
+    assert preflight_events(events) == [("PreflightWarnings", "Warning", more[2])]
+    clean, events = build_status(CycleFacts(generation=1, pool="p", preflight=(True, "Passed", "all 9"), now=4.0),
+                                 changed)
+    assert preflight_events(events) == []  # True all along: passing cleanly is no news
+    assert next(c for c in clean["conditions"] if c["type"] == "Preflight")["reason"] == "Passed"
+
+
 @pytest.mark.parametrize("image, parts", [
     ("nova-compute", ("registry-1.docker.io", "library/nova-compute", "latest")),
     ("kolla/nova-compute:2024.1", ("registry-1.docker.io", "kolla/nova-compute", "2024.1")),
@@ -170,6 +209,162 @@ def test_the_preflight_condition_warns_when_it_first_fails_and_is_kept_between_v
     ("localhost:5000/nova@sha256:abc", ("localhost:5000", "nova", "sha256:abc")),
 ])
 def test_an_image_reference_is_split_as_docker_reads_it(image, parts) -> None:
-    from ironic_shard_operator.adapters.preflight import split_image
+    assert preflight.split_image(image) == parts
 
-    assert split_image(image) == parts
+
+IN_CLUSTER = "registry.kube-system.svc:5000/nova:1"
+
+
+@pytest.mark.parametrize("answer, verdict, message, fix", [
+    # it exists, but every node's runtime must be set to pull without TLS: preflight cannot see that
+    (HttpAnswer(200, "", "http"), Verdict.WARN,
+     [f"{IN_CLUSTER} exists in its registry", "registry.kube-system.svc:5000 answers over plain HTTP only",
+      "container runtime must be configured to pull from it without TLS"],
+     ["/etc/containerd/certs.d/registry.kube-system.svc:5000/hosts.toml",
+      'server = "http://registry.kube-system.svc:5000"',
+      'location = "registry.kube-system.svc:5000" and insecure = true', "serve the registry over TLS"]),
+    (HttpAnswer(404, "Not Found", "http"), Verdict.FAIL,
+     [f"{IN_CLUSTER} does not exist in its registry", "answers over plain HTTP only"],
+     ["fix spec.image (repository and tag); then", "hosts.toml"]),
+    (HttpAnswer(401, "Unauthorized", "http"), Verdict.WARN,
+     ["the registry wants credentials (HTTP 401: Unauthorized)", "answers over plain HTTP only"],
+     ["imagePullSecret", "hosts.toml"]),
+    (HttpAnswer(500, "", "http"), Verdict.WARN, ["the registry answered HTTP 500", "plain HTTP only"],
+     ["check the image by hand; then", "hosts.toml"]),
+])
+def test_a_registry_answering_over_plain_http_is_judged_by_its_answer_and_says_so(answer, verdict, message,
+                                                                                 fix) -> None:
+    check = preflight.image_check(IN_CLUSTER, answer)
+    assert check.verdict is verdict
+    assert all(part in check.message for part in message), check.message
+    assert all(part in check.fix for part in fix), check.fix
+    # a warning, not a failure, where the image is there: the pool can run once the nodes pull it
+    assert preflight.any_failed([check]) is (verdict is Verdict.FAIL)
+
+
+def test_over_https_nothing_is_said_about_plain_http() -> None:
+    for answer in (HttpAnswer(200, "", "https"), HttpAnswer(404, "", "https"), HttpAnswer(200)):
+        check = preflight.image_check(IN_CLUSTER, answer)
+        assert "plain HTTP" not in check.message + check.fix
+    assert preflight.image_check(IN_CLUSTER, HttpAnswer(200, "", "https")).verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize("host, by_itself", [
+    ("localhost:5000", True), ("127.0.0.1:5000", True), ("[::1]:5000", True),
+    ("localhost", False), ("localhost:443", False), ("kind-registry:5000", False), ("10.0.0.7:5000", False),
+])
+def test_the_plain_http_hint_says_where_containerd_needs_no_setting(host, by_itself) -> None:
+    """containerd tries HTTP by itself for localhost on a port other than 443 (its
+    ConfigureHosts); CRI-O only where registries.conf says insecure = true."""
+    check = preflight.image_check(f"{host}/nova:1", HttpAnswer(200, "", "http"))
+    assert check.verdict is Verdict.WARN
+    assert ("containerd pulls from" in check.fix and "by itself" in check.fix) is by_itself, check.fix
+    assert ("hosts.toml" in check.fix) is not by_itself
+    assert f'location = "{host}" and insecure = true' in check.fix
+
+
+def _serve(handle, connections: int = 2):
+    """A listener on 127.0.0.1 whose first `connections` connections `handle(socket)` gets, in a
+    thread; returns (port, join)."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+
+    def serve() -> None:
+        with listener:
+            for _ in range(connections):
+                try:
+                    connection, _ = listener.accept()
+                except OSError:
+                    return
+                with connection:
+                    handle(connection)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], lambda: thread.join(10)
+
+
+def test_a_port_that_speaks_neither_tls_nor_http_is_not_reachable_saying_both() -> None:
+    """Another service's banner (SSH here) where the registry should be: the TLS handshake reads
+    it as a record of no TLS version, the plain-HTTP retry as no status line."""
+    from ironic_shard_operator.adapters.preflight import registry_answer
+
+    def banner(connection) -> None:
+        connection.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+        connection.settimeout(5)
+        try:
+            connection.recv(4096)
+        except OSError:
+            pass
+
+    port, join = _serve(banner)
+    answer = registry_answer(f"localhost:{port}/nova:1", timeout=5)
+    join()
+    assert answer.status is None and answer.scheme != "http"
+    assert f"registry localhost:{port} not reachable: its port speaks no TLS" in answer.text
+    assert "did not answer plain HTTP either (BadStatusLine: SSH-2.0-OpenSSH_9.2p1 Debian-2)" in answer.text
+    assert "\n" not in answer.text  # one line in the table
+    check = preflight.image_check(f"localhost:{port}/nova:1", answer)
+    assert check.verdict is Verdict.WARN and "cannot check" in check.message
+
+
+def test_a_plain_http_400_is_not_taken_for_a_registry_s_answer() -> None:
+    """A 400 to plain HTTP is what a TLS port says to it (Go: "Client sent an HTTP request to
+    an HTTPS server"): the image is not judged missing or present over plain HTTP on it."""
+    from ironic_shard_operator.adapters.preflight import registry_answer
+
+    def bad_request(connection) -> None:
+        connection.settimeout(5)
+        try:
+            connection.recv(4096)
+            connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        except OSError:
+            pass
+
+    port, join = _serve(bad_request)
+    answer = registry_answer(f"localhost:{port}/nova:1", timeout=5)
+    join()
+    assert answer.status is None
+    assert f"registry localhost:{port} not reachable over TLS" in answer.text
+    assert "over plain HTTP it answered HTTP 400: Bad Request" in answer.text
+
+
+def test_a_registry_whose_certificate_is_not_trusted_is_said_to_answer_not_to_be_unreachable(tmp_path) -> None:
+    """A private CA the checking machine lacks: the registry answered, so the warning names the
+    certificate and how to trust it, not "not reachable" (seen against the real registry)."""
+    import socket
+    import ssl
+    import threading
+
+    from ironic_shard_operator.adapters.preflight import registry_answer
+    from testbed.registry import make_certificates
+
+    make_certificates(tmp_path)  # a CA nobody here trusts, and a server certificate for localhost
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "server.pem", tmp_path / "server.key")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve_one_handshake() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            try:
+                context.wrap_socket(connection, server_side=True).close()
+            except (ssl.SSLError, OSError):
+                pass  # the client gives up on the certificate
+
+    server = threading.Thread(target=serve_one_handshake, daemon=True)
+    server.start()
+    try:
+        answer = registry_answer(f"localhost:{port}/nova:1", timeout=5)
+    finally:
+        server.join(5)
+        listener.close()
+    assert answer.status is None
+    assert "TLS certificate not trusted here" in answer.text and "SSL_CERT_FILE" in answer.text
+    assert "not reachable" not in answer.text
+    check = preflight.image_check(f"localhost:{port}/nova:1", answer)
+    assert check.verdict is Verdict.WARN and "not trusted" in check.message

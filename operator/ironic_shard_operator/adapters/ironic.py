@@ -37,11 +37,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.openstack_http import (
-    Transient, backoff_delay, cloud_label, describe, endpoint_for, format_version, parse_version, redacting,
-    secrets_of, send_once, session_of, with_retries,
+    Transient, backoff_delay, cloud_label, describe, endpoint_for, format_version, not_answering, parse_version,
+    redacting, secrets_of, send_once, session_of, with_retries,
 )
 from ironic_shard_operator.core.clouds_yaml import CloudsYamlError, cloud_entry
 from ironic_shard_operator.core.model import Move, Node, Selector
+from ironic_shard_operator.core.observation import SummaryRefused
 from ironic_shard_operator.core.redact import redact, secrets_in_clouds_yaml
 from ironic_shard_operator.core.shard_write import Verdict, guarded_verdict, handover_verdict, move_verdict
 
@@ -54,6 +55,10 @@ NODE_FIELDS = ("uuid", "shard", "instance_uuid", "provision_state",
 # The page size asked for: Ironic's default [api]max_limit (Ironic cuts pages to its own
 # max_limit, so a page may hold fewer; its `next` link says whether more follow).
 PAGE_LIMIT = 1000
+DEFAULT_REQUEST_TIMEOUT = 30.0  # seconds per request to Ironic
+# Seconds per request of the session that sets no timeout of its own (Keystone's discovery and
+# token requests), unless the cloud's clouds.yaml entry sets `api_timeout` (from_clouds_yaml).
+SESSION_TIMEOUT_SECONDS = 30.0
 RETRYABLE_STATUS = frozenset({409, 502, 503, 504})
 
 
@@ -71,6 +76,11 @@ class IronicConfigError(IronicError):
 
 class IronicUnavailable(IronicError):
     """Ironic does not answer (down, refused, timed out, or 5xx beyond the retries)."""
+
+
+class IronicKeystoneUnavailable(IronicUnavailable):
+    """Ironic could not be asked: the token request to Keystone failed (no answer, TLS, an
+    HTTP error); Ironic itself was not reached."""
 
 
 class IronicEndpointError(IronicError):
@@ -186,7 +196,7 @@ class IronicAdapter:
         max_concurrent_writes: int = 4,
         writes_per_second: float = 20.0,
         recheck_seconds: float = 2.0,
-        request_timeout: float = 30.0,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         retry_attempts: int = 5,
         backoff_seconds: float = 0.5,
     ) -> None:
@@ -222,6 +232,9 @@ class IronicAdapter:
         is the whole configuration. Raises IronicConfigError when the entry cannot describe
         a connection; an auth_type no installed keystoneauth plugin answers to is refused
         before openstacksdk's loader is asked, which would log a WARNING on each attempt.
+        Every request of the connection's session is bounded in time, Keystone's too: an
+        entry without `api_timeout` gets SESSION_TIMEOUT_SECONDS (keystoneauth waits
+        for ever by default, and a Keystone that accepts and never answers held each cycle).
         """
         from openstack import connection as os_connection
         from openstack.config import loader
@@ -236,8 +249,8 @@ class IronicAdapter:
                 f"cloud '{cloud_name}' of the clouds.yaml has auth_type {auth_type!r}, which is no "
                 f"authentication plugin known here (known: {', '.join(sorted(auth_plugins()))})")
         try:
-            region = loader.OpenStackConfig(load_yaml_config=False, load_envvars=False) \
-                .get_one(**dict(entry))
+            settings = {"api_timeout": SESSION_TIMEOUT_SECONDS, **entry}
+            region = loader.OpenStackConfig(load_yaml_config=False, load_envvars=False).get_one(**settings)
             conn = os_connection.Connection(config=region)
         except Exception as error:  # openstacksdk raises several types for bad configs
             raise IronicConfigError(f"cloud '{cloud_name}' of the clouds.yaml cannot be "
@@ -314,11 +327,16 @@ class IronicAdapter:
         return tuple(self._list(selector_filters(self.selector), marker=None, until=None).values())
 
     @redacting
-    def shard_summary(self) -> dict[str, int]:
+    def shard_summary(self) -> dict[str, int] | SummaryRefused:
         """Ironic's node count per shard value over ALL its nodes (`GET /v1/shards`, one
-        request; the count of nodes without a shard is named "None", as Ironic names it)."""
+        request; the count of nodes without a shard is named "None", as Ironic names it).
+        SummaryRefused when Ironic's policy refuses it (403: `baremetal:shards:get`)."""
         self.check()
         response = self._send("GET", self._url("/shards"))
+        if response.status_code == 403:
+            return SummaryRefused(redact(f"Ironic at {self.endpoint} does not allow (policy) the credentials "
+                                         f"of cloud '{self.cloud}' to read the shard summary: "
+                                         f"{describe(response)}", self.secrets))
         self._raise_for_status(response, "read the shard summary")
         return {str(item["name"]): int(item["count"]) for item in response.json()["shards"]}
 
@@ -509,11 +527,14 @@ class IronicAdapter:
                 return
             pending = retry
         if failure.unavailable:
-            raise IronicUnavailable(
-                f"Ironic at {self.endpoint} (cloud '{self.cloud}') stopped answering while "
-                f"shards were written ({failure.reason}; {self.retry_attempts} attempts); "
-                f"{result.applied} of {result.planned} moves were applied and stay applied, "
-                f"the next cycle re-reads Ironic and continues")
+            if failure.keystone:
+                stopped = f"writing shards stopped: {not_answering('Ironic', self.endpoint, self.cloud, failure, '')}"
+            else:
+                stopped = (f"Ironic at {self.endpoint} (cloud '{self.cloud}') stopped answering while shards were "
+                           f"written ({failure.reason}; {self.retry_attempts} attempts)")
+            raise (IronicKeystoneUnavailable if failure.keystone else IronicUnavailable)(
+                f"{stopped}; {result.applied} of {result.planned} moves were applied and stay applied, the next "
+                "cycle re-reads Ironic and continues")
         result.skipped_busy += len(pending)
 
     def _recheck(self, moves: list[Move], known: Mapping[str | None, list[str]],
@@ -611,10 +632,10 @@ class IronicAdapter:
         """One HTTP exchange, retried with backoff while Ironic does not answer or answers
         502/503/504: the response, whatever its status. Raises IronicUnavailable when no
         usable answer came after `retry_attempts` (or the one attempt without `retry`)."""
-        def gave_up(reason: str) -> IronicUnavailable:
-            return IronicUnavailable(f"Ironic at {self.endpoint} (cloud '{self.cloud}') is not "
-                                     f"answering: {reason}; is it running, and is the baremetal "
-                                     f"endpoint right?")
+        def gave_up(failure: Transient) -> IronicUnavailable:
+            unavailable = IronicKeystoneUnavailable if failure.keystone else IronicUnavailable
+            return unavailable(not_answering("Ironic", self.endpoint, self.cloud, failure,
+                                             "is it running, and is the baremetal endpoint right?"))
 
         return with_retries(lambda: self._send_once(method, url, json=json, microversion=microversion),
                             attempts=self.retry_attempts if retry else 1,

@@ -29,8 +29,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.openstack_http import (
-    cloud_label, describe, endpoint_for, error_text, format_version, parse_version, redacting, secrets_of,
-    send_once, session_of, version_document, with_retries,
+    Transient, cloud_label, describe, endpoint_for, error_text, format_version, not_answering, parse_version,
+    redacting, secrets_of, send_once, session_of, version_document, with_retries,
 )
 from ironic_shard_operator.core.redact import redact
 
@@ -265,9 +265,9 @@ class NovaAdapter:
             return send_once(self._session, method, url, json=json, headers=headers,
                              timeout=self.request_timeout, cloud=self.cloud, refused=NovaAuthError)
 
-        def gave_up(reason: str) -> NovaUnavailable:
-            return NovaUnavailable(f"Nova at {self.endpoint} (cloud '{self.cloud}') is not answering: "
-                                   f"{reason} ({self.retry_attempts} attempts)")
+        def gave_up(failure: Transient) -> NovaUnavailable:
+            return NovaUnavailable(not_answering("Nova", self.endpoint, self.cloud, failure,
+                                                 f"tried {self.retry_attempts} times"))
 
         return with_retries(attempt, attempts=self.retry_attempts, backoff_seconds=self.backoff_seconds,
                             retry_status=RETRYABLE_STATUS, gave_up=gave_up)

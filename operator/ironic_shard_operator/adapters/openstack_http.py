@@ -25,6 +25,9 @@ from ironic_shard_operator.core.redact import redact, secrets_in_clouds_yaml
 
 # The longest wait between two attempts of one request, however many attempts are allowed.
 MAX_BACKOFF_SECONDS = 10.0
+# The longest wait for the auth_url's answer to the is-it-Keystone probe (a silent Keystone then
+# costs the token request's own timeouts, not one more).
+PROBE_TIMEOUT_SECONDS = 5.0
 
 
 def cloud_label(connection: Any, cloud_name: str | None) -> str:
@@ -72,10 +75,12 @@ def endpoint_for(connection: Any, session: Any, service_type: str, cloud: str, *
     """The URL of `service_type` in cloud `cloud`, without a trailing slash.
 
     Raises `missing` when neither the clouds.yaml nor the catalog names one, `refused`
-    when Keystone refuses the credentials, `unreachable` when Keystone does not answer.
+    when Keystone refuses the credentials or the auth_url is not Keystone
+    (`refuse_auth_url_that_is_not_keystone`), `unreachable` when Keystone does not answer.
     """
     from keystoneauth1 import exceptions as ks
 
+    refuse_auth_url_that_is_not_keystone(session, cloud, refused=refused)
     config = connection.config
     url = config.get_endpoint(service_type)
     if not url:
@@ -95,6 +100,36 @@ def endpoint_for(connection: Any, session: Any, service_type: str, cloud: str, *
     return url.rstrip("/")
 
 
+def refuse_auth_url_that_is_not_keystone(session: Any, cloud: str, *, refused: type[Exception]) -> None:
+    """Raise `refused` when the cloud's auth_url answers 401 to a request without a token.
+
+    keystoneauth's generic identity plugins (auth_type `password`, `token`, ...) first ask
+    the auth_url which Identity versions it serves, holding the plugin's lock; on a 401 they
+    ask again with a token, which needs that same lock: the thread waits for ever (keystoneauth1
+    5.x, discover.get_version_data inside identity.base.get_access), and so would every cycle
+    of the pool. Keystone answers its version documents without a token, so an auth_url that
+    answers 401 is not Keystone (a service's endpoint given by mistake) and is refused before
+    keystoneauth is asked. A plugin of one Identity version (`v3password`, ...) does no such
+    discovery and is not asked; neither is an auth_url that does not answer here (the token
+    request then fails on its own, bounded by the session's timeout)."""
+    from keystoneauth1 import exceptions as ks
+    from keystoneauth1.identity.generic.base import BaseGenericPlugin
+
+    plugin = getattr(session, "auth", None)
+    if not isinstance(plugin, BaseGenericPlugin):
+        return
+    try:
+        answer = session.get(plugin.auth_url, authenticated=False, raise_exc=False, connect_retries=0,
+                             headers={"Accept": "application/json"},
+                             timeout=min(session.timeout or PROBE_TIMEOUT_SECONDS, PROBE_TIMEOUT_SECONDS))
+    except (ks.ConnectionError, ks.DiscoveryFailure):
+        return
+    if answer.status_code == 401:
+        raise refused(f"the auth_url {redact(plugin.auth_url)} of cloud '{cloud}' answered HTTP 401 to a "
+                      "request without a token; Keystone answers that without one, so it is not Keystone's "
+                      "Identity endpoint: point auth.auth_url at Keystone (e.g. https://keystone.example/v3)")
+
+
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
 
 
@@ -112,21 +147,45 @@ def short_reason(error: BaseException) -> str:
 
 class Transient(Exception):
     """A failure worth another try: nothing answered (`unavailable`), or the service
-    answered that the thing is busy (Ironic's 409, node locked)."""
+    answered that the thing is busy (Ironic's 409, node locked). `keystone`: the token request
+    to Keystone failed (no answer, TLS, an HTTP error), so the service itself was never asked."""
 
-    def __init__(self, reason: str, *, unavailable: bool = True) -> None:
+    def __init__(self, reason: str, *, unavailable: bool = True, keystone: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.unavailable = unavailable
+        self.keystone = keystone
+
+
+def not_answering(service: str, endpoint: str, cloud: str, failure: Transient, hint: str) -> str:
+    """What to tell a person when `service` gave no usable answer: about the service with
+    `hint`, or, when the token request failed, about Keystone (the service was never asked)."""
+    if failure.keystone:
+        return (f"{service} at {endpoint} (cloud '{cloud}') cannot be asked: {failure.reason}; is Keystone "
+                "running, and is the cloud's auth_url right?")
+    return f"{service} at {endpoint} (cloud '{cloud}') is not answering: {failure.reason}; {hint}"
 
 
 def send_once(session: Any, method: str, url: str, *, json: Any, headers: Mapping[str, str],
               timeout: float, cloud: str, refused: type[Exception]) -> Any:
     """One HTTP attempt through the cloud's keystoneauth session: the response, whatever its
     status. Raises `refused` when no token could be had for the credentials, Transient when
-    nothing answered (refused, timed out, unreachable)."""
+    nothing answered (refused, timed out, unreachable) or Keystone failed the token request
+    (no answer, TLS, an HTTP error such as 503): then the reason names Keystone and the
+    service itself was never asked."""
     from keystoneauth1 import exceptions as ks
 
+    try:
+        session.get_auth_headers()  # the token (kept by the session until it expires)
+    except (ks.Unauthorized, ks.AuthorizationFailure) as error:
+        raise refused(f"the credentials of cloud '{cloud}' were refused: {redact(str(error))}") from None
+    except (ks.ConnectionError, ks.DiscoveryFailure, ks.HttpError) as error:
+        auth_url = getattr(getattr(session, "auth", None), "auth_url", None) or "its auth_url"
+        reason = redact(str(error)) if isinstance(error, ks.HttpError) else short_reason(error)
+        raise Transient(f"the token request to Keystone at {redact(auth_url)} failed: {reason}",
+                        keystone=True) from None
+    except ks.MissingAuthPlugin:
+        pass  # no authentication (a token_endpoint or none): nothing to ask first
     try:
         return session.request(url, method, json=json, headers=headers, raise_exc=False,
                                timeout=timeout, connect_retries=0)
@@ -137,24 +196,25 @@ def send_once(session: Any, method: str, url: str, *, json: Any, headers: Mappin
 
 
 def with_retries(attempt: Callable[[], Any], *, attempts: int, backoff_seconds: float,
-                 retry_status: AbstractSet[int], gave_up: Callable[[str], Exception]) -> Any:
+                 retry_status: AbstractSet[int], gave_up: Callable[[Transient], Exception]) -> Any:
     """The first answer of up to `attempts` calls of `attempt` whose status is not in
     `retry_status`; the calls are spaced by `backoff_delay`. An attempt that raises Transient
-    counts as no answer. Raises `gave_up(reason of the last failure)` after the last one."""
-    reason = ""
+    counts as no answer. Raises `gave_up(the last failure)` after the last one (an answer
+    with a status of `retry_status` counts as a Transient with that answer as its reason)."""
+    failure = Transient("no attempt made")
     for number in range(attempts):
         if number:
             time.sleep(backoff_delay(backoff_seconds, number - 1))
         try:
             response = attempt()
-        except Transient as failure:
-            reason = failure.reason
+        except Transient as no_answer:
+            failure = no_answer
             continue
         if response.status_code in retry_status:
-            reason = describe(response)
+            failure = Transient(describe(response))
             continue
         return response
-    raise gave_up(reason)
+    raise gave_up(failure)
 
 
 def backoff_delay(backoff_seconds: float, retry: int) -> float:

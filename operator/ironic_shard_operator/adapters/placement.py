@@ -14,8 +14,8 @@ from functools import cached_property
 from typing import Any
 
 from ironic_shard_operator.adapters.openstack_http import (
-    Transient, cloud_label, describe, endpoint_for, parse_version, redacting, secrets_of, send_once, session_of,
-    version_document,
+    Transient, cloud_label, describe, endpoint_for, not_answering, parse_version, redacting, secrets_of, send_once,
+    session_of, version_document,
 )
 from ironic_shard_operator.core.redact import redact
 
@@ -92,5 +92,5 @@ class PlacementAdapter:
             return send_once(self._session, "GET", url, json=None, headers=HEADERS,
                              timeout=self.request_timeout, cloud=self.cloud, refused=PlacementUnavailable)
         except Transient as failure:
-            raise PlacementUnavailable(f"Placement at {self.endpoint} (cloud '{self.cloud}') did not "
-                                       f"answer: {failure.reason}") from None
+            raise PlacementUnavailable(not_answering("Placement", self.endpoint, self.cloud, failure,
+                                                     "is it running, and is its endpoint right?")) from None

@@ -11,8 +11,10 @@ is never a container), so the node is never written (core/preflight.SHARD_PROBE_
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -20,13 +22,13 @@ from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.ironic import (
     MICROVERSION_HEADER, SHARD_MICROVERSION, IronicAdapter, IronicAuthError, IronicConfigError,
-    IronicEndpointError, IronicError, IronicTooOld, IronicUnavailable, selector_filters,
+    IronicEndpointError, IronicError, IronicKeystoneUnavailable, IronicTooOld, IronicUnavailable, selector_filters,
 )
 from ironic_shard_operator.adapters.nova import (
     NovaAdapter, NovaAuthError, NovaError, NovaNotConfigured, NovaTooOld, NovaUnavailable,
 )
 from ironic_shard_operator.adapters.openstack_http import (
-    Transient, endpoint_for, error_text, format_version, parse_version, send_once, version_document,
+    Transient, endpoint_for, error_text, format_version, not_answering, parse_version, send_once, version_document,
 )
 from ironic_shard_operator.core import preflight
 from ironic_shard_operator.core.model import Selector
@@ -70,7 +72,8 @@ def run_checks(inputs: Inputs) -> list[Check]:
 
 
 def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selector()) -> list[Check]:
-    """Ironic (reachable, version, shard listing, shard-update policy), Nova and Placement."""
+    """Ironic (reachable, version, shard listing, shard summary, shard-update policy), Nova and
+    Placement."""
     try:
         adapter = IronicAdapter.from_clouds_yaml(clouds_yaml, cloud_name, selector=selector,
                                                  request_timeout=REQUEST_TIMEOUT, retry_attempts=1)
@@ -83,6 +86,7 @@ def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selecto
     checks = preflight.ironic_checks(answer, _ironic_get(adapter, "/nodes", {
         **selector_filters(selector), "shard": "ironic-shard-operator-preflight", "fields": "uuid,shard",
         "limit": 1}))
+    checks.append(preflight.shard_summary_check(_ironic_get(adapter, "/shards", {})))
     node = _probe_node(adapter, selector)
     probe = None if node is None else _ironic_send(adapter, "PATCH", f"/nodes/{node}",
                                                    [{"op": "remove", "path": preflight.SHARD_PROBE_PATH}])
@@ -93,8 +97,9 @@ def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selecto
 
 
 def _ironic_answer(adapter: IronicAdapter) -> ServiceAnswer:
-    kinds = ((IronicConfigError, "config"), (IronicUnavailable, "unavailable"),
-             (IronicEndpointError, "endpoint"), (IronicAuthError, "auth"), (IronicTooOld, "too_old"))
+    kinds = ((IronicConfigError, "config"), (IronicKeystoneUnavailable, "keystone"),
+             (IronicUnavailable, "unavailable"), (IronicEndpointError, "endpoint"), (IronicAuthError, "auth"),
+             (IronicTooOld, "too_old"))
     try:
         return ServiceAnswer(version=adapter.check())
     except IronicError as error:
@@ -115,7 +120,8 @@ def _probe_node(adapter: IronicAdapter, selector: Selector) -> str | None:
 
 
 def _ironic_get(adapter: IronicAdapter, path: str, params: dict) -> HttpAnswer:
-    return _ironic_send(adapter, "GET", f"{path}?{urlencode(params, safe=',')}", None)
+    query = f"?{urlencode(params, safe=',')}" if params else ""
+    return _ironic_send(adapter, "GET", f"{path}{query}", None)
 
 
 def _ironic_send(adapter: IronicAdapter, method: str, path: str, body: object) -> HttpAnswer:
@@ -161,9 +167,11 @@ def _placement_answer(adapter: IronicAdapter) -> ServiceAnswer:
     try:
         response = send_once(session, "GET", url + "/", json=None, headers={}, timeout=REQUEST_TIMEOUT,
                              cloud=adapter.cloud, refused=_NoPlacement)
-    except (Transient, _NoPlacement) as failure:
-        return ServiceAnswer(failure="unavailable",
-                             message=f"Placement at {url} is not answering: {getattr(failure, 'reason', failure)}")
+    except Transient as failure:
+        return ServiceAnswer(failure="unavailable", message=not_answering(
+            "Placement", url, adapter.cloud, failure, "is it running, and is its endpoint right?"))
+    except _NoPlacement as refused:
+        return ServiceAnswer(failure="unavailable", message=f"Placement at {url} cannot be asked: {refused}")
     document = version_document(response, "v1.0")
     if document is None:
         return ServiceAnswer(failure="not_configured", message=f"{url} (placement endpoint of cloud "
@@ -179,47 +187,78 @@ _MANIFESTS = ", ".join((
     "application/vnd.docker.distribution.manifest.v2+json"))
 
 
-def split_image(image: str) -> tuple[str, str, str]:
-    """(registry host, repository, tag or digest) of an image reference, Docker's defaults
-    applied (docker.io, library/, latest)."""
-    name, reference = image, "latest"
-    if "@" in name:
-        name, reference = name.split("@", 1)
-    elif ":" in name.rsplit("/", 1)[-1]:
-        name, reference = name.rsplit(":", 1)
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        registry, repository = first, rest
-    else:
-        registry, repository = "registry-1.docker.io", name
-    if registry == "registry-1.docker.io" and "/" not in repository:
-        repository = f"library/{repository}"
-    return registry, repository, reference
+# What OpenSSL reports when the peer answers a TLS ClientHello in plain text (an HTTP
+# server's "HTTP/1.1 400" read as a TLS record): WRONG_VERSION_NUMBER up to OpenSSL 3.1
+# (3.0 here, seen against the real registry served without TLS); OpenSSL 3.2 and later end the
+# same failure with RECORD_LAYER_FAILURE after PACKET_LENGTH_TOO_LONG, and Python names the
+# last error; HTTP_REQUEST where the peer's bytes read as an HTTP request line.
+_NO_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                             "HTTP_REQUEST"})
 
 
-def registry_answer(image: str, timeout: float = REQUEST_TIMEOUT, scheme: str = "https") -> HttpAnswer:
+class _NoAnswer(Exception):
+    """Nothing HTTP answered; `reason` is what the connection ended with."""
+
+    def __init__(self, reason: object) -> None:
+        super().__init__(str(reason))
+        self.reason = reason
+
+
+def registry_answer(image: str, timeout: float = REQUEST_TIMEOUT) -> HttpAnswer:
     """HEAD of the image's manifest, anonymous (with the registry's anonymous bearer token when
     it asks for one): 200 exists, 404 does not, 401/403 needs credentials, None status when
-    the registry could not be reached."""
-    registry, repository, reference = split_image(image)
-    url = f"{scheme}://{registry}/v2/{repository}/manifests/{reference}"
+    the registry could not be reached or its TLS certificate is not trusted here (the text
+    says which). Asked over HTTPS; when the port answers the TLS handshake in plain text (a
+    registry without TLS, as in-cluster and localhost:5000 registries often are), asked again
+    over plain HTTP, and that answer is the one returned, its scheme 'http'. A 400 there is
+    not a registry's answer but a TLS port's complaint about plain HTTP ("Client sent an HTTP
+    request to an HTTPS server"): the TLS failure stands."""
+    registry, repository, reference = preflight.split_image(image)
+    path = f"{registry}/v2/{repository}/manifests/{reference}"
+    try:
+        return _head_manifest(f"https://{path}", timeout)
+    except _NoAnswer as failure:
+        tls = failure.reason
+    if isinstance(tls, ssl.SSLCertVerificationError):
+        # It answered: a private CA this machine does not trust (SSL_CERT_FILE=CA.pem trusts it).
+        return HttpAnswer(None, f"registry {registry} answered with a TLS certificate not trusted here "
+                                f"({tls.verify_message}); trust its CA to check it (SSL_CERT_FILE)")
+    if not (isinstance(tls, ssl.SSLError) and tls.reason in _NO_TLS_REASONS):
+        return HttpAnswer(None, f"registry {registry} not reachable ({tls})")
+    try:
+        plain = _head_manifest(f"http://{path}", timeout)
+    except _NoAnswer as failure:
+        return HttpAnswer(None, f"registry {registry} not reachable: its port speaks no TLS ({tls}) and "
+                                f"did not answer plain HTTP either ({failure.reason})")
+    if plain.status == 400:
+        return HttpAnswer(None, f"registry {registry} not reachable over TLS ({tls}); over plain HTTP "
+                                f"it answered HTTP 400{f': {plain.text}' if plain.text else ''}")
+    return plain
+
+
+def _head_manifest(url: str, timeout: float) -> HttpAnswer:
+    """One anonymous HEAD of a manifest URL (a second with the anonymous bearer token when the
+    registry asks for one): what the registry answered, with the URL's scheme; _NoAnswer when
+    nothing HTTP answered."""
+    scheme = url.split(":", 1)[0]
     headers = {"Accept": _MANIFESTS}
     for _ in range(2):
         request = urllib.request.Request(url, method="HEAD", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
-                return HttpAnswer(response.status)
+                return HttpAnswer(response.status, "", scheme)
         except urllib.error.HTTPError as error:
             challenge = error.headers.get("WWW-Authenticate", "")
             token = _anonymous_token(challenge, timeout) if error.code == 401 and "Authorization" not in headers \
                 else None
             if token is None:
-                return HttpAnswer(error.code, error.reason if isinstance(error.reason, str) else "")
+                return HttpAnswer(error.code, error.reason if isinstance(error.reason, str) else "", scheme)
             headers["Authorization"] = f"Bearer {token}"
+        except http.client.HTTPException as error:  # not HTTP (BadStatusLine: another protocol's banner)
+            raise _NoAnswer(f"{type(error).__name__}: {' '.join(str(error).split())}") from None
         except (urllib.error.URLError, OSError, ValueError) as error:
-            reason = getattr(error, "reason", error)
-            return HttpAnswer(None, f"registry {registry} not reachable ({reason})")
-    return HttpAnswer(401, "the registry refused its own anonymous token")
+            raise _NoAnswer(getattr(error, "reason", error)) from None
+    return HttpAnswer(401, "the registry refused its own anonymous token", scheme)
 
 
 def _anonymous_token(challenge: str, timeout: float) -> str | None:

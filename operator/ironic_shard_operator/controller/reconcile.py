@@ -537,13 +537,14 @@ def _adapter(runtime: PoolRuntime, pool: Pool, clouds_yaml: str) -> IronicAdapte
 
 
 def _follow_preflight(cycle: _Cycle, pool: Pool, secrets: _Secrets) -> None:
-    """Preflight (controller/preflight_side.py) runs in the background when the pool starts and
-    whenever its Secrets' texts, cloud name, selector or image change; every status write
-    carries its latest verdict as the Preflight condition (_Cycle.write)."""
+    """Preflight (controller/preflight_side.py) runs in the background when the pool starts,
+    whenever its Secrets' texts, cloud name, selector or image change, and again 5 minutes after
+    a failed verdict; every status write carries its latest verdict as the Preflight condition
+    (_Cycle.write)."""
     cycle.runtime.preflight.follow(Inputs(
         clouds_yaml=secrets.clouds_yaml, cloud_name=pool.cloud_name,
         nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key), selector=pool.selector,
-        image=pool.pod.image), cycle.runtime.wake)
+        image=pool.pod.image), cycle.runtime.wake, cycle.now)
 
 
 def _comparable(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ and for warn and fail a one-line fix. Invariants:
 from __future__ import annotations
 
 import configparser
+import ipaddress
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -72,10 +73,13 @@ class ServiceAnswer:
 
 @dataclass(frozen=True, slots=True)
 class HttpAnswer:
-    """One HTTP exchange's outcome: its status (None: nothing answered) and the service's text."""
+    """One HTTP exchange's outcome: its status (None: nothing answered), the service's text
+    and, where the asker chose between them, the scheme that answered ('https'; 'http' for
+    an image registry that speaks no TLS, adapters/preflight.registry_answer)."""
 
     status: int | None
     text: str = ""
+    scheme: str = ""
 
 
 def ironic_checks(answer: ServiceAnswer, shard_list: HttpAnswer | None) -> list[Check]:
@@ -84,9 +88,11 @@ def ironic_checks(answer: ServiceAnswer, shard_list: HttpAnswer | None) -> list[
         "config": "fix the cloud's entry in clouds.yaml (auth_type, auth, endpoint override)",
         "unavailable": "check that Ironic runs and that baremetal_endpoint_override (or the catalog) "
                        "gives an address reachable from here",
+        "keystone": "check that Keystone runs and that the cloud's auth.auth_url (its Identity endpoint, e.g. "
+                    "https://keystone.example/v3) is reachable from here",
         "endpoint": "point baremetal_endpoint_override (or the catalog's baremetal entry) at Ironic's API",
         "auth": "use credentials Ironic accepts: a system-scoped admin (or a role with the "
-                "baremetal:node:* policies)",
+                "baremetal:node:* policies), with auth.auth_url at Keystone's Identity endpoint",
         "request": "see Ironic's message; the API may have refused the node list",
     }
     if answer.failure == "too_old":
@@ -108,15 +114,41 @@ def ironic_checks(answer: ServiceAnswer, shard_list: HttpAnswer | None) -> list[
     return checks
 
 
+def shard_summary_check(answer: HttpAnswer) -> Check:
+    """May the credentials read the shard summary (`GET /v1/shards`, policy
+    baremetal:shards:get), which the operator's steady polls ask instead of listing every
+    node (core/observation.py)? Refused, the operator still works, listing the pool in full
+    every poll: a warn that says what that costs."""
+    name = "ironic-shard-summary"
+    if answer.status == 200:
+        return passed(name, "Ironic's policy allows baremetal:shards:get: steady polls ask GET /v1/shards "
+                            "instead of listing every node")
+    if answer.status in (401, 403):
+        return warned(name, f"Ironic's policy refuses these credentials the shard summary (GET /v1/shards, "
+                            f"baremetal:shards:get): {_http(answer)}; the operator then lists all the pool's "
+                            "nodes every poll (ceil(nodes/1000)+1 requests instead of 2, ~18 s of Ironic's "
+                            "time per poll at 100,000 nodes)",
+                      "allow baremetal:shards:get for the operator's user: Ironic's default policy gives it "
+                      "to a system-scoped reader (openstack role add --system all --user USER reader; "
+                      "admin implies reader), or grant it in Ironic's policy file")
+    return warned(name, f"the shard summary (GET /v1/shards) got an unexpected answer: {_http(answer)}",
+                  "check by hand: openstack baremetal shard list (needs baremetal:shards:get); without "
+                  "it every poll lists the pool in full")
+
+
 def shard_update_check(probe: HttpAnswer | None, node: str | None) -> Check:
     """May the credentials update shards (baremetal:node:update:shard)? Read from the answer
     to the no-op probe PATCH (SHARD_PROBE_PATH) on `node`: 400 = the policy let it through
     and the patch itself failed (nothing written), 403 = the policy refused it."""
     name = "ironic-shard-update"
     if node is None or probe is None:
-        return warned(name, "no node in the pool's selection to prove the shard-update policy on",
-                      "enrol a node (or widen the selector) and run preflight again; the operator "
-                      "needs baremetal:node:update:shard (a system-scoped admin by default)")
+        return warned(name, "these credentials list no node in the pool's selection, so the shard-update "
+                            "policy could not be proved",
+                      "if Ironic has no node there yet, enrol one (or widen the selector) and run preflight "
+                      "again; if it has, these credentials cannot see them: project-scoped credentials (a "
+                      "nova-compute's service user) list only their project's nodes, and the operator needs "
+                      "a system-scoped admin anyway (baremetal:node:update:shard): openstack role add "
+                      "--system all --user USER admin")
     if probe.status == 400:
         return passed(name, f"Ironic's policy allows baremetal:node:update:shard (proved on node {node} "
                             "with a PATCH no JSON patch can apply: nothing was written)")
@@ -160,22 +192,87 @@ def placement_check(answer: ServiceAnswer) -> Check:
     return failed(name, answer.message, "check that Placement runs and its endpoint is reachable from here")
 
 
+def split_image(image: str) -> tuple[str, str, str]:
+    """(registry host, repository, tag or digest) of an image reference, Docker's defaults
+    applied (docker.io, library/, latest)."""
+    name, reference = image, "latest"
+    if "@" in name:
+        name, reference = name.split("@", 1)
+    elif ":" in name.rsplit("/", 1)[-1]:
+        name, reference = name.rsplit(":", 1)
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        registry, repository = first, rest
+    else:
+        registry, repository = "registry-1.docker.io", name
+    if registry == "registry-1.docker.io" and "/" not in repository:
+        repository = f"library/{repository}"
+    return registry, repository, reference
+
+
 def image_check(image: str | None, answer: HttpAnswer | None) -> Check:
-    """The member image's manifest, asked from its registry anonymously."""
+    """The member image's manifest, asked from its registry anonymously. A registry that
+    answered over plain HTTP (it speaks no TLS) is judged by its answer as any other, and
+    every verdict then says so with how to let the nodes pull without TLS: an image there
+    that exists is a WARN, not a PASS, because container runtimes pull over HTTPS unless
+    each node is configured otherwise (containerd tries HTTP by itself only for localhost,
+    CRI-O only for a registry its registries.conf marks insecure), which preflight cannot
+    see from here."""
     name = "image"
     if not image:
         return warned(name, "no member image given", "pass --image (or --pool) to check it")
     if answer is None or answer.status is None:
         return warned(name, f"cannot check {image} from here: {answer.text if answer else 'no registry'}",
                       "make sure the nodes can pull it (imagePullSecrets, registry mirror)")
+    note, hint = "", ""
+    if answer.scheme == "http":
+        host = split_image(image)[0]
+        note = (f"; {host} answers over plain HTTP only (no TLS), so the nodes' container runtime "
+                "must be configured to pull from it without TLS")
+        hint = _plain_http_hint(host)
     if answer.status == 200:
+        if hint:
+            return warned(name, f"{image} exists in its registry{note}", hint)
         return passed(name, f"{image} exists in its registry")
     if answer.status in (401, 403):
-        return warned(name, f"{image}: the registry wants credentials ({_http(answer)})",
-                      "give the pool's pods an imagePullSecret for this registry")
+        return warned(name, f"{image}: the registry wants credentials ({_http(answer)}){note}",
+                      _also("give the pool's pods an imagePullSecret for this registry", hint))
     if answer.status == 404:
-        return failed(name, f"{image} does not exist in its registry", "fix spec.image (repository and tag)")
-    return warned(name, f"{image}: the registry answered {_http(answer)}", "check the image by hand")
+        return failed(name, f"{image} does not exist in its registry{note}",
+                      _also("fix spec.image (repository and tag)", hint))
+    return warned(name, f"{image}: the registry answered {_http(answer)}{note}",
+                  _also("check the image by hand", hint))
+
+
+def _plain_http_hint(host: str) -> str:
+    """How to let every node's container runtime pull from `host` over plain HTTP."""
+    crio = (f"CRI-O: a [[registry]] with location = \"{host}\" and insecure = true in "
+            "/etc/containers/registries.conf")
+    if _containerd_tries_http(host):
+        return (f"containerd pulls from {host} over plain HTTP by itself (localhost on a port other than "
+                f"443); {crio}; or serve the registry over TLS")
+    return (f"let every node's container runtime pull from {host} over plain HTTP: containerd: "
+            f"/etc/containerd/certs.d/{host}/hosts.toml with server = \"http://{host}\"; {crio}; "
+            "or serve the registry over TLS")
+
+
+def _containerd_tries_http(host: str) -> bool:
+    """containerd's own rule (remotes/docker/config ConfigureHosts): a localhost or loopback
+    registry on a port other than 443 is tried over HTTP without configuration."""
+    if host.startswith("["):  # [IPv6]:port
+        name, _, port = host[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        name, _, port = host.partition(":")
+    try:
+        loopback = ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        loopback = name == "localhost"
+    return loopback and port not in ("", "443")
+
+
+def _also(fix: str, hint: str) -> str:
+    return f"{fix}; then {hint}" if hint else fix
 
 
 # --- nova.conf --------------------------------------------------------------------------

@@ -420,6 +420,9 @@ _EVENT_ON = {
 }
 
 
+# The reason of a Preflight condition that passed with warnings (core/preflight.condition).
+PREFLIGHT_WARNINGS = "PassedWithWarnings"
+
 # Event reasons that are not <Type> / <Type>Cleared.
 _EVENT_REASON = {("Preflight", False): "PreflightFailed", ("Preflight", True): "PreflightPassed"}
 
@@ -442,6 +445,12 @@ def _merge_conditions(
             "observedGeneration": generation,
         })
         kind = _EVENT_ON.get((condition.type, condition.status))
+        if condition.type == "Preflight" and condition.reason == PREFLIGHT_WARNINGS:
+            # Warnings are news whenever they first show or change, at a pool's first check too.
+            if old is None or (old.get("status"), old.get("reason"), old.get("message")) != \
+                    (status, condition.reason, condition.message):
+                events.append(Event("PreflightWarnings", condition.message, "Warning"))
+            continue
         # A first report of a quiet condition (no old entry, status False) is not news.
         # Preflight is news when it first fails (its bad state is False), and when it passes again.
         if changed and kind and (old is not None or condition.status != (condition.type == "Preflight")):
