@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
+import http.server
 import inspect
+import os
+import ssl
 import subprocess
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +37,7 @@ from testbed import service_account_tokens as tokens
 from testbed.kube_client import KubeClient
 from testbed.kube_emulator import EmulatorThread, kubeconfig_text
 from testbed.operator_objects import install_crd
+from testbed.registry import make_certificates
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ironic-shard-operator"
@@ -92,6 +100,8 @@ def test_the_chart_ships_the_crd_unchanged():
     ("health.port=70000", "health"),
     ("metrics.serviceMonitor.interval=often", "interval"),
     ("podDisruptionBudget.maxUnavailable=0", "maxUnavailable"),
+    ("extraCABundle.key=certs/ca.crt", "extraCABundle"),
+    ("extraCABundle.configMapName=Corp_CA", "extraCABundle"),
 ])
 def test_bad_values_are_refused_naming_the_key(tools, helm, setting, named):
     result = helm_template(tools, helm, "--set", setting)
@@ -109,6 +119,10 @@ def test_bad_values_are_refused_naming_the_key(tools, helm, setting, named):
      "metrics.serviceMonitor.enabled needs metrics.service.enabled"),
     (["watchNamespaces={pools-a}", "rbac.secretNamespaces={pools-b}"],
      "rbac.secretNamespaces is for watchNamespaces: [] (every namespace) only"),
+    (["extraCABundle.configMapName=corp-ca", "extraCABundle.secretName=corp-ca"],
+     "extraCABundle: configMapName and secretName are both set"),
+    (["extraCABundle.secretName=corp-ca", "extraEnv[0].name=SSL_CERT_FILE", "extraEnv[0].value=/x"],
+     "extraEnv: SSL_CERT_FILE is set by the chart itself when extraCABundle is set"),
 ])
 def test_contradictory_values_are_refused_with_the_fix(tools, helm, settings, message):
     result = helm_template(tools, helm, *[arg for s in settings for arg in ("--set", s)])
@@ -400,3 +414,185 @@ def test_clusters_older_than_the_validated_schemas_are_refused(tools, helm):
     too_old = helm_template(tools, helm, "--kube-version", "1.29.0")
     assert too_old.returncode != 0
     assert "chart requires kubeVersion: >=1.30.0-0" in too_old.stderr
+
+
+# -- extraCABundle: a private CA the operator trusts besides the image's own -------------------
+
+def operator_pod(documents: list[dict]) -> dict:
+    (deployment,) = by_kind(documents, "Deployment")
+    return deployment["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_without_an_extra_ca_bundle_the_operator_pod_is_as_before(tools, helm):
+    default = helm_template(tools, helm)
+    without_the_key = helm_template(tools, helm, "--set", "extraCABundle=null")
+    assert default.returncode == without_the_key.returncode == 0, default.stderr + without_the_key.stderr
+    assert default.stdout == without_the_key.stdout
+    pod = operator_pod([doc for doc in yaml.safe_load_all(default.stdout) if doc])
+    assert "initContainers" not in pod
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+    (container,) = pod["containers"]
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert [e["name"] for e in container["env"]] == [
+        "WATCH_NAMESPACES", "POD_NAMESPACE", "POD_NAME", "METRICS_PORT", "HEALTH_PORT"]
+
+
+@pytest.mark.parametrize("helm", HELMS)
+@pytest.mark.parametrize(("setting", "source"), [
+    ("extraCABundle.configMapName=corp-ca",
+     {"configMap": {"name": "corp-ca", "items": [{"key": "bundle.pem", "path": "bundle.pem"}]}}),
+    ("extraCABundle.secretName=corp-ca",
+     {"secret": {"secretName": "corp-ca", "items": [{"key": "bundle.pem", "path": "bundle.pem"}]}}),
+])
+def test_an_extra_ca_bundle_reaches_the_operator_merged_read_only_and_named_in_its_env(
+        tools, helm, setting, source, tmp_path):
+    result = helm_template(tools, helm, "--set", setting, "--set", "extraCABundle.key=bundle.pem")
+    assert result.returncode == 0, result.stderr
+    documents = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    pod = operator_pod(documents)
+    (init,), (container,) = pod["initContainers"], pod["containers"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    merged = env["SSL_CERT_FILE"]
+    assert env["REQUESTS_CA_BUNDLE"] == merged  # openstacksdk/keystoneauth verify with requests
+    # The operator reads the merged file from a read-only emptyDir the init container wrote.
+    (merged_mount,) = [m for m in container["volumeMounts"] if merged.startswith(m["mountPath"] + "/")]
+    assert merged_mount["readOnly"] is True
+    assert "emptyDir" in volumes[merged_mount["name"]]
+    init_mounts = {m["name"]: m for m in init["volumeMounts"]}
+    assert init_mounts[merged_mount["name"]]["mountPath"] == merged_mount["mountPath"]
+    # The bundle: only its key, read-only, in the init container alone.
+    (bundle_volume,) = [v for v in pod["volumes"] if "emptyDir" not in v]
+    assert {k: v for k, v in bundle_volume.items() if k != "name"} == source
+    bundle_mount = init_mounts[bundle_volume["name"]]
+    assert bundle_mount["readOnly"] is True
+    assert bundle_volume["name"] not in {m["name"] for m in container["volumeMounts"]}
+    assert init["command"][3:5] == [f"{bundle_mount['mountPath']}/bundle.pem", merged]
+    # The operator's own image, as hardened as the operator.
+    assert (init["image"], init["securityContext"]) == (container["image"], container["securityContext"])
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    # Valid Kubernetes (hack/chart-check.sh validates only the default and full values).
+    manifests = tmp_path / "rendered.yaml"
+    manifests.write_text(result.stdout)
+    from kubernetes_validate.utils import all_versions, latest_version
+    assert "1.30.0" in all_versions()
+    for kubernetes in ("1.30.0", latest_version()):
+        check = subprocess.run([str(REPO / ".venv" / "bin" / "kubernetes-validate"), "--strict", "--quiet",
+                                "-k", kubernetes, str(manifests)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+def run_ca_init_container(init: dict, bundle: Path, merged: Path) -> subprocess.CompletedProcess[str]:
+    """The rendered init container's command, run here with its two paths swapped for local
+    files: the same Python and the same Debian CA bundle (ca-certificates) as in the image."""
+    command = list(init["command"])
+    assert command[:2] == ["python", "-c"]
+    command[0], command[3:5] = sys.executable, [str(bundle), str(merged)]
+    return subprocess.run(command, capture_output=True, text=True, env=environment_without_ca_settings())
+
+
+def environment_without_ca_settings(**settings: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")}
+    return base | settings
+
+
+def certificates_in(pem: str) -> int:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(cadata=pem)
+    return context.cert_store_stats()["x509"]
+
+
+@contextlib.contextmanager
+def https_registry(certificates: Path) -> Iterator[int]:
+    """An HTTPS server for localhost with a certificate of the private CA in `certificates`
+    (testbed.registry.make_certificates), answering 404 to everything: a registry without the
+    image. Yields its port."""
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD  # noqa: N815
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certificates / "server.pem", certificates / "server.key")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+REGISTRY_CHECK = """
+import sys
+from ironic_shard_operator.adapters.preflight import registry_answer
+answer = registry_answer(sys.argv[1], timeout=5)
+print(answer.status, answer.text)
+"""
+
+REQUESTS_CHECK = """
+import sys
+import requests
+try:
+    print(requests.head(sys.argv[1], timeout=5).status_code)
+except requests.exceptions.SSLError:
+    print("not trusted")
+"""
+
+
+def test_the_merged_bundle_trusts_the_private_ca_and_every_ca_of_the_image(tools, tmp_path):
+    """What the pod does, run here: the init container merges the image's CAs and the bundle;
+    with the chart's env, preflight's registry check (urllib, the default SSL context) and
+    requests (openstacksdk's transport) trust a registry of the private CA, which without it
+    preflight warns about."""
+    pod = operator_pod(rendered(tools, "--set", "extraCABundle.configMapName=corp-ca"))
+    (init,), (container,) = pod["initContainers"], pod["containers"]
+    make_certificates(tmp_path)  # ca.pem: a private CA; server.pem: localhost, signed by it
+    merged = tmp_path / "merged" / "ca-certificates.crt"
+    merged.parent.mkdir()
+    result = run_ca_init_container(init, tmp_path / "ca.pem", merged)
+    assert result.returncode == 0, result.stderr
+    image_cas = Path(ssl.get_default_verify_paths().openssl_cafile).read_text()
+    assert certificates_in(image_cas) > 0, "no CA bundle here to check the merge against"
+    assert certificates_in(merged.read_text()) == certificates_in(image_cas) + 1  # public CAs kept
+    assert f"the image's {certificates_in(image_cas)} CA certificates and 1 of ConfigMap corp-ca, key ca.crt" \
+        in result.stdout
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    chart_env = {name: str(merged) for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+                 if env[name] == init["command"][4]}
+    assert set(chart_env) == {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"}
+
+    with https_registry(tmp_path) as port:
+        def run(script: str, argument: str, env: dict[str, str]) -> str:
+            answer = subprocess.run([sys.executable, "-c", script, argument], capture_output=True, text=True,
+                                    env=environment_without_ca_settings(**env), timeout=60)
+            assert answer.returncode == 0, answer.stderr
+            return answer.stdout.strip()
+
+        image = f"localhost:{port}/nova:1"
+        assert "TLS certificate not trusted here" in run(REGISTRY_CHECK, image, {})
+        assert run(REGISTRY_CHECK, image, chart_env).startswith("404 ")
+        assert run(REQUESTS_CHECK, f"https://localhost:{port}/v2/", {}) == "not trusted"
+        assert run(REQUESTS_CHECK, f"https://localhost:{port}/v2/", chart_env) == "404"
+
+
+def test_a_bundle_without_a_certificate_stops_the_pod_with_the_reason(tools, tmp_path):
+    pod = operator_pod(rendered(tools, "--set", "extraCABundle.secretName=corp-ca"))
+    (init,) = pod["initContainers"]
+    bundle = tmp_path / "ca.crt"
+    bundle.write_text("-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n")
+    merged = tmp_path / "ca-certificates.crt"
+    result = run_ca_init_container(init, bundle, merged)
+    assert result.returncode != 0
+    assert "extraCABundle: Secret corp-ca, key ca.crt holds no PEM certificate" in result.stderr
+    assert not merged.exists()

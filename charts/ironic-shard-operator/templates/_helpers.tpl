@@ -103,4 +103,15 @@ cluster-wide: a pool reads the Secrets of its own namespace only.
 {{- fail (printf "extraEnv: %s is set by the chart itself (see watchNamespaces, metrics.port, health.port); remove it from extraEnv" .name) -}}
 {{- end -}}
 {{- end -}}
+{{- $ca := .Values.extraCABundle | default dict -}}
+{{- if and $ca.configMapName $ca.secretName -}}
+{{- fail "extraCABundle: configMapName and secretName are both set: name the bundle's ConfigMap or its Secret, not both" -}}
+{{- end -}}
+{{- if or $ca.configMapName $ca.secretName -}}
+{{- range .Values.extraEnv -}}
+{{- if has .name (list "SSL_CERT_FILE" "REQUESTS_CA_BUNDLE") -}}
+{{- fail (printf "extraEnv: %s is set by the chart itself when extraCABundle is set (to the image's CAs plus the bundle); remove it from extraEnv" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
