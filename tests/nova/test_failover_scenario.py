@@ -28,7 +28,7 @@ from testbed.operator_objects import create_secrets, install_crd
 from testbed.ports import free_port
 from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
 from tests.nova.nova_watch import NovaWatch
-from tests.nova.switchable_proxy import SwitchableProxy
+from tests.support.switchable_proxy import SwitchableProxy
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
     POOLS, OperatorProcess, condition, events, get_pool, http_get, member_pods, patch_spec,

@@ -15,8 +15,10 @@ import http.client
 import json
 import re
 import ssl
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
@@ -29,12 +31,18 @@ from ironic_shard_operator.adapters.nova import (
 )
 from ironic_shard_operator.adapters.openstack_http import (
     Transient, endpoint_for, error_text, format_version, not_answering, parse_version, send_once, version_document,
+    with_retries,
 )
 from ironic_shard_operator.core import preflight
 from ironic_shard_operator.core.model import Selector
 from ironic_shard_operator.core.preflight import Check, HttpAnswer, ServiceAnswer
 
 REQUEST_TIMEOUT = 10.0
+# A service (or Keystone for it) that gave no answer is asked once more, this long after, before
+# its check fails: one dropped connection (a keep-alive connection the server closed as the
+# request went out) is no verdict, and a verdict stands until the next run (5 minutes for a
+# failed one in the operator). A service that really is down costs one more timeout.
+ASK_AGAIN_AFTER_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +105,27 @@ def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selecto
 
 
 def _ironic_answer(adapter: IronicAdapter) -> ServiceAnswer:
-    kinds = ((IronicConfigError, "config"), (IronicKeystoneUnavailable, "keystone"),
-             (IronicUnavailable, "unavailable"), (IronicEndpointError, "endpoint"), (IronicAuthError, "auth"),
-             (IronicTooOld, "too_old"))
-    try:
-        return ServiceAnswer(version=adapter.check())
-    except IronicError as error:
-        kind = next((k for cls, k in kinds if isinstance(error, cls)), "request")
-        return ServiceAnswer(failure=kind, message=str(error))
+    return _checked(adapter.check, IronicError, (
+        (IronicConfigError, "config"), (IronicKeystoneUnavailable, "keystone"), (IronicUnavailable, "unavailable"),
+        (IronicEndpointError, "endpoint"), (IronicAuthError, "auth"), (IronicTooOld, "too_old")))
+
+
+def _checked(check: Callable[[], tuple[int, int]], errors: type[Exception],
+             kinds: tuple[tuple[type[Exception], str], ...]) -> ServiceAnswer:
+    """The service's version from its adapter's `check`, or the failure's kind (the first of
+    `kinds` the error is an instance of; "request" for none) and message. A check that got no
+    answer ("unavailable", "keystone") is made once more, ASK_AGAIN_AFTER_SECONDS later."""
+    for attempt in range(2):
+        if attempt:
+            time.sleep(ASK_AGAIN_AFTER_SECONDS)
+        try:
+            return ServiceAnswer(version=check())
+        except errors as error:
+            kind = next((k for cls, k in kinds if isinstance(error, cls)), "request")
+            answer = ServiceAnswer(failure=kind, message=str(error))
+            if kind not in ("unavailable", "keystone"):
+                break
+    return answer
 
 
 def _probe_node(adapter: IronicAdapter, selector: Selector) -> str | None:
@@ -141,15 +162,10 @@ def _ironic_send(adapter: IronicAdapter, method: str, path: str, body: object) -
 
 
 def _nova_answer(adapter: IronicAdapter) -> ServiceAnswer:
-    kinds = ((NovaNotConfigured, "not_configured"), (NovaUnavailable, "unavailable"),
-             (NovaAuthError, "auth"), (NovaTooOld, "too_old"))
     nova = NovaAdapter(adapter.connection, cloud_name=adapter.cloud, request_timeout=REQUEST_TIMEOUT,
                        retry_attempts=1)
-    try:
-        return ServiceAnswer(version=nova.check())
-    except NovaError as error:
-        kind = next((k for cls, k in kinds if isinstance(error, cls)), "request")
-        return ServiceAnswer(failure=kind, message=str(error))
+    return _checked(nova.check, NovaError, ((NovaNotConfigured, "not_configured"), (NovaUnavailable, "unavailable"),
+                                            (NovaAuthError, "auth"), (NovaTooOld, "too_old")))
 
 
 class _NoPlacement(Exception):
@@ -165,8 +181,10 @@ def _placement_answer(adapter: IronicAdapter) -> ServiceAnswer:
     except _NoPlacement as error:
         return ServiceAnswer(failure="not_configured", message=str(error))
     try:
-        response = send_once(session, "GET", url + "/", json=None, headers={}, timeout=REQUEST_TIMEOUT,
-                             cloud=adapter.cloud, refused=_NoPlacement)
+        response = with_retries(lambda: send_once(session, "GET", url + "/", json=None, headers={},
+                                                  timeout=REQUEST_TIMEOUT, cloud=adapter.cloud, refused=_NoPlacement),
+                                attempts=2, backoff_seconds=ASK_AGAIN_AFTER_SECONDS, retry_status=frozenset(),
+                                gave_up=lambda failure: failure)
     except Transient as failure:
         return ServiceAnswer(failure="unavailable", message=not_answering(
             "Placement", url, adapter.cloud, failure, "is it running, and is its endpoint right?"))

@@ -1,9 +1,13 @@
-"""A TCP forwarder in front of the real Nova API that a test can switch off and on again.
+"""A TCP forwarder in front of a real service (Nova's API, Keystone, Ironic) that a test can
+switch off and on again, or have cut one request.
 
 Used to take Nova away from the operator only (the computes talk to Nova through RabbitMQ
 and the conductor, not through its API): while off, the port refuses connections and the
 connections in flight are cut, as when nova-api goes down; on again, it listens on the same
-port, as when nova-api comes back. Everything it forwards is the real Nova's answer.
+port, as when nova-api comes back. `cut_once(marker)`: the next request whose first bytes
+hold `marker` never reaches the service and its connection is closed without an answer, as
+when a server closes an idle keep-alive connection just as a request is sent on it (the client
+sees "Connection aborted"). Everything it forwards is the real service's answer.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class SwitchableProxy:
         self._listener: socket.socket | None = None
         self._sockets: set[socket.socket] = set()
         self._threads: list[threading.Thread] = []
+        self._cut_marker: bytes | None = None
+        self.cuts = 0  # requests cut by cut_once
 
     def url(self, upstream_url: str) -> str:
         """`upstream_url` with its host and port replaced by the proxy's."""
@@ -68,8 +74,13 @@ class SwitchableProxy:
                 pass
             sock.close()
 
+    def cut_once(self, marker: bytes) -> None:
+        """Cut the connection of the next request whose first bytes hold `marker`, unanswered."""
+        with self._lock:
+            self._cut_marker = marker
+
     def _spawn(self, target, *args) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True, name="nova-proxy")
+        thread = threading.Thread(target=target, args=args, daemon=True, name="switchable-proxy")
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
 
@@ -90,12 +101,14 @@ class SwitchableProxy:
                     upstream.close()
                     return
                 self._sockets |= {client, upstream}
-            self._spawn(self._pipe, client, upstream)
-            self._spawn(self._pipe, upstream, client)
+            self._spawn(self._pipe, client, upstream, True)
+            self._spawn(self._pipe, upstream, client, False)
 
-    def _pipe(self, source: socket.socket, target: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, target: socket.socket, requests: bool) -> None:
         try:
             while data := source.recv(65536):
+                if requests and self._cut(data):
+                    break
                 target.sendall(data)
         except OSError:
             pass
@@ -108,3 +121,11 @@ class SwitchableProxy:
                 sock.close()
             with self._lock:
                 self._sockets -= {source, target}
+
+    def _cut(self, data: bytes) -> bool:
+        with self._lock:
+            if self._cut_marker is None or self._cut_marker not in data[:512]:
+                return False
+            self._cut_marker = None
+            self.cuts += 1
+            return True
