@@ -246,7 +246,8 @@ def start(state: Path, port: int | None = None) -> dict[str, str]:
         _manage(bin_dir, state, "credential_setup", "--keystone-user", user,
                 "--keystone-group", group)
         url = configured_url(state)
-        _manage(bin_dir, state, "bootstrap", "--bootstrap-password", admin_password(state),
+        # "--opt=value": a generated password may start with "-", which argparse would read as an option
+        _manage(bin_dir, state, "bootstrap", f"--bootstrap-password={admin_password(state)}",
                 "--bootstrap-username", ADMIN_USER, "--bootstrap-project-name", "admin",
                 "--bootstrap-role-name", "admin", "--bootstrap-region-id", REGION,
                 "--bootstrap-admin-url", url, "--bootstrap-public-url", url,
