@@ -61,6 +61,8 @@ class PodState(enum.Enum):
 
 TERMINAL_STATES = (PodState.FAILED, PodState.SUCCEEDED)
 JOB_NAME_LABEL = 'batch.kubernetes.io/job-name'
+# The exit code of a container a kubelet stopped with SIGTERM (128 + 15).
+STOPPED_EXIT_CODE = 143
 
 
 @dataclasses.dataclass(frozen=True)
@@ -465,7 +467,14 @@ class FakeKubelet:
         return current['metadata']['uid'] != pod['metadata']['uid']
 
     def _finish_deletion(self, pod: dict[str, Any]) -> None:
+        """Stop the pod's containers and let its object go, as a kubelet does: a pod that had
+        not ended gets its terminal phase first (Failed, the container ended by SIGTERM: exit
+        143; kubelets do so since Kubernetes 1.27, which the Job controller's podReplacementPolicy
+        Failed and job tracking rely on), then the deletion is confirmed (grace period 0)."""
         path = f'/api/v1/namespaces/{self.namespace}/pods/{pod["metadata"]["name"]}'
+        if state_of(pod) not in TERMINAL_STATES and pod.get('status', {}).get('containerStatuses') \
+                and not self._runs_elsewhere(pod):  # (whoever runs its containers says when they ended)
+            self._patch_status(pod, ended_status(pod, STOPPED_EXIT_CODE))
         try:
             self.client.delete(path, gracePeriodSeconds=0, preconditions={'uid': pod['metadata']['uid']})
         except KubeAPIError as e:

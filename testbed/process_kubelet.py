@@ -256,6 +256,8 @@ class ProcessKubelet:
             if container is not None:
                 self._stop_process(container)
             if container is None or container.stopped:
+                if container is not None and state_of(pod) not in TERMINAL_STATES:
+                    self._report_end(pod, container)  # its terminal phase first, as kubelets since 1.27
                 self._remove_finalizer(pod)
             return
         if spec.get("nodeName") not in self.fake.nodes:
@@ -470,6 +472,26 @@ class ProcessKubelet:
         status["message"] = f"container nova-compute exited with code {code} (process kubelet)"
         self.client.patch(f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}/status",
                           {"metadata": {"uid": container.pod_uid}, "status": status})
+        container.failure_reported = True
+
+    def _report_end(self, pod: dict[str, Any], container: Container) -> None:
+        """The container of a pod being deleted has stopped: the pod's terminal phase, with the
+        exit code (a task's output handed in first)."""
+        if container.failure_reported:
+            return
+        if isinstance(container.process, TaskProcess):
+            code = container.process.exit_code()
+            hand_in_log(self.client, pod, self._container_spec(pod)["name"], container.process.output())
+        else:
+            self._collect_exit(container)
+            code = self._exit_code(container)
+        try:
+            self.client.patch(f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}/status",
+                              {"metadata": {"uid": container.pod_uid},
+                               "status": ended_status(pod, 128 + signal.SIGKILL if code is None else code)})
+        except KubeAPIError as error:
+            if error.status not in (404, 409, 422):
+                raise
         container.failure_reported = True
 
     @staticmethod

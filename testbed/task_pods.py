@@ -7,9 +7,14 @@
   to the local files the kubelet materialised from the pod's Secret and ConfigMap volumes
   (`map_mount_paths`): `--config-file /etc/nova-manage/nova.conf` reads the Secret's key.
 - Output: stdout and stderr together, in one file per run: the pod's log.
-- End: the exit code (128 + N after signal N). `kill()` is SIGKILL of the whole process group
-  (a container crash or a node losing power), `terminate(grace)` is SIGTERM, SIGKILL after
-  `grace` seconds (what a kubelet does when the pod is deleted).
+- As PID 1: the command runs in a PID namespace of its own (`unshare --pid --fork`), as the
+  first process of a container does, with the kernel's rules for it: a signal it has no handler
+  for is ignored (an `sh -c` without a `trap` lives through SIGTERM), and when it ends every
+  other process of the container is killed.
+- End: the exit code (128 + N after signal N). `kill()` is SIGKILL of the container's PID 1
+  (a container crash or a node losing power: everything in it dies), `terminate(grace)` is
+  SIGTERM to its PID 1 alone, SIGKILL after `grace` seconds (what a kubelet does when the pod is
+  deleted: the runtime signals the container's main process only).
 """
 from __future__ import annotations
 
@@ -65,6 +70,8 @@ class TaskProcess:
         code = self.popen.poll()
         if code is None:
             return None
+        if self.killed_with is not None:  # (unshare cannot pass a SIGKILL of its child on)
+            return 128 + self.killed_with
         return 128 - code if code < 0 else code
 
     def output(self) -> str:
@@ -85,17 +92,36 @@ class TaskProcess:
         self.popen.wait()
 
     def _signal(self, sig: int) -> None:
+        """Signal the container's PID 1 (the first child of `unshare`, in its own PID namespace)."""
         try:
-            os.killpg(self.popen.pid, sig)
+            os.kill(self._init_pid(), sig)
         except ProcessLookupError:
             pass
 
+    def _init_pid(self) -> int:
+        """The pid (outside its namespace) of the container's PID 1; `unshare` itself until it
+        has forked (for a moment after the start)."""
+        deadline = time.monotonic() + 1.0
+        while self.alive():
+            try:
+                children = Path(f'/proc/{self.popen.pid}/task/{self.popen.pid}/children').read_text().split()
+            except OSError:
+                break
+            if children:
+                return int(children[0])
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        return self.popen.pid
+
 
 def start_task(argv: list[str], tools: Path, log_path: Path, cwd: Path) -> TaskProcess:
-    """Start `argv` in its own session, tools from `tools` first on PATH, output to `log_path`."""
+    """Start `argv` as PID 1 of a PID namespace of its own (module doc) in its own session,
+    tools from `tools` first on PATH, output to `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open('wb') as log:
-        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        popen = subprocess.Popen(['unshare', '--pid', '--fork', '--kill-child', '--', *argv],
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  cwd=cwd, start_new_session=True,
                                  env={**os.environ, 'PATH': f'{tools}{os.pathsep}{os.environ.get("PATH", "")}'})
     return TaskProcess(popen, log_path)

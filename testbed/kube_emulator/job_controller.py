@@ -8,15 +8,17 @@ Each pass (every CHECK_PERIOD seconds once something changed) does, per Job:
   the ownerReference (controller and blockOwnerDeletion true) and the finalizer
   `batch.kubernetes.io/job-tracking`, through the fake's own create path (admission, quota).
   A refused creation posts a FailedCreate Warning Event and is retried on a later pass.
-- Counting (job tracking with finalizers): a pod that ended (Succeeded, Failed) or is being
-  deleted while not Succeeded (podReplacementPolicy TerminatingOrFailed: a deleted running
-  pod counts as failed) is counted once into status.succeeded/failed, then its finalizer is
-  removed. Finalizers of pods whose Job is gone (deleted with the default orphan policy, or
-  collected) are removed uncounted.
+- Counting (job tracking with finalizers): a pod that ended (Succeeded, Failed) or, with
+  podReplacementPolicy TerminatingOrFailed (the default), is being deleted while not Succeeded
+  (a deleted running pod counts as failed) is counted once into status.succeeded/failed, then
+  its finalizer is removed. With podReplacementPolicy Failed a pod being deleted counts only
+  once it has ended (phase Failed). Finalizers of pods whose Job is gone (deleted with the
+  default orphan policy, or collected) are removed uncounted.
 - Status: active, ready, terminating, succeeded, failed, startTime, uncountedTerminatedPods,
   as the real controller writes them (zero counts omitted except ready and terminating).
 - Replacement and backoff: while fewer pods are active than min(parallelism, completions -
-  succeeded), new pods are created, after an exponential delay from the last failure
+  succeeded) (with podReplacementPolicy Failed, pods still terminating count as active: no
+  replacement runs beside a pod that has not ended), new pods are created, after an exponential delay from the last failure
   (BACKOFF_BASE * 2^(failures-1), capped at BACKOFF_CAP; a real controller waits 10 s, 20 s,
   ... up to 6 min: compressed here so tests do not wait minutes, like pod_gc.py's periods).
 - The end: failed + restarts of active OnFailure pods > backoffLimit -> FailureTarget, reason
@@ -129,6 +131,7 @@ class JobController:
         old_status = job.get('status') or {}
         status = {k: v for k, v in old_status.items()}
         succeeded, failed = status.get('succeeded', 0), status.get('failed', 0)
+        only_failed = spec.get('podReplacementPolicy') == 'Failed'
         counted = []
         for pod in pods:
             if TRACKING_FINALIZER not in (pod['metadata'].get('finalizers') or []):
@@ -136,7 +139,7 @@ class JobController:
             phase = (pod.get('status') or {}).get('phase')
             if phase == 'Succeeded':
                 succeeded += 1
-            elif phase == 'Failed' or pod['metadata'].get('deletionTimestamp'):
+            elif phase == 'Failed' or (pod['metadata'].get('deletionTimestamp') and not only_failed):
                 failed += 1
                 self._last_failure[meta['uid']] = self._clock()
             else:
@@ -176,7 +179,7 @@ class JobController:
             if not live:  # pods just deleted are still running: the end comes on a later pass
                 self._finish(job, conditions, status, ending)
         elif not finished and not spec.get('suspend'):
-            active += self._create_pods(job, len(active), succeeded)
+            active += self._create_pods(job, len(active) + (len(terminating) if only_failed else 0), succeeded)
 
         status.update(succeeded=succeeded, failed=failed, active=len(active), ready=sum(map(_ready, active)),
                       terminating=len(terminating), uncountedTerminatedPods={}, conditions=conditions)

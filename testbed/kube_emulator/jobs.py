@@ -10,8 +10,9 @@ the generated selector and labels, and the refusals (422 Invalid) a real server 
   `batch.kubernetes.io/job-name` and `job-name` (its name), and the selector
   `matchLabels: {batch.kubernetes.io/controller-uid: UID}`; status starts as `{}`.
 - Refusals (`job_errors`): a name that is not a DNS-1123 subdomain or too long for the job-name
-  label, a template without containers, a restartPolicy other than OnFailure/Never, negative
-  counts, a selector that does not match the template's labels or that the user set without
+  label, a template without containers, a restartPolicy other than OnFailure/Never, a
+  podReplacementPolicy other than Failed/TerminatingOrFailed (only Failed with a
+  podFailurePolicy), negative counts, a selector that does not match the template's labels or that the user set without
   manualSelector; on update a changed spec.selector, spec.template or spec.completionMode
   (immutable; a real server lets a suspended Job that never started change some scheduling
   fields of its template: not modelled).
@@ -101,6 +102,13 @@ def job_errors(job: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[st
         value = spec.get(field)
         if isinstance(value, int) and value < 0:
             errors.append((f'spec.{field}', f'Invalid value: {value}: must be greater than or equal to 0'))
+    replacement = spec.get('podReplacementPolicy')
+    if replacement not in ('Failed', 'TerminatingOrFailed'):
+        errors.append(('spec.podReplacementPolicy', f'Unsupported value: "{replacement}": supported values: '
+                                                    '"Failed", "TerminatingOrFailed"'))
+    elif spec.get('podFailurePolicy') and replacement != 'Failed':
+        errors.append(('spec.podReplacementPolicy', f'Unsupported value: "{replacement}": supported values: '
+                                                    '"Failed"'))
     selector = spec.get('selector')
     if not selector:
         errors.append(('spec.selector', 'Required value'))

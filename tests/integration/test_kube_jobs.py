@@ -156,6 +156,40 @@ def test_a_running_job_pod_that_is_deleted_counts_as_failed_and_is_replaced(
     assert (done["status"]["failed"], done["status"]["succeeded"]) == (1, 1)
 
 
+def test_with_pod_replacement_policy_failed_no_pod_runs_beside_one_still_terminating(
+        kube_api: KubeAPI, kube_namespace: str, kubelet: FakeKubelet) -> None:
+    """A handover Job's pod being deleted may still be running nova-manage (its kubelet is cut
+    off, or its grace period runs): with podReplacementPolicy Failed the Job controller starts
+    no second pod until that one has ended; with the default (TerminatingOrFailed) it does at once."""
+    client, ns = kube_api.client, kube_namespace
+    jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"
+    refused_policy = causes(refused(lambda: client.create(jobs, {**job("bad-policy"), "spec": {
+        **job("bad-policy")["spec"], "podReplacementPolicy": "Never"}})))
+    assert refused_policy["spec.podReplacementPolicy"].startswith('Unsupported value: "Never"')
+    for name, policy in (("only-failed", "Failed"), ("default-policy", None)):
+        kubelet.run_outcomes(name, RunOutcome(None))  # runs until deleted
+        body = job(name, backoff_limit=3)
+        if policy:
+            body["spec"]["podReplacementPolicy"] = policy
+        client.create(jobs, body)
+        kube_api.wait_for(lambda n=name: [p["status"]["phase"] for p in pods_of(client, ns, n)] == ["Running"],
+                          what=f"{name}: the first pod running")
+    for name in ("only-failed", "default-policy"):
+        first, = pods_of(client, ns, name)
+        kubelet.set_node_reachable(first["spec"]["nodeName"], False)  # its deletion cannot finish
+        client.delete(f"/api/v1/namespaces/{ns}/pods/{first['metadata']['name']}")
+    kube_api.wait_for(lambda: len(pods_of(client, ns, "default-policy")) == 2,
+                      what="default policy: a replacement beside the terminating pod")
+    kube_api.wait_for(lambda: (client.get(f"{jobs}/only-failed").get("status") or {}).get("terminating") == 1,
+                      what="policy Failed: the Job controller has seen its pod terminating")
+    assert [p["metadata"].get("deletionTimestamp") is not None for p in pods_of(client, ns, "only-failed")] == [True]
+    for node in kubelet.nodes:
+        kubelet.set_node_reachable(node, True)
+    kube_api.wait_for(lambda: any(not p["metadata"].get("deletionTimestamp")
+                                  for p in pods_of(client, ns, "only-failed")),
+                      what="policy Failed: the replacement once the first pod has ended")
+
+
 @pytest.mark.parametrize("policy, pods_kept", [(None, True), ("Orphan", True), ("Background", False)])
 def test_deleting_a_job_orphans_its_pods_unless_told_otherwise(
         kube_api: KubeAPI, kube_namespace: str, kubelet: FakeKubelet, policy: str | None, pods_kept: bool) -> None:
