@@ -17,8 +17,11 @@ import pytest
 from ironic_shard_operator.controller.ironic_cycle import run_cycle
 from ironic_shard_operator.core.model import Member, Observation, PoolSpec
 from ironic_shard_operator.core.planner import plan
+from ironic_shard_operator.adapters.ironic import IronicAdapter
+from ironic_shard_operator.core.model import Selector
 from testbed.ironic_service import IronicService, claim_for_instance, seed_nodes_directly_in_db, shards_of, \
     unique_resource_class
+from tests.support.switchable_proxy import SwitchableProxy
 
 pytestmark = pytest.mark.integration
 
@@ -70,3 +73,28 @@ def test_a_move_away_from_a_dead_owner_is_not_read_again(ironic_service: IronicS
     assert report.applied.applied == 20
     # One listing, one bulk re-read, twenty writes: no read per node.
     assert report.ironic_requests == 1 + 1 + 20
+
+
+def test_a_node_claimed_between_its_read_and_its_write_is_put_back_to_its_live_owner(
+        ironic_service: IronicService) -> None:
+    """The last window of the move race (issue 19, item 12): Ironic refuses a JSON-patch `test`,
+    so no write is conditional. A build claims the node exactly between the guard's read of it
+    and its PATCH (a forwarder in front of the real Ironic runs the claim when the PATCH comes
+    and only then lets it through): the read right after the write sees the claim, and the
+    node's shard goes back to its live owner; the move counts as reverted, not applied."""
+    resource_class = unique_resource_class("revert")
+    (node,) = seed_nodes_directly_in_db(ironic_service, 1, resource_class=resource_class, shard="pool-1")
+    now = time.time()
+    # pool-1 retires (one member wanted) while it is Ready: its free node moves to pool-0, guarded
+    members = [Member("pool-0", ready=True, since=now - 600), Member("pool-1", ready=True, since=now - 600)]
+    with SwitchableProxy(ironic_service.url) as proxy:
+        cloud = {**ironic_service.cloud, "baremetal_endpoint_override": proxy.url(ironic_service.url)}
+        cloud["auth"] = {**cloud["auth"], "endpoint": proxy.url(ironic_service.url)}
+        adapter = IronicAdapter.from_clouds_yaml({"clouds": {"c": cloud}}, "c",
+                                                 selector=Selector(resource_class=resource_class))
+        proxy.before_once(f"PATCH /v1/nodes/{node} ".encode(), lambda: claim_for_instance(ironic_service, [node]))
+        report = run_cycle(adapter, PoolSpec(name="pool", replicas=1), members, now=now)
+    assert report.moves_planned == 1
+    assert proxy.befores == 1, "the claim was not injected between the read and the write"
+    assert report.applied.reverted == 1 and report.applied.applied == 0
+    assert shards_of(ironic_service, resource_class) == {node: "pool-1"}

@@ -7,7 +7,10 @@ connections in flight are cut, as when nova-api goes down; on again, it listens 
 port, as when nova-api comes back. `cut_once(marker)`: the next request whose first bytes
 hold `marker` never reaches the service and its connection is closed without an answer, as
 when a server closes an idle keep-alive connection just as a request is sent on it (the client
-sees "Connection aborted"). Everything it forwards is the real service's answer.
+sees "Connection aborted"). `before_once(marker, action)`: the next request whose first bytes
+hold `marker` waits until `action()` has run, then goes on: something happens to the service
+exactly between a client's earlier request and this one (a build claiming a node between the
+read before a write and the write). Everything it forwards is the real service's answer.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class SwitchableProxy:
         self._threads: list[threading.Thread] = []
         self._cut_marker: bytes | None = None
         self.cuts = 0  # requests cut by cut_once
+        self._before: tuple[bytes, object] | None = None
+        self.befores = 0  # actions run by before_once
 
     def url(self, upstream_url: str) -> str:
         """`upstream_url` with its host and port replaced by the proxy's."""
@@ -79,6 +84,12 @@ class SwitchableProxy:
         with self._lock:
             self._cut_marker = marker
 
+    def before_once(self, marker: bytes, action) -> None:
+        """Run `action()` right before the next request whose first bytes hold `marker` is
+        forwarded (on the proxy's thread: the request waits for it)."""
+        with self._lock:
+            self._before = (marker, action)
+
     def _spawn(self, target, *args) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name="switchable-proxy")
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
@@ -109,6 +120,8 @@ class SwitchableProxy:
             while data := source.recv(65536):
                 if requests and self._cut(data):
                     break
+                if requests:
+                    self._run_before(data)
                 target.sendall(data)
         except OSError:
             pass
@@ -121,6 +134,15 @@ class SwitchableProxy:
                 sock.close()
             with self._lock:
                 self._sockets -= {source, target}
+
+    def _run_before(self, data: bytes) -> None:
+        with self._lock:
+            if self._before is None or self._before[0] not in data[:512]:
+                return
+            _, action = self._before
+            self._before = None
+            self.befores += 1
+        action()
 
     def _cut(self, data: bytes) -> bool:
         with self._lock:

@@ -359,7 +359,7 @@ def test_minimal_pool_is_fully_spelled_out_by_defaults():
     }
     assert spec["ironic"] == {"pollIntervalSeconds": 30, "maxConcurrentWrites": 4, "writesPerSecond": 20,
                               "fullResyncSeconds": 600}
-    assert spec["nova"] == {"repairMisplaced": False}
+    assert spec["nova"] == {"repairMisplaced": False, "leakedAllocationSeconds": 600}
     assert spec["paused"] is False
     assert "autoscale" not in spec and "affinity" not in spec
 

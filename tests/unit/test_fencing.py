@@ -143,6 +143,15 @@ def test_forced_down_is_cleared_as_soon_as_the_member_is_ready_and_never_repeate
     assert forced_down_changes([Member("rack-7", ready=False, since=NOW - 999)], forced, GRACE, NOW, {"rack-1"}) == ()
 
 
+def test_forced_down_of_a_member_a_handover_holds_is_never_cleared():
+    """Nodes of it are in flight (a Job runs, Nova moved nodes Ironic does not show moved): a
+    pod of its name that became Ready meanwhile does not clear the flag nova-manage needs."""
+    forced = services(*MEMBERS, changed=[service("rack-1", forced_down=True)])
+    back = [Member("rack-1", ready=True, since=NOW)]
+    assert forced_down_changes(back, forced, GRACE, NOW, {"rack-1"}, held={"rack-1"}) == ()
+    assert forced_down_changes(back, forced, GRACE, NOW, {"rack-1"}, held=set())[0].forced_down is False
+
+
 @given(ready=st.booleans(), forced=st.booleans(), lost=st.integers(0, 1000), grace=st.integers(0, 500))
 def test_forced_down_decisions_are_a_fixed_point(ready, forced, lost, grace):
     """Applying the decided change once leaves nothing to decide (no write on the next cycle)."""

@@ -44,10 +44,12 @@ def with_instance(uuid: str, shard: str) -> Node:
 
 
 def _decide(nodes, *, services, hosts, pods=(), jobs=(), members=ready(0, 1, 2), retiring=(m(2),),
-            instances=None, settings_=SETTINGS):
-    ring = [x.name for x in members if x.ready and x.name not in retiring]
+            instances=None, settings_=SETTINGS, job_pods=(), ring=None):
+    ring = ring if ring is not None else [x.name for x in members if x.name not in retiring
+                                          and (x.ready or NOW - (x.since or NOW) < 120)]
     return decide(pool=POOL, settings=settings_, members=members, retiring=retiring, ring_members=ring,
-                  pods=pods, nodes=nodes, nova=NovaView(services, hosts, instances or {}), jobs=jobs, now=NOW)
+                  pods=pods, nodes=nodes, nova=NovaView(services, hosts, instances or {}), jobs=jobs, now=NOW,
+                  job_pods=job_pods)
 
 
 def test_a_retiring_source_goes_step_by_step_free_nodes_pod_forced_down_then_jobs():
@@ -157,8 +159,15 @@ def test_a_job_interrupted_after_some_moves_is_no_failure_and_the_rest_is_batche
     killed = JobView("j", m(2), (("n0", m(0)), ("n1", m(1))), FAILED, finished=NOW,
                      log_tail="Source service is not yet forced down!")
     step = _decide(pinned, services=services, hosts={"n0": m(0), "n1": m(2)}, jobs=[killed])
-    assert step.delete_jobs == ("j",) and not step.problems
+    assert not step.problems and not step.create_jobs
     assert step.shard_writes == (handover.Move("n0", m(2), m(0)),)
+    # the Job is the record of n0's move until Ironic shows it: it goes once the shard is written
+    assert not step.delete_jobs
+    resharded = [replace(pinned[0], shard=m(0)), pinned[1]]
+    step = _decide(resharded, services=services, hosts={"n0": m(0), "n1": m(2)}, jobs=[killed])
+    assert step.delete_jobs == ("j",) and not step.shard_writes and not step.problems
+    (again,) = _decide(resharded, services=services, hosts={"n0": m(0), "n1": m(2)}).create_jobs
+    assert [mv.node_uuid for mv in again.moves] == ["n1"]
 
 
 def test_refusals_change_nothing_and_say_why():
@@ -181,19 +190,22 @@ def test_refusals_change_nothing_and_say_why():
 
 def test_without_handover_settings_or_with_on_scale_down_off_nothing_hands_over():
     members = ready(0, 1)
-    assert sources(settings=None, members=members, retiring={m(1)}, pods=(), pinned={m(1): 3}, now=NOW) == {}
+    kw = dict(members=members, retiring={m(1)}, pods=(), pinned={m(1): 3}, instances={m(1): 3}, now=NOW)
+    assert sources(settings=None, **kw) == {}
     off = replace(SETTINGS, on_scale_down=False, after_failure_seconds=600)
-    assert sources(settings=off, members=members, retiring={m(1)}, pods=(), pinned={m(1): 3}, now=NOW) == {}
+    assert sources(settings=off, **kw) == {}
 
 
 def test_a_failed_member_hands_over_only_after_the_delay_and_once_its_pod_is_gone():
     after = replace(SETTINGS, after_failure_seconds=600)
     failed = (*ready(0), Member(m(1), ready=False, since=NOW - 601))
-    kw = dict(settings=after, members=failed, retiring=(), pinned={m(1): 2}, now=NOW)
+    kw = dict(settings=after, members=failed, retiring=(), pinned={m(1): 2}, instances={m(1): 1}, now=NOW)
     assert sources(pods=[m(1)], **kw) == {}
     assert sources(pods=[], **kw) == {m(1): handover.FAILURE}
     recent = (*ready(0), Member(m(1), ready=False, since=NOW - 599))
     assert sources(**{**kw, "members": recent}, pods=[]) == {}
+    # a failed member hands over only Nova's nodes: pinned nodes without an instance stay with it
+    assert sources(pods=[], **{**kw, "instances": {}}) == {}
 
 
 def test_the_pod_side_stops_a_retiring_source_only_once_its_free_nodes_are_gone_and_holds_a_failed_one():
@@ -380,3 +392,160 @@ def test_a_failed_jobs_retry_wakes_the_pool_when_it_falls_due_not_a_poll_later()
     delay = next_delay(poll_seconds=300, members=[], grace_seconds=120, now=now, failed=False,
                        wake_after=handover_retry_in(section, now), moves_applied=0)
     assert delay == 60.0 + AFTER_WAKE_SECONDS
+
+
+# --- the hold, cancellation and the rules of issue 19 -------------------------------------------
+
+FORCED = {m(0): service(m(0)), m(1): service(m(1)), m(2): service(m(2), forced_down=True)}
+
+
+def _recorded(member, phase, trigger="ScaleDown", **extra):
+    return {"sources": [{"member": member, "trigger": trigger, "phase": phase, **extra}], "problems": []}
+
+
+def test_a_source_is_held_by_what_its_status_recorded_and_by_its_jobs_and_their_pods_never_by_a_plan():
+    assert handover.holds(recorded=None, jobs=(), job_pods=()) == {}
+    for phase in (handover.STOPPING_POD, handover.FORCING_DOWN, handover.MOVING, handover.BLOCKED,
+                  handover.CANCELLING):
+        assert set(handover.holds(recorded=_recorded(m(2), phase), jobs=(), job_pods=())) == {m(2)}
+    for phase in (handover.MOVING_FREE, handover.DONE):
+        assert handover.holds(recorded=_recorded(m(2), phase), jobs=(), job_pods=()) == {}
+    running = JobView("j", m(2), (("n0", m(0)),), ACTIVE)
+    assert "j runs" in handover.holds(recorded=None, jobs=[running], job_pods=())[m(2)]
+    ended = replace(running, state=FAILED)
+    assert handover.holds(recorded=None, jobs=[ended], job_pods=()) == {}
+    alive = handover.JobPod("j-x", "j", m(2), (("n0", m(0)),), alive=True)  # its Job deleted, it still runs
+    assert set(handover.holds(recorded=None, jobs=(), job_pods=[alive])) == {m(2)}
+    assert handover.holds(recorded=None, jobs=(), job_pods=[replace(alive, alive=False)]) == {}
+
+
+def test_a_node_enters_a_new_job_only_when_no_pod_of_an_earlier_job_may_still_move_it():
+    pinned = [with_instance("n0", m(2)), with_instance("n1", m(2))]
+    hosts = {"n0": m(2), "n1": m(2)}
+    # the failed Job's retry is due, but a pod of it is still terminating: n0 waits for it
+    failed = JobView("j1", m(2), (("n0", m(0)),), FAILED, finished=NOW - 3600, log_tail="killed")
+    terminating = handover.JobPod("j1-abcde", "j1", m(2), (("n0", m(0)),), alive=True)
+    step = _decide(pinned, services=FORCED, hosts=hosts, jobs=[failed], job_pods=[terminating])
+    assert failed.name not in step.delete_jobs
+    assert all("n0" not in {mv.node_uuid for mv in b.moves} for b in step.create_jobs)
+    assert step.progress[0].in_flight == 1
+    # a pod whose batch is unknown (an earlier version's) holds every node of its source
+    opaque = handover.JobPod("old-pod", "", m(2), None, alive=True)
+    step = _decide(pinned, services=FORCED, hosts=hosts, job_pods=[opaque])
+    assert not step.create_jobs and "may still run" in step.progress[0].message
+    # once it has ended: retried, the new Job created in the same step
+    step = _decide(pinned, services=FORCED, hosts=hosts, jobs=[failed], job_pods=[replace(terminating, alive=False)])
+    assert failed.name in step.delete_jobs and any("n0" in {mv.node_uuid for mv in b.moves} for b in step.create_jobs)
+
+
+def test_destinations_are_members_ready_now_with_their_service_up():
+    pinned = [with_instance("n0", m(2))]
+    within_grace = (Member(m(0), ready=False, since=NOW - 5), *ready(1), Member(m(2), ready=True, since=0.0))
+    step = _decide(pinned, services=FORCED, hosts={"n0": m(2)}, members=within_grace)
+    (job,) = step.create_jobs
+    assert {mv.target for mv in job.moves} == {m(1)}  # rack-0 lost readiness 5 s ago: counted, not used
+    nobody = (Member(m(0), ready=False, since=NOW - 5), Member(m(1), ready=False, since=NOW - 5), within_grace[2])
+    step = _decide(pinned, services=FORCED, hosts={"n0": m(2)}, members=nobody)
+    assert not step.create_jobs and "rack-0 is not Ready" in step.problems[0].message
+
+
+def test_a_retiring_pod_waits_for_its_nodes_mid_operation_and_says_since_when():
+    deploying = Node("d", shard=m(2), instance_uuid="i-d", provision_state="wait call-back",
+                     target_provision_state="active")
+    nodes = [with_instance("n0", m(2)), deploying]
+    step = _decide(nodes, services=FORCED, hosts={}, pods=[m(2)])
+    (progress,) = step.progress
+    assert progress.phase == handover.MOVING_FREE and "mid-operation" in progress.message
+    assert progress.busy == (handover.BusyNode("d", "wait call-back -> active", NOW),)
+    # the pod side agrees: its pod is not stopped
+    obs = Observation(PoolSpec(POOL, replicas=2), ready(0, 1, 2), tuple(nodes), NOW)
+    assert pods_to_stop(plan(obs), SETTINGS, ready(0, 1, 2), pods=[m(0), m(1), m(2)], now=NOW)[0] == frozenset()
+    # since when survives in the status (a restart included); past the bound, a Warning
+    seen = _recorded(m(2), handover.MOVING_FREE, busyNodes=[
+        {"node": "d", "state": "wait call-back -> active", "since": "2025-01-01T00:00:00Z"}])
+    later = 1735689600.0 + handover.BUSY_WARNING_SECONDS + 1
+    step = decide(pool=POOL, settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
+                  pods=[m(2)], nodes=nodes, nova=NovaView(FORCED, {}), jobs=(), now=later, recorded=seen)
+    assert step.progress[0].busy[0].since == 1735689600.0
+    assert [p.reason for p in step.problems] == ["HandoverWaitingForBusyNodes"]
+    # settled: the pod may go
+    settled = [nodes[0], replace(deploying, provision_state="active", target_provision_state=None)]
+    obs = replace(obs, nodes=tuple(settled))
+    assert pods_to_stop(plan(obs), SETTINGS, ready(0, 1, 2), pods=[m(0), m(1), m(2)], now=NOW)[0] == {m(2)}
+    assert _decide(settled, services=FORCED, hosts={}, pods=[m(2)]).progress[0].phase == handover.STOPPING_POD
+
+
+def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_then_releases_the_member():
+    nodes = [with_instance(f"n{i}", m(2)) for i in range(3)]
+    running = JobView("j", m(2), (("n0", m(0)), ("n1", m(1))), ACTIVE)
+    hosts = {"n0": m(0), "n1": m(2), "n2": m(2)}
+    recorded = _recorded(m(2), handover.MOVING)
+    members = ready(0, 1, 2)
+
+    def step(nodes, hosts, jobs=(), job_pods=()):
+        return decide(pool=POOL, settings=SETTINGS, members=members, retiring=(), ring_members=[m(0), m(1)],
+                      pods=(), nodes=nodes, nova=NovaView(FORCED, hosts), jobs=jobs, job_pods=job_pods,
+                      recorded=recorded, now=NOW)
+
+    first = step(nodes, hosts, [running])  # rack-2 is no longer retiring: its Job still runs
+    (progress,) = first.progress
+    assert progress.phase == handover.CANCELLING and progress.member == m(2)
+    assert first.shard_writes == (handover.Move("n0", m(2), m(0)),)  # what Nova moved gets its shard
+    assert not first.create_jobs and not first.delete_jobs and not first.events
+    # the Job ended (n1 moved too), shards not yet written: still held
+    done = replace(running, state=SUCCEEDED)
+    hosts = {**hosts, "n1": m(1)}
+    second = step(nodes, hosts, [done])
+    assert second.progress[0].phase == handover.CANCELLING and len(second.shard_writes) == 2
+    # Ironic shows both moves: the Job goes, the member is released and keeps n2
+    resharded = [replace(nodes[0], shard=m(0)), replace(nodes[1], shard=m(1)), nodes[2]]
+    third = step(resharded, hosts, [done])
+    assert not third.progress and third.delete_jobs == ("j",)
+    (event,) = third.events
+    assert event.reason == "HandoverCancelled" and "keeps its 1 nodes with instances" in event.message
+
+
+def test_a_half_move_keeps_a_cancelled_member_held_and_reported():
+    nodes = [with_instance("n0", m(2))]
+    step = decide(pool=POOL, settings=SETTINGS, members=ready(0, 1, 2), retiring=(), ring_members=[m(0), m(1)],
+                  pods=(), nodes=nodes, nova=NovaView(FORCED, {"n0": m(0)}, {}, frozenset({"n0"})), jobs=(),
+                  recorded=_recorded(m(2), handover.MOVING), now=NOW)
+    assert step.progress[0].phase == handover.CANCELLING and not step.shard_writes and not step.events
+    assert [p.reason for p in step.problems] == ["HandoverIncomplete"]
+
+
+def test_with_handover_turned_off_mid_way_what_is_in_flight_still_finishes():
+    nodes = [with_instance("n0", m(2)), with_instance("n1", m(2))]
+    running = JobView("j", m(2), (("n0", m(0)),), ACTIVE)
+    step = decide(pool=POOL, settings=None, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
+                  pods=(), nodes=nodes, nova=NovaView(FORCED, {"n0": m(0), "n1": m(2)}), jobs=[running],
+                  recorded=_recorded(m(2), handover.MOVING), now=NOW)
+    assert step.progress[0].phase == handover.CANCELLING and step.shard_writes == (handover.Move("n0", m(2), m(0)),)
+    assert not step.create_jobs
+
+
+def test_a_failed_source_hands_over_only_novas_nodes_and_is_released_when_none_is_left():
+    after = replace(SETTINGS, after_failure_seconds=600)
+    members = (*ready(0, 1), Member(m(2), ready=False, since=NOW - 700))
+    cleaning = Node("c", shard=m(2), provision_state="clean wait", target_provision_state="available")
+    nodes = [with_instance("n0", m(2)), cleaning]
+    kw = dict(pool=POOL, settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(), now=NOW)
+    step = decide(nodes=nodes, nova=NovaView(FORCED, {"n0": m(2)}), jobs=(), **kw)
+    (progress,) = step.progress
+    assert progress.nodes == 1 and progress.in_flight == 1 and "not Nova's" in progress.message
+    assert step.create_jobs  # n0 moves; the cleaning node stays with the member
+    # n0 handed over: the member is released with its cleaning node, an Event says so
+    nodes = [replace(nodes[0], shard=m(0)), cleaning]
+    step = decide(nodes=nodes, nova=NovaView(FORCED, {"n0": m(0)}), jobs=(),
+                  recorded=_recorded(m(2), handover.MOVING, trigger=handover.FAILURE), **kw)
+    assert not step.progress and [e.reason for e in step.events] == ["HandoverDone"]
+
+
+def test_a_blocker_stops_new_jobs_but_keeps_every_source_held_and_its_moves_finishing():
+    nodes = [with_instance("n0", m(2)), with_instance("n1", m(2))]
+    step = decide(pool=POOL, settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
+                  pods=(), nodes=nodes, nova=NovaView(FORCED, {"n0": m(0), "n1": m(2)}), jobs=(), now=NOW,
+                  recorded=_recorded(m(2), handover.MOVING), blocker=("HandoverConfigInvalid", "no [database]"))
+    assert not step.create_jobs and step.shard_writes == (handover.Move("n0", m(2), m(0)),)
+    assert step.progress[0].phase in handover.HELD_PHASES
+    assert [p.reason for p in step.problems] == ["HandoverConfigInvalid"]

@@ -9,7 +9,7 @@ import pytest
 
 from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobBatch, handover_durations, job_name
 from ironic_shard_operator.core.handover_job import (
-    BACKOFF_LIMIT, CONFIG_PATH, MOVED_ALREADY, config_problem, job_selector, read_job, render_job, script,
+    BACKOFF_LIMIT, CONFIG_PATH, MOVED_ALREADY, config_problem, job_selector, read_job, read_job_pod, render_job, script,
 )
 from ironic_shard_operator.core.model import Move
 from ironic_shard_operator.core.spec import read_pool
@@ -80,6 +80,49 @@ def test_the_jobs_script_moves_each_node_skips_one_moved_already_and_stops_at_an
     assert done.returncode == code, done.stdout + done.stderr
     if logged:
         assert logged in done.stdout
+
+
+def test_a_job_pod_asked_to_stop_finishes_the_move_under_way_and_starts_no_other(tmp_path):
+    """SIGTERM reaches the Job's pod when the pod or its Job is deleted. Killing nova-manage
+    between its two saves would leave a half move: the script, PID 1 of its container (run so by
+    testbed/task_pods.py), lets the run under way end and starts no other (exit 143)."""
+    import time
+
+    from testbed.task_pods import start_task
+
+    slow = tmp_path / "bin" / "nova-manage"
+    slow.parent.mkdir()
+    slow.write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path / 'calls'}\nsleep 2\necho moved\n")
+    slow.chmod(0o755)
+    moves = tuple(Move(f"n-{i}", "rack-2", "rack-0") for i in (1, 2, 3))
+    task = start_task(["/bin/sh", "-c", script(moves)], slow.parent, tmp_path / "log", tmp_path)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "calls").exists():
+        assert time.monotonic() < deadline and task.alive(), task.output()
+        time.sleep(0.02)
+    task.terminate(grace=30.0)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 1 and "--ironic-node-uuid n-1" in calls[0]
+    assert task.exit_code() == 143
+    assert "moved" in task.output() and "asked to stop (SIGTERM): node n-2" in task.output()
+
+
+def test_the_job_replaces_a_pod_only_once_it_has_ended_and_its_pods_say_what_they_move():
+    moves = (Move("n-1", "rack-2", "rack-0"),)
+    job = render_job(_pool(), JobBatch("rack-2", "j", moves))
+    assert job["spec"]["podReplacementPolicy"] == "Failed"
+    pod = {"metadata": {"name": "j-abcde", **job["spec"]["template"]["metadata"],
+                        "labels": {**job["spec"]["template"]["metadata"]["labels"],
+                                   "batch.kubernetes.io/job-name": "j"}},
+           "status": {"phase": "Running"}}
+    view = read_job_pod(pod)
+    assert (view.job, view.source, view.moves, view.alive) == ("j", "rack-2", (("n-1", "rack-0"),), True)
+    pod["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    assert read_job_pod(pod).alive  # being deleted: it runs until its kubelet says it ended
+    assert not read_job_pod({**pod, "status": {"phase": "Failed"}}).alive
+    del pod["metadata"]["annotations"]
+    assert read_job_pod(pod).moves is None  # an earlier version's pod: it may move any node of its source
+    assert read_job_pod({"metadata": {"name": "rack-2", "labels": {"ironicshards.io/member": "rack-2"}}}) is None
 
 
 def test_a_failed_jobs_reason_is_the_error_that_ended_it_not_a_node_skipped_before():

@@ -4,8 +4,8 @@ decides (service deletion, explicit handover of misplaced nodes). forced_down: t
 import json
 
 from ironic_shard_operator.core.nova_policy import (
-    DUPLICATE, ENABLED, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, RETIRED_LIMIT, UNLISTED,
-    UNMAPPED, ServiceDeletionRefusal, audit, retired_after, status_section, summary, update_interval,
+    DUPLICATE, ENABLED, INCOMPLETE, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, RETIRED_LIMIT, UNLISTED,
+    UNMAPPED, ServiceDeletionRefusal, audit, misplaced, retired_after, status_section, summary, update_interval,
 )
 from ironic_shard_operator.core.model import Move, Node
 from ironic_shard_operator.adapters.nova import Hypervisor
@@ -32,11 +32,15 @@ def nodes_of(shards, instances=()):
 
 
 def run(nodes, hypervisors, *, since=None, now=NOW, identities=MEMBERS, nova_services=None,
-        repair=False, refused=None, retired=()):
+        repair=False, refused=None, retired=(), instance_hosts=None):
+    """One audit; unless told otherwise, Nova places each misplaced node's instance on the host
+    of its compute node (no half move), as it does after any complete move."""
+    if instance_hosts is None:
+        instance_hosts = {node.uuid: host for node, host in misplaced(nodes, hypervisors)}
     return audit(pool=POOL, identities=identities, nodes=nodes, hypervisors=hypervisors,
                  services=nova_services if nova_services is not None else services(*identities),
                  since=since or {}, now=now, interval=INTERVAL, repair=repair, refused=refused,
-                 retired=retired)
+                 retired=retired, instance_hosts=instance_hosts)
 
 
 def kinds(report):
@@ -51,7 +55,7 @@ def test_every_node_under_its_owner_is_clean_and_decides_nothing():
     report = run(nodes_of(shards, instances={"n0", "n1"}), listing(shards))
     assert report.findings == () and report.deletions == () and report.repairs == ()
     assert report.since == {} and report.waiting == {}
-    assert report.counts() == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0}
+    assert report.counts() == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0, INCOMPLETE: 0}
     assert summary(report.findings) == "Nova lists every node under the compute of its owner"
 
 
@@ -129,6 +133,24 @@ def test_repair_hands_a_misplaced_node_over_to_its_instance_host_only_if_that_is
                  repair=True)
     assert report.repairs == (Move("n0", "rack-1", "rack-0"), Move("n1", None, "rack-2"))
     assert kinds(report) == [(MISPLACED, "n0"), (MISPLACED, "n1"), (MISPLACED, "n2")]
+
+
+def test_a_half_move_is_never_repaired_and_says_how_to_finish_it_until_it_is_finished():
+    """nova-manage killed between its two saves: the compute node names rack-0, the instance
+    still rack-1 (the shard). Writing the shard to rack-0 would hide the instance from rack-1,
+    the host Nova sends its actions to, for good; the finding stays, with the SQL that fixes it."""
+    nodes = nodes_of({"n0": "rack-1"}, instances={"n0"})
+    hypervisors = listing({"n0": "rack-0"})
+    assert misplaced(nodes, hypervisors) == [(nodes[0], "rack-0")]
+    for now in (NOW, NOW + 100 * INTERVAL):
+        report = run(nodes, hypervisors, repair=True, now=now, instance_hosts={"n0": "rack-1"})
+        assert kinds(report) == [(INCOMPLETE, "n0")] and report.repairs == ()
+        assert "UPDATE instances SET host='rack-0' WHERE uuid='inst-n0'" in report.findings[0].message
+    # not asked (or Nova found the instance nowhere): reported, never repaired blind
+    assert run(nodes, hypervisors, repair=True, instance_hosts={}).repairs == ()
+    assert run(nodes, hypervisors, repair=True, instance_hosts={"n0": None}).repairs == ()
+    # finished by hand: an ordinary misplaced node, repaired
+    assert run(nodes, hypervisors, repair=True).repairs == (Move("n0", "rack-1", "rack-0"),)
 
 
 def test_a_node_between_a_handovers_nova_move_and_its_shard_write_is_not_misplaced_until_it_stays():
@@ -311,7 +333,7 @@ def test_the_status_section_has_one_shape_whatever_the_state():
                                                  "retired", "clearWhenReady"}
     assert enabled["findings"][DUPLICATE] == 1 and enabled["forcedDown"] == ["rack-1"]
     assert enabled["waiting"] == []  # rack-5 was deleted, not waiting
-    assert disabled["findings"] == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0}
+    assert disabled["findings"] == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0, INCOMPLETE: 0}
     # the same facts give the same section: no status rewrite when nothing changed
     later = run(nodes_of({"n0": "rack-0"}), listing({"n0": ["rack-0", "rack-1"]}), now=NOW + 500,
                 identities=("rack-0",), nova_services=services("rack-0", "rack-5"))

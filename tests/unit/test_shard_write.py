@@ -6,8 +6,9 @@ from hypothesis import given, strategies as st
 
 from ironic_shard_operator.core.model import Member, Move, Node
 from ironic_shard_operator.core.shard_write import (
-    Verdict, guarded_verdict, handover_verdict, live_owners, move_verdict,
+    Verdict, guarded_owners, guarded_verdict, handover_verdict, live_owners, move_verdict,
 )
+from tests.unit.nova_records import service
 
 UUID = "node-1"
 ADOPT = Move(UUID, None, "rack-0")      # an unassigned node given to rack-0
@@ -105,6 +106,22 @@ def test_live_owners_are_the_members_that_count_as_ready():
     members = [Member("rack-0", ready=True, since=0.0), Member("rack-1", ready=False, since=95.0),
                Member("rack-2", ready=False, since=10.0), Member("rack-3")]
     assert live_owners(members, now=100.0, grace_seconds=60.0) == {"rack-0", "rack-1"}
+
+
+def test_a_member_past_its_grace_whose_nova_service_is_still_up_is_guarded_until_forced_down():
+    """Invariant 13: a failing readiness probe, or a Kubernetes node cut off from the API
+    server but not from RabbitMQ, keeps nova-compute heartbeating and the scheduler placing
+    builds there: its free nodes leave it only guarded, until it is forced down (then Nova
+    reports it down: the fast path). Nova unknown this cycle: every member identity."""
+    members = [Member("rack-0", ready=True, since=0.0), Member("rack-1", ready=False, since=10.0),
+               Member("rack-2", ready=False, since=10.0)]
+    identities = ["rack-0", "rack-1", "rack-2"]
+    nova = {"rack-0": service("rack-0"), "rack-1": service("rack-1"),
+            "rack-2": service("rack-2", forced_down=True), "stranger": service("stranger", up=False)}
+    assert guarded_owners(members, 100.0, 60.0, nova, identities) == {"rack-0", "rack-1"}
+    assert guarded_owners(members, 100.0, 60.0, None, identities) == {"rack-0", "rack-1", "rack-2"}
+    assert guarded_owners(members, 100.0, 60.0, {**nova, "rack-1": service("rack-1", up=False)},
+                          identities) == {"rack-0"}
 
 
 def test_a_guarded_move_of_a_node_held_in_placement_is_claimed():

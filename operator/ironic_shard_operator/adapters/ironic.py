@@ -31,7 +31,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from functools import cache, cached_property
 from typing import Any
 from urllib.parse import urlencode
@@ -44,12 +45,16 @@ from ironic_shard_operator.core.clouds_yaml import CloudsYamlError, cloud_entry
 from ironic_shard_operator.core.model import Move, Node, Selector
 from ironic_shard_operator.core.observation import SummaryRefused
 from ironic_shard_operator.core.redact import redact, secrets_in_clouds_yaml
-from ironic_shard_operator.core.shard_write import Verdict, guarded_verdict, handover_verdict, move_verdict
+from ironic_shard_operator.core.shard_write import (
+    GuardHold, Verdict, claimed_after_write, guarded_verdict, handover_verdict, move_verdict,
+)
 
 SHARD_MICROVERSION = (1, 82)
 MICROVERSION_HEADER = "X-OpenStack-Ironic-API-Version"
 MAX_VERSION_HEADER = "X-OpenStack-Ironic-API-Maximum-Version"
 # Only what ownership decisions need (model.Node).
+log = logging.getLogger(__name__)
+
 NODE_FIELDS = ("uuid", "shard", "instance_uuid", "provision_state",
                "target_provision_state", "reservation")
 # The page size asked for: Ironic's default [api]max_limit (Ironic cuts pages to its own
@@ -125,11 +130,16 @@ class ApplyResult:
     skipped_gone: int = 0      # deleted from Ironic between its re-read and its write (404)
     skipped_busy: int = 0      # still locked (409) after every retry
     not_attempted: int = 0     # the caller asked to stop first
+    # Guarded moves written, then put back: a build claimed the node between its read and its
+    # write (shard_write.claimed_after_write).
+    reverted: int = 0
+    # The guarded moves held back by allocations in Placement (counted in skipped_claimed too).
+    held: list[GuardHold] = field(default_factory=list)
 
     @property
     def skipped(self) -> int:
         return (self.already_right + self.skipped_claimed + self.skipped_changed
-                + self.skipped_gone + self.skipped_busy + self.not_attempted)
+                + self.skipped_gone + self.skipped_busy + self.not_attempted + self.reverted)
 
     def count_skipped(self, verdict: Verdict) -> None:
         """Count a move the write rule did not let through (any verdict but WRITE)."""
@@ -147,15 +157,16 @@ class ApplyResult:
 class Guard:
     """Which moves are guarded, and how a build in flight is seen.
 
-    A move whose source is one of `live_owners` (shard_write.live_owners) is read on its own
-    right before its write and written only on shard_write.guarded_verdict's WRITE.
-    `claimed_in_placement(node_uuid)` answers whether Placement holds allocations on the
-    node's provider (None: no Placement to ask, so the Ironic read alone decides); an
-    exception from it leaves the move unwritten this cycle (counted busy).
+    A move whose source is one of `live_owners` (shard_write.guarded_owners) is read on its
+    own right before its write and written only on shard_write.guarded_verdict's WRITE, then
+    read again right after it and put back on shard_write.claimed_after_write.
+    `placement_consumers(node_uuid)` names the consumers holding allocations on the node's
+    provider (None: no Placement to ask, so the Ironic reads alone decide); an exception from
+    it leaves the move unwritten this cycle (counted busy), or puts a written one back.
     """
 
     live_owners: frozenset[str]
-    claimed_in_placement: Callable[[str], bool] | None = None
+    placement_consumers: Callable[[str], tuple[str, ...]] | None = None
 
 
 class RateLimiter:
@@ -583,7 +594,8 @@ class IronicAdapter:
         self.rate.acquire()
         if stop is not None and stop.is_set():  # asked again: the wait for a slot can be long
             return "stopped"
-        if guard is not None and move.source in guard.live_owners:
+        guarded = guard is not None and move.source in guard.live_owners
+        if guarded:
             said = self._guard(move, guard)
             if said is not Verdict.WRITE:
                 return said
@@ -593,7 +605,7 @@ class IronicAdapter:
         except Transient as failure:
             return failure
         if response.status_code == 200:
-            return "applied"
+            return self._after_write(move, guard) if guarded else "applied"
         if response.status_code == 404:
             return "gone"
         if response.status_code in RETRYABLE_STATUS:
@@ -601,9 +613,10 @@ class IronicAdapter:
         self._raise_for_status(response, f"set the shard of node {move.node_uuid}")
         raise IronicRequestError(f"unexpected answer: {describe(response)}")
 
-    def _guard(self, move: Move, guard: Guard) -> Verdict | Transient:
+    def _guard(self, move: Move, guard: Guard) -> Verdict | Transient | GuardHold:
         """The guarded move's node read on its own, then Placement asked, right before its
-        write: WRITE, the verdict that keeps it, or a Transient (it is tried again later)."""
+        write: WRITE, the verdict that keeps it (a GuardHold when Placement's allocations do),
+        or a Transient (it is tried again later)."""
         try:
             response = self._send_once(
                 "GET", self._url(f"/nodes/{move.node_uuid}", {"fields": ",".join(NODE_FIELDS)}))
@@ -613,13 +626,52 @@ class IronicAdapter:
             return Verdict.CHANGED
         if response.status_code != 200:
             return Transient(describe(response), unavailable=response.status_code != 409)
-        node, claimed = node_from_api(response.json()), False
-        if guard.claimed_in_placement is not None and move_verdict(move, node) is Verdict.WRITE:
+        node, consumers = node_from_api(response.json()), ()
+        if guard.placement_consumers is not None and move_verdict(move, node) is Verdict.WRITE:
             try:
-                claimed = guard.claimed_in_placement(move.node_uuid)
+                consumers = guard.placement_consumers(move.node_uuid)
             except Exception as error:  # Placement not answering: never write blind
                 return Transient(f"Placement: {error}", unavailable=False)
-        return guarded_verdict(move, node, claimed)
+        said = guarded_verdict(move, node, bool(consumers))
+        return GuardHold(move.node_uuid, tuple(consumers)) if said is Verdict.CLAIMED and consumers else said
+
+    def _after_write(self, move: Move, guard: Guard) -> str:
+        """A guarded move just written, its node read again (and Placement asked): "applied",
+        or "reverted" once its shard is put back to the move's source because a build claimed
+        it meanwhile (shard_write.claimed_after_write; a read that gets no answer counts as a
+        claim: never leave a node blind with a live owner's build). Logged when it reverts."""
+        try:
+            response = self._send_once(
+                "GET", self._url(f"/nodes/{move.node_uuid}", {"fields": ",".join(NODE_FIELDS)}))
+            after = node_from_api(response.json()) if response.status_code == 200 else None
+            unknown = response.status_code not in (200, 404)
+            consumers: tuple[str, ...] = ()
+            if after is not None and not after.pinned and guard.placement_consumers is not None:
+                consumers = tuple(guard.placement_consumers(move.node_uuid))
+        except Exception as error:  # no answer: treated as claimed
+            log.warning("node %s: moved %s -> %s, then not readable (%s): put back", move.node_uuid, move.source,
+                        move.target, error)
+            after, consumers, unknown = None, (), True
+        if not unknown and not claimed_after_write(move, after, consumers):
+            return "applied"
+        back = [{"op": "add", "path": "/shard", "value": move.source}] if move.source is not None else \
+            [{"op": "remove", "path": "/shard"}]
+        try:
+            reverted = self._send("PATCH", self._url(f"/nodes/{move.node_uuid}"), json=back)
+        except IronicError as error:
+            log.error("node %s: claimed by a build while it moved %s -> %s, and its shard could not be put "
+                      "back (%s): the Nova audit reports it misplaced", move.node_uuid, move.source, move.target,
+                      error)
+            return "applied"
+        if reverted.status_code != 200:
+            log.error("node %s: claimed by a build while it moved %s -> %s; putting its shard back was refused: "
+                      "%s", move.node_uuid, move.source, move.target, describe(reverted))
+            return "applied"
+        log.warning("node %s: a build claimed it while it moved %s -> %s (%s): its shard is put back to %s",
+                    move.node_uuid, move.source, move.target,
+                    "Placement allocations of " + ", ".join(consumers) if consumers else "pinned in Ironic",
+                    move.source)
+        return "reverted"
 
     # ---- transport ----------------------------------------------------------------
 
@@ -697,8 +749,13 @@ def _tally(result: ApplyResult, outcomes: Iterable[tuple[Move, Any]],
     for move, outcome in outcomes:
         if isinstance(outcome, Verdict):
             result.count_skipped(outcome)
+        elif isinstance(outcome, GuardHold):
+            result.count_skipped(Verdict.CLAIMED)
+            result.held.append(outcome)
         elif outcome == "applied":
             result.applied += 1
+        elif outcome == "reverted":
+            result.reverted += 1
         elif outcome == "gone":
             result.skipped_gone += 1
         elif outcome == "stopped":

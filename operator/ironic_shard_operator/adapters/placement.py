@@ -41,7 +41,7 @@ class PlacementUnavailable(PlacementError):
 
 
 class PlacementAdapter:
-    """`check()` once, then `has_allocations(node_uuid)`, one GET per question.
+    """`check()` once, then `consumers(node_uuid)`, one GET per question.
     Construction does no I/O; `requests_made` counts the requests sent (answered or not)."""
 
     def __init__(self, connection: Any, *, cloud_name: str | None = None, request_timeout: float = 10.0) -> None:
@@ -72,17 +72,17 @@ class PlacementAdapter:
         return parse_version(document.get("max_version") or "1.0")
 
     @redacting
-    def has_allocations(self, node_uuid: str) -> bool:
-        """Whether any consumer holds allocations against the node's resource provider.
-        No provider (404: Nova never reported the node) holds none. Raises
-        PlacementNotConfigured or PlacementUnavailable."""
+    def consumers(self, node_uuid: str) -> tuple[str, ...]:
+        """The consumers (instance uuids, for Nova) holding allocations against the node's
+        resource provider, sorted. No provider (404: Nova never reported the node) has none.
+        Raises PlacementNotConfigured or PlacementUnavailable."""
         response = self._get(f"{self.endpoint}/resource_providers/{node_uuid}/allocations")
         if response.status_code == 404 and "resource provider" in response.text.lower():
-            return False  # Placement's own 404 (a wrong endpoint's 404 is an error below)
+            return ()  # Placement's own 404 (a wrong endpoint's 404 is an error below)
         if response.status_code != 200:
             raise PlacementUnavailable(f"Placement at {self.endpoint} (cloud '{self.cloud}') could not "
                                        f"list the allocations of provider {node_uuid}: {describe(response)}")
-        return bool((response.json() or {}).get("allocations"))
+        return tuple(sorted((response.json() or {}).get("allocations") or {}))
 
     def _get(self, url: str) -> Any:
         """One GET, counted: the response, whatever its status; PlacementUnavailable when

@@ -4,12 +4,16 @@ A cycle (reconcile.py) starts one `CloudSide` when none is under way, with what 
 
 1. observe (by need: a full listing or two cheap requests, ironic_cycle.py) and plan Ironic
    with the members' readiness, no writes;
-2. when the plan moves nodes and the pool is not paused, run the Ironic cycle again with
+2. Nova's side, when the cloud has a compute endpoint (nova_cycle.py), also after an Ironic
+   failure (forced_down needs no node list): a member past its grace is forced down here,
+   before any of its free nodes moves;
+3. when the plan moves nodes and the pool is not paused, run the Ironic cycle again with
    writes (it lists Ironic in full first: a second listing only when something moves); the writes
    stop between two writes on news or when stopping (`interrupt`), or once the leader may
-   not write;
-3. Nova's side, when the cloud has a compute endpoint (nova_cycle.py), also after an Ironic
-   failure (forced_down needs no node list).
+   not write. A free node leaving an owner whose nova-compute may still take a build (its
+   Nova service up and not forced down, or not known this cycle) is a guarded move
+   (shard_write.guarded_owners: invariant 13);
+4. the handover step (controller/handover.py), with the last status.handover.
 
 The cycle that starts it waits for its plan, and then for its end, only until `PATIENCE_SECONDS`
 after its start: a healthy Ironic answers well within that, and the cycle is the plain
@@ -35,6 +39,7 @@ from ironic_shard_operator.controller.ironic_cycle import CycleReport, Observati
 from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
 from ironic_shard_operator.core import model
+from ironic_shard_operator.core.shard_write import guarded_owners
 from ironic_shard_operator.core.spec import Pool
 
 log = logging.getLogger(__name__)
@@ -70,7 +75,9 @@ class CloudWork:
     `identities` (every member with a pod or a ConfigMap) at `now`; `previous_nova` is the
     last status.nova, `autoscale_history` autoscale's memory from the last status; `memory`
     the pool's last full listing (ironic_cycle.ObservationMemory; None: list every time);
-    `kube` the Kubernetes client the handover task uses (None: no handover step)."""
+    `kube` the Kubernetes client the handover task uses (None: no handover step);
+    `previous_handover` the last status.handover; `held` the members a handover holds
+    (core/handover.py::holds, as the cycle read it)."""
 
     key: str
     pool: Pool
@@ -86,6 +93,8 @@ class CloudWork:
     may_write: Callable[[], bool]
     memory: ObservationMemory | None = None
     kube: Any = None
+    previous_handover: Mapping[str, Any] | None = None
+    held: AbstractSet[str] = frozenset()
 
 
 class CloudSide:
@@ -159,31 +168,36 @@ class CloudSide:
         self.planned = result
         self._planned.set()
         plan = result.plan
-        if plan is not None and plan.moves and not pool.paused:
-            try:
-                report = await asyncio.to_thread(
-                    run_cycle, work.adapter, pool.spec, work.members, now=work.now,
-                    stop=WriteStop(interrupt, work.may_write), autoscale_history=work.autoscale_history,
-                    memory=work.memory, full_resync_seconds=pool.ironic.full_resync_seconds)
-                result = CloudResult(report, applied=report.moves_applied)
-                _record_listing(metrics, work.key, report)
-                if report.moves_applied and metrics is not None:
-                    metrics.record_moves(work.key, report.moves_applied)
-            except IronicError as error:
-                _record_error(metrics, work.key, error)
-                result = CloudResult(result.report, error=error)
         nova = await asyncio.to_thread(
             run_nova_cycle, work.nova, work.adapter, pool, members=work.members,
             identities=set(work.identities) | set(plan.members_to_create if plan else ()),
             retiring=set(plan.members_to_delete if plan else ()), nova_conf=work.nova_conf,
             nodes=result.report.nodes if result.report is not None else None,
-            previous=work.previous_nova, now=work.now, metrics=metrics, may_write=work.may_write)
+            previous=work.previous_nova, now=work.now, metrics=metrics, may_write=work.may_write,
+            held=work.held)
+        if plan is not None and plan.moves and not pool.paused:
+            guarded = guarded_owners(work.members, work.now, pool.spec.rebalance_after_seconds, nova.services,
+                                     work.identities)
+            try:
+                report = await asyncio.to_thread(
+                    run_cycle, work.adapter, pool.spec, work.members, now=work.now,
+                    stop=WriteStop(interrupt, work.may_write), autoscale_history=work.autoscale_history,
+                    memory=work.memory, full_resync_seconds=pool.ironic.full_resync_seconds, guarded=guarded)
+                result = CloudResult(report, applied=report.moves_applied)
+                _record_listing(metrics, work.key, report)
+                if report.moves_applied and metrics is not None:
+                    metrics.record_moves(work.key, report.moves_applied)
+                if report.applied.reverted and metrics is not None:
+                    metrics.record_moves_reverted(work.key, report.applied.reverted)
+            except IronicError as error:
+                _record_error(metrics, work.key, error)
+                result = CloudResult(result.report, error=error)
         moving = None
         if work.kube is not None:  # 4. handovers of nodes with instances (controller/handover.py)
             moving = await run_handover(HandoverWork(work.kube, work.may_write, metrics), pool, ironic=work.adapter,
                                         nova=_usable_nova(work.nova, nova), members=work.members, plan=plan,
                                         nodes=result.report.nodes if result.report is not None else None,
-                                        now=work.now)
+                                        now=work.now, recorded=work.previous_handover)
             if moving.resharded and work.memory is not None:
                 work.memory.last = None  # shards written outside run_cycle: list in full next time
         return CloudResult(result.report, result.error, result.applied, nova, moving)

@@ -19,13 +19,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
 from ironic_shard_operator.adapters.kube import KubeError
+from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.adapters.nova import (
     NovaAdapter, NovaAuthError, NovaError, NovaNotConfigured, NovaTooOld, ServiceNotFound,
 )
@@ -34,7 +37,7 @@ from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.model import Member, Node, Plan
 from ironic_shard_operator.core.pods import read_pod
 from ironic_shard_operator.core.spec import Pool
-from ironic_shard_operator.core.status import handover_section, spread
+from ironic_shard_operator.core.status import handover_section, handover_section_unseen, spread
 
 log = logging.getLogger(__name__)
 
@@ -60,65 +63,74 @@ class HandoverWork:
     may_write: Callable[[], bool]
     metrics: Any = None
 
+    def write_stop(self) -> WriteStop:
+        """The shard writes' stop flag: the Lease is checked before each write."""
+        return WriteStop(threading.Event(), self.may_write)
+
 
 async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter, nova: NovaAdapter | None,
                        members: Sequence[Member], plan: Plan | None, nodes: Sequence[Node] | None,
-                       now: float) -> HandoverOutcome:
-    """One step of every handover of `pool` (the module doc); never raises for Kubernetes,
-    Nova or Ironic failures (they are reported)."""
+                       now: float, recorded: Mapping[str, Any] | None = None) -> HandoverOutcome:
+    """One step of every handover of `pool` (the module doc); `recorded` is the last
+    status.handover. Never raises for Kubernetes, Nova or Ironic failures (they are reported):
+    what cannot be seen keeps the recorded sources as they were, so no hold is lost."""
     settings = pool.handover
-    if settings is None:
-        return HandoverOutcome(handover_section(None))
     if plan is None or nodes is None:
         return HandoverOutcome(None)
     kube = work.kube
     try:
-        pods = [read_pod(p) for p in await kube.list_pods(pool.namespace, podspec.pool_selector(pool.name))]
-        with_pod = {p.member for p in pods if p.name == p.member}
+        raw_pods = await kube.list_pods(pool.namespace, podspec.pool_selector(pool.name))
         jobs_raw = await kube.list_jobs(pool.namespace, handover_job.job_selector(pool.name))
     except KubeError as error:
         return HandoverOutcome(None, (Event("HandoverWaiting", f"Kubernetes API: {error}", "Warning"),))
+    pods = [read_pod(p) for p in raw_pods]
+    with_pod = {p.member for p in pods if p.name == p.member}
+    job_pods = [view for view in map(handover_job.read_job_pod, raw_pods) if view is not None]
     retiring = set(plan.scale_down_blocked) | set(plan.members_to_delete)
-    pinned = {}
-    for node in nodes:
-        if node.pinned and node.shard:
-            pinned[node.shard] = pinned.get(node.shard, 0) + 1
     found = handover.sources(settings=settings, members=members, retiring=retiring, pods=with_pod,
-                             pinned=pinned, now=now)
-    if not found and not jobs_raw:
-        return HandoverOutcome(handover_section(handover.HandoverPlan()))
-    blocked = await _blocker(kube, pool, nova, found)
-    if blocked is not None:
-        reason, message = blocked
-        problems = tuple(handover.Problem(t, reason, message) for t in sorted(set(found.values())))
-        return HandoverOutcome(handover_section(handover.HandoverPlan(problems=problems)),
-                               (Event(reason, message, "Warning"),))
+                             pinned=Counter(n.shard for n in nodes if n.pinned),
+                             instances=Counter(n.shard for n in nodes if n.instance_uuid), now=now)
+    jobs = [j for j in [await _job_view(kube, pool, raw) for raw in jobs_raw] if j is not None]
+    held = handover.holds(recorded=recorded, jobs=jobs, job_pods=job_pods)
+    if not found and not held and not jobs_raw:
+        return HandoverOutcome(handover_section(handover.HandoverPlan()) if settings is not None else {})
+    blocker = await _blocker(kube, pool, nova, found)
+    if nova is None:  # nothing of Nova can be seen: every recorded source stays as it was
+        reason, message = blocker or ("HandoverNeedsNova", NEEDS_NOVA)
+        return _unseen(recorded, found, reason, message)
     try:
-        view = await asyncio.to_thread(_nova_view, nova, found, nodes, 2 * settings.max_concurrent)
+        view = await asyncio.to_thread(_nova_view, nova, set(found) | set(held), nodes,
+                                       2 * (settings.max_concurrent if settings else 1))
     except NovaError as error:
-        problem = handover.Problem(sorted(set(found.values()))[0] if found else handover.SCALE_DOWN,
-                                   "HandoverNovaUnavailable", f"Nova: {error}")
-        return HandoverOutcome(handover_section(handover.HandoverPlan(problems=(problem,))))
-    jobs = [await _job_view(kube, pool, raw) for raw in jobs_raw]
+        return _unseen(recorded, found, "HandoverNovaUnavailable", f"Nova: {error}")
     step = handover.decide(pool=pool.name, settings=settings, members=members, retiring=retiring,
                            ring_members=plan.ring_members, pods=with_pod, nodes=nodes, nova=view,
-                           jobs=[j for j in jobs if j is not None], now=now)
-    events = [Event(p.reason, p.message, "Warning") for p in step.problems]
+                           jobs=jobs, job_pods=job_pods, recorded=recorded, blocker=blocker, now=now)
+    events = [Event(p.reason, p.message, "Warning") for p in step.problems] + list(step.events)
     resharded = 0
     if step.writes and not pool.paused and work.may_write():
-        resharded = await _act(work, pool, step, ironic, nova, view, nodes, events,
-                               [j for j in jobs if j is not None])
+        resharded = await _act(work, pool, step, ironic, nova, view, nodes, events, jobs)
     return HandoverOutcome(handover_section(step), tuple(events), resharded)
 
 
+def _unseen(recorded: Mapping[str, Any] | None, found: Mapping[str, str], reason: str, message: str) -> HandoverOutcome:
+    """A step that cannot see Nova: the recorded sources stay as they were, with the problem."""
+    problems = handover.unseen_problems(recorded, found, reason, message)
+    return HandoverOutcome(handover_section_unseen(recorded, problems), (Event(reason, message, "Warning"),))
+
+
+NEEDS_NOVA = ("spec.handover is set but the cloud has no usable Nova compute endpoint (status.nova): nodes with "
+              "instances cannot be handed over")
+
+
 async def _blocker(kube: Any, pool: Pool, nova: NovaAdapter | None,
-                   found: dict[str, str]) -> tuple[str, str] | None:
-    """(reason, message) when no handover can run at all: no Nova, or no usable nova.conf."""
-    if not found:
+                   found: Mapping[str, str]) -> tuple[str, str] | None:
+    """(reason, message) of what keeps every new handover Job from running: no Nova, or no
+    usable nova.conf. Nothing to start: None."""
+    if not found or pool.handover is None:
         return None
     if nova is None:
-        return ("HandoverNeedsNova", "spec.handover is set but the cloud has no usable Nova compute endpoint "
-                                     "(status.nova): nodes with instances cannot be handed over")
+        return ("HandoverNeedsNova", NEEDS_NOVA)
     ref = pool.handover.nova_manage_config
     try:
         secret = await kube.get_secret(pool.namespace, ref.name)
@@ -135,18 +147,18 @@ async def _blocker(kube: Any, pool: Pool, nova: NovaAdapter | None,
     return ("HandoverConfigInvalid", problem) if problem else None
 
 
-def _nova_view(nova: NovaAdapter, found: dict[str, str], nodes: Sequence[Node], per_source: int) -> handover.NovaView:
+def _nova_view(nova: NovaAdapter, subjects: set[str], nodes: Sequence[Node], per_source: int) -> handover.NovaView:
     """Services, the hypervisor list, the instance count of the first `per_source` nodes
-    (by uuid, the order Jobs take them in) each source still has in Nova, and which of the
-    nodes Nova moved (not re-sharded yet) still have an instance on the source: a half move
-    (blocking). A node not counted is left to nova-manage, which refuses more than one
-    instance itself."""
+    (by uuid, the order Jobs take them in) each subject (a source, or a member held) still has
+    in Nova, and which of its nodes Nova moved (not re-sharded yet) still have an instance on
+    it: a half move (blocking). A node not counted is left to nova-manage, which refuses more
+    than one instance itself."""
     try:
         services = nova.compute_services()
         hosts = {h.node_uuid: h.host for h in nova.hypervisors()}
         instances: dict[str, int] = {}
         stranded = set()
-        for source in sorted(found):
+        for source in sorted(subjects):
             mine = [n for n in nodes if n.shard == source and n.instance_uuid]
             waiting = sorted(n.uuid for n in mine if hosts.get(n.uuid) == source)
             for uuid in waiting[:per_source]:
@@ -203,7 +215,7 @@ async def _act(work: HandoverWork, pool: Pool, step: handover.HandoverPlan, iron
             by_trigger.setdefault(triggers.get(move.source, handover.SCALE_DOWN), []).append(move)
         for trigger, moves in sorted(by_trigger.items()):
             started = time.monotonic()
-            result = await asyncio.to_thread(ironic.hand_over, moves, nodes)
+            result = await asyncio.to_thread(ironic.hand_over, moves, nodes, work.write_stop())
             resharded += result.applied
             if result.applied:
                 if metrics is not None:

@@ -138,13 +138,16 @@ def run_cycle(
     autoscale_history: AutoscaleHistory = AutoscaleHistory(),
     memory: ObservationMemory | None = None,
     full_resync_seconds: float = observation.DEFAULT_FULL_RESYNC_SECONDS,
+    guarded: frozenset[str] | None = None,
 ) -> CycleReport:
     """Observe the pool in Ironic (by need, with `memory`; see the module doc), plan with
     the pure planner, write the moves, report.
 
     `paused` plans and reports but writes nothing (every move counts as not attempted).
     `stop` ends the writing early (see IronicAdapter.apply_moves). `autoscale_history` is what
-    autoscale kept from earlier cycles (status.autoscale). Ironic errors propagate
+    autoscale kept from earlier cycles (status.autoscale). `guarded`: the owners a free node
+    leaves only by a guarded move (shard_write.guarded_owners, from Nova's services); None:
+    the live owners (shard_write.live_owners), for a caller that knows nothing of Nova. Ironic errors propagate
     as IronicError subclasses, after which Ironic holds a consistent, partial result.
     The adapter's one-time check() (first use) is not counted in the report's requests.
     Moves are written only when every node they move was listed by this cycle (a full
@@ -187,9 +190,9 @@ def run_cycle(
         applied = ApplyResult(planned=len(decision.moves), not_attempted=len(decision.moves))
     else:
         try:
-            guard = Guard(live_owners(members, now, spec.rebalance_after_seconds))
+            guard = Guard(live_owners(members, now, spec.rebalance_after_seconds) if guarded is None else guarded)
             if any(move.source in guard.live_owners for move in decision.moves):
-                guard = replace(guard, claimed_in_placement=placement_question(adapter))
+                guard = replace(guard, placement_consumers=placement_question(adapter))
             applied = adapter.apply_moves(decision.moves, nodes, stop, guard)
         finally:
             if memory is not None and memory.last is not None:
@@ -207,8 +210,8 @@ def run_cycle(
     )
 
 
-def placement_question(adapter: IronicAdapter) -> Callable[[str], bool] | None:
-    """Placement's `has_allocations` for the adapter's cloud, or None when there is none to
+def placement_question(adapter: IronicAdapter) -> Callable[[str], tuple[str, ...]] | None:
+    """Placement's `consumers` question for the adapter's cloud, or None when there is none to
     ask: the cloud names no Placement (then no Nova schedules there), or Placement does not
     answer right now (then Nova cannot schedule either; holding every scale-down and
     rebalance until it is back would cost more than the window it guards). With None the
@@ -227,7 +230,7 @@ def placement_question(adapter: IronicAdapter) -> Callable[[str], bool] | None:
         log.warning("%s: this cycle's moves away from live members rely on Ironic's per-node "
                     "re-read alone", error)
         return None
-    return placement.has_allocations
+    return placement.consumers
 
 
 def _say_summary_refused(memory: ObservationMemory, summary: Mapping[str, int] | SummaryRefused,

@@ -159,6 +159,9 @@ class OperatorMetrics:
             "Retiring members kept because they still own pinned nodes.", ["pool"], registry=r)
         self.node_moves = Counter(
             f"{PREFIX}_node_moves", "Shard changes written to Ironic.", ["pool"], registry=r)
+        self.moves_reverted = Counter(
+            f"{PREFIX}_moves_reverted", "Guarded shard changes put back because a build claimed the node "
+            "between its read and its write.", ["pool"], registry=r)
         self.replacements = Counter(
             f"{PREFIX}_member_replacements",
             "Member pods replaced (same identity) after failure.", ["pool"], registry=r)
@@ -243,6 +246,10 @@ class OperatorMetrics:
         """`count` shard PATCHes succeeded."""
         self.node_moves.labels(pool).inc(count)
 
+    def record_moves_reverted(self, pool: str, count: int) -> None:
+        """`count` guarded shard changes were put back (a build claimed the node meanwhile)."""
+        self.moves_reverted.labels(pool).inc(count)
+
     def record_replacement(self, pool: str) -> None:
         """A failed member pod was replaced by a new pod with the same identity."""
         self.replacements.labels(pool).inc()
@@ -315,7 +322,7 @@ class OperatorMetrics:
         """Drop every series of a deleted pool."""
         for metric in (self.members_desired, self.members_ready, self.members_in_ring,
                        self.managed_nodes, self.unassigned_nodes, self.misplaced_nodes,
-                       self.pending_moves, self.scale_down_blocked, self.node_moves,
+                       self.pending_moves, self.scale_down_blocked, self.node_moves, self.moves_reverted,
                        self.replacements, self.cycle_duration):
             _remove_if_present(metric, pool)
         for member in self._members.pop(pool, set()):

@@ -31,11 +31,13 @@ Nothing is lost meanwhile: every decision is re-derived from what Nova and Ironi
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ironic_shard_operator.core import fencing, nova_policy
+from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.core.nova_schedule import NovaSchedule
 from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
 from ironic_shard_operator.core.events import Event
@@ -75,17 +77,21 @@ class NovaRuntime:
 @dataclass(frozen=True, slots=True)
 class NovaOutcome:
     """`section`: the new status.nova, None when Nova was not asked this cycle (keep the
-    last one). `events`: for the writes done and the section's transitions."""
+    last one). `events`: for the writes done and the section's transitions. `services`: the
+    compute services as Nova shows them once this cycle's forced_down writes are done (None:
+    not known this cycle)."""
 
     section: dict[str, Any] | None
     events: tuple[Event, ...] = ()
+    services: Mapping[str, Any] | None = None
 
 
 def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                    members: Sequence[Member], identities: AbstractSet[str], retiring: AbstractSet[str],
                    nova_conf: str | None, nodes: Sequence[Node] | None,
                    previous: Mapping[str, Any] | None, now: float, metrics: Any = None,
-                   may_write: Callable[[], bool] | None = None) -> NovaOutcome:
+                   may_write: Callable[[], bool] | None = None,
+                   held: AbstractSet[str] = frozenset()) -> NovaOutcome:
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
 
     `members`: the readiness of the pool's identities; `identities`: every current member
@@ -93,7 +99,8 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     retires (no misplaced node is handed to them); `nodes`: the pool's Ironic nodes as this
     cycle read them, None when Ironic could not be read (then only forced_down is looked
     after, and only once Nova has answered before); `previous`: the last status.nova;
-    `may_write`: asked right before the writes (the leader's Lease check), none made if False.
+    `may_write`: asked right before the writes (the leader's Lease check), none made if False;
+    `held`: members a handover holds (their forced_down is never cleared).
     Never raises for Nova's sake: failures become the section's state.
     """
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
@@ -118,15 +125,17 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         clear_when_ready = fencing.clear_when_ready_after(
             nova_policy.recorded_clear_when_ready(previous), members, services)
         changes = fencing.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now,
-                                              clear_when_ready)
+                                              clear_when_ready, held)
         deletions: tuple[nova_policy.ServiceDeletion, ...] = ()
         interval = nova_policy.update_interval(nova_conf)
         repairs: tuple[Move, ...] = ()
         if nodes is not None and state.schedule.audit_due(now, interval):
+            hypervisors = nova.hypervisors()
             state.report = nova_policy.audit(
                 pool=pool.name, identities=identities, retiring=retiring, retired=state.retired, nodes=nodes,
-                hypervisors=nova.hypervisors(), services=services, since=state.since, now=now,
-                interval=interval, repair=pool.repair_misplaced, refused=state.refused)
+                hypervisors=hypervisors, services=services, since=state.since, now=now,
+                interval=interval, repair=pool.repair_misplaced, refused=state.refused,
+                instance_hosts=_instance_hosts(nova, nova_policy.misplaced(nodes, hypervisors)))
             state.since, state.schedule = dict(state.report.since), state.schedule.audited(now)
             deletions, repairs = state.report.deletions, state.report.repairs
             if metrics is not None:
@@ -137,7 +146,8 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                 _write(nova, key, changes, deletions, state, now, forced, metrics, events)
             finally:  # Ironic writes: a Nova failure above does not hold them up
                 if repairs:
-                    _hand_over(ironic, key, repairs, nodes or (), metrics, events)
+                    _hand_over(ironic, key, repairs, nodes or (), metrics, events,
+                               WriteStop(threading.Event(), may_write or (lambda: True)))
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         state.schedule = state.schedule.after(nova_policy.DISABLED, now)
         if metrics is not None:
@@ -159,6 +169,8 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         section = nova_policy.status_section(nova_policy.ENABLED, message, state.report,
                                              sorted(forced & identities), state.retired,
                                              fencing.clear_when_ready_written(clear_when_ready, changes, forced))
+        return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)),
+                           {host: replace(s, forced_down=host in forced) for host, s in services.items()})
     return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)))
 
 
@@ -200,6 +212,17 @@ def _write(nova: NovaAdapter, key: str, changes: Sequence[fencing.ForcedDownChan
         events.append(Event("DeletedNovaService", deletion.message))
 
 
+def _instance_hosts(nova: NovaAdapter, misplaced: Sequence[tuple[Node, str]]) -> dict[str, str | None]:
+    """For each misplaced (node, compute-node host): the host Nova places the node's instance
+    on, asked under the compute node's host first, then under the node's shard; None when
+    under neither."""
+    found: dict[str, str | None] = {}
+    for node, host in misplaced:
+        candidates = [h for h in (host, node.shard) if h]
+        found[node.uuid] = next((h for h in candidates if nova.instances_on_node(h, node.uuid)), None)
+    return found
+
+
 def _set_waiting(state: NovaRuntime, host: str, why: str | None) -> None:
     """Record (or with None, drop) why `host`'s service is not deleted yet in the last report."""
     if state.report is None:
@@ -211,13 +234,13 @@ def _set_waiting(state: NovaRuntime, host: str, why: str | None) -> None:
 
 
 def _hand_over(ironic: IronicAdapter, key: str, repairs: Sequence[Move], nodes: Sequence[Node],
-               metrics: Any, events: list[Event]) -> None:
+               metrics: Any, events: list[Event], stop: WriteStop) -> None:
     """Set misplaced nodes' shard to their instance's host (spec.nova.repairMisplaced).
     The adapter re-reads each node right before writing and skips any whose shard or
     instance changed since `nodes` were read. An Ironic failure is logged and left to the
     next audit (which finds the nodes still misplaced, or not any more)."""
     try:
-        result = ironic.hand_over(repairs, nodes)
+        result = ironic.hand_over(repairs, nodes, stop)
     except IronicError as error:
         log.warning("pool %s: misplaced nodes not handed over, Ironic failed: %s", key, error)
         return

@@ -37,7 +37,7 @@ import asyncio
 import base64
 import logging
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Mapping
 
 from ironic_shard_operator.adapters.ironic import (
@@ -47,9 +47,10 @@ from ironic_shard_operator.adapters.kube import KubeError, KubeRefused
 from ironic_shard_operator.adapters.preflight import Inputs
 from ironic_shard_operator.controller.cloud_side import CloudResult, CloudSide, CloudWork
 from ironic_shard_operator.controller.log_redaction import KNOWN
-from ironic_shard_operator.core import handover, model, pods, podspec
+from ironic_shard_operator.core import handover, handover_job, model, pods, podspec
 from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.guard_holds import guard_section
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
 from ironic_shard_operator.core.refusals import Refusal, news, refused
 from ironic_shard_operator.core.schedule import RETRY_SECONDS, handover_retry_in, next_delay
@@ -143,14 +144,17 @@ class _Cycle:
 @dataclass(frozen=True, slots=True)
 class _Members:
     """The pool's members as observed: their pods and ConfigMap contents, every identity (a
-    pod or a ConfigMap exists) in ordinal order, their readiness, and `facts`: the fields of
-    CycleFacts every later status write of the cycle shares."""
+    pod or a ConfigMap exists) in ordinal order, their readiness, `facts`: the fields of
+    CycleFacts every later status write of the cycle shares, and `held`: the members a
+    handover holds (no pod, forced_down kept) and why, from the last status.handover, the
+    pool's handover Jobs and their pods (core/handover.py::holds), never from a plan."""
 
     pods: Mapping[str, pods.PodView]
     overlays: Mapping[str, str | None]
     identities: list[str]
     readiness: tuple[model.Member, ...]
     facts: Mapping[str, Any]
+    held: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,17 +236,20 @@ async def _read_pool(cycle: _Cycle) -> Pool | _Ended:
 
 
 async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
-    """The pool's pods and ConfigMaps (one listing each), and each member's readiness, whose
-    `since` is carried over from the last status."""
+    """The pool's pods (members' and handover Jobs'), ConfigMaps and handover Jobs (one listing
+    each), and each member's readiness, whose `since` is carried over from the last status."""
     selector = podspec.pool_selector(cycle.name)
-    pods_raw, configmaps_raw = await asyncio.gather(
+    pods_raw, configmaps_raw, jobs_raw = await asyncio.gather(
         cycle.op.kube.list_pods(cycle.namespace, selector),
-        cycle.op.kube.list_configmaps(cycle.namespace, selector))
-    member_pods = {}
+        cycle.op.kube.list_configmaps(cycle.namespace, selector),
+        cycle.op.kube.list_jobs(cycle.namespace, handover_job.job_selector(cycle.name)))
+    member_pods, job_pods = {}, []
     for raw in pods_raw:
         view = pods.read_pod(raw)
         if view.name == view.member and model.member_ordinal(cycle.name, view.member) is not None:
             member_pods[view.member] = view
+        elif (job_pod := handover_job.read_job_pod(raw)) is not None:
+            job_pods.append(job_pod)
     overlays = {}
     for raw in configmaps_raw:
         member = ((raw.get("metadata") or {}).get("labels") or {}).get(podspec.MEMBER_LABEL)
@@ -259,7 +266,9 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
                  oldest_pod_created=min((p.created for p in member_pods.values()
                                          if p.created and not p.deleting), default=None),
                  start_timeout_seconds=pool.failover.pod_pending_timeout_seconds)
-    return _Members(member_pods, overlays, identities, readiness, facts)
+    jobs = [j for j in map(handover_job.read_job, jobs_raw) if j is not None]
+    held = handover.holds(recorded=cycle.previous.get("handover"), jobs=jobs, job_pods=job_pods)
+    return _Members(member_pods, overlays, identities, readiness, facts, held)
 
 
 async def _read_secrets(cycle: _Cycle, pool: Pool) -> _Secrets:
@@ -318,7 +327,8 @@ async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets
             nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key),
             previous_nova=cycle.previous.get("nova"), autoscale_history=autoscale_history_of(cycle.previous),
             now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
-            memory=runtime.ironic.memory, kube=cycle.op.kube),
+            memory=runtime.ironic.memory, kube=cycle.op.kube, previous_handover=cycle.previous.get("handover"),
+            held=frozenset(members.held)),
             runtime.interrupt)
     _remember(runtime, await side.plan_by(side.deadline))
     return _Cloud(side, runtime.ironic_plan, runtime.ironic_error,
@@ -335,7 +345,7 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
     retire = set(plan.members_to_delete if plan else ()) & set(members.identities)
     stop, held = handover.pods_to_stop(plan, pool.handover, members.readiness, members.pods.keys(), cycle.now,
                                        stalled=handover.blocked(cycle.previous))
-    stop = (stop | held) & set(members.identities)
+    stop = (stop | held | set(members.held)) & set(members.identities) - retire
     keep = [m for m in members.identities if m not in retire and m not in stop]
     keep += [m for m in (plan.members_to_create if plan else ()) if m not in members.identities]
     node_names = {p.node_name for p in members.pods.values() if p.node_name and (p.deleting or not p.ready)}
@@ -345,7 +355,7 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
         nodes={n["metadata"]["name"]: pods.read_node(n) for n in nodes_raw if n},
         configmaps_current={m: members.overlays.get(m) == podspec.member_conf(pool, m) for m in keep},
         wanted_hash={m: podspec.config_hash(pool, m, secrets.nova_digest) for m in keep},
-        failover=pool.failover, now=cycle.now, stop=sorted(stop))
+        failover=pool.failover, now=cycle.now, stop=sorted(stop), held_why=members.held)
     return _PodPlan(keep, retire, decision)
 
 
@@ -444,11 +454,17 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
         events.append(moves_event(plan.moves, cloud.applied))
     events.extend(nova.events if nova is not None else ())
     events.extend(moving.events if moving is not None else ())
+    guard = None
+    if report is not None and plan is not None:
+        guard, leaks = guard_section(cycle.previous.get("guard"), report.applied.held,
+                                     {move.node_uuid for move in plan.moves}, cycle.now, pool.leaked_allocation_seconds)
+        events.extend(leaks)
     await cycle.write(CycleFacts(
         **members.facts, states=decision.states, plan=plan, moves_applied=cloud.applied,
         extra_events=tuple(events), error="; ".join(m for _, m in problems) or None,
         error_reason=problems[0][0] if problems else "Error", nova=nova.section if nova is not None else None,
-        handover=moving.section if moving is not None else None, handover_enabled=pool.handover is not None))
+        handover=moving.section if moving is not None else None, handover_enabled=pool.handover is not None,
+        guard=guard))
     if cloud.side is not None and result is not None:
         cloud.side.reported = True
     if cloud.applied or decision.writes:

@@ -190,14 +190,16 @@ class ForcedDownChange:
 
 def forced_down_changes(members: Iterable[Member], services: Mapping[str, ServiceRecord],
                         grace_seconds: float, now: float,
-                        clear_when_ready: AbstractSet[str]) -> tuple[ForcedDownChange, ...]:
+                        clear_when_ready: AbstractSet[str],
+                        held: AbstractSet[str] = frozenset()) -> tuple[ForcedDownChange, ...]:
     """The forced_down writes one cycle needs, at most one per member.
 
     A member past its grace (lost readiness `grace_seconds` ago or longer) gets its service
     forced down; a ready member's forced-down service is cleared if the member is in
-    `clear_when_ready` (its flag belongs to a failure: `clear_when_ready_after`), and left
-    as it is otherwise. A member that was never ready, or has no service, needs nothing.
-    Applying the changes leaves none to decide.
+    `clear_when_ready` (its flag belongs to a failure: `clear_when_ready_after`) and is not
+    `held` by a handover (core/handover.py::holds: nodes of it are in flight, and nova-manage
+    needs its source forced down), and left as it is otherwise. A member that was never
+    ready, or has no service, needs nothing. Applying the changes leaves none to decide.
     """
     changes = []
     for member in members:
@@ -205,7 +207,7 @@ def forced_down_changes(members: Iterable[Member], services: Mapping[str, Servic
         if service is None:
             continue
         if member.ready and service.forced_down:
-            if member.name in clear_when_ready:
+            if member.name in clear_when_ready and member.name not in held:
                 changes.append(ForcedDownChange(
                     member.name, service, False,
                     f"Cleared forced_down of Nova compute service {member.name}: the member is ready again"))

@@ -1,26 +1,35 @@
-"""Handover of nodes that carry instances: which member hands which node to whom, and the next
-step of each handover. Pure: the shell (controller/handover.py) observes and carries it out.
+"""Handover of nodes that carry instances: which member hands which node to whom, the next
+step of each handover, and which members it holds. Pure: the shell (controller/handover.py)
+observes and carries it out.
 
 A node with an instance changes owner only through a handover (invariant 9,
 docs/invariants.md). Per source member, in this order, each step re-derived every cycle from
-Ironic, Nova and the Jobs (nothing is remembered that a restart would lose):
+Ironic, Nova, the Jobs and their pods, and the last status (nothing is remembered in memory):
 
 1. its free nodes move away (the planner does that: the source is out of the ring);
-2. its pod is deleted and provably gone: no pod object of its name exists (core/pods.py
-   deletes a retiring source's pod, `pods_to_stop`; fencing decides when a pod on a lost
-   Kubernetes node is forgotten; a failed source's pod is not recreated, `pods_held`);
+2. its pod is deleted once no node of it is mid-operation, and is provably gone: no pod
+   object of its name exists (`pods_to_stop`; fencing decides when a pod on a lost
+   Kubernetes node is forgotten);
 3. its Nova service is forced down (nova-manage refuses a move from a service that is not);
 4. each node with an instance is moved in Nova by `nova-manage db ironic_compute_node_move`
-   in a Kubernetes Job (core/handover_job.py), unless Nova's hypervisor list already names
-   another member for it: then the move is done and never run again;
+   in a Kubernetes Job (core/handover_job.py), once no pod of an earlier Job may still be
+   moving it; a node is moved when Nova's hypervisor list names another member for it (never
+   because a Job or its log says so);
 5. the node's Ironic shard is set to the host Nova names (compare-and-set,
    core/shard_write.py::handover_verdict);
-6. once Ironic shows no node with an instance under it, the source is done: a retired member
-   then owns nothing, and the planner deletes its identity and nova_policy its service.
+6. once Ironic shows no node with an instance under it, the source is done.
 
-Destinations are ring members (Ready by the grace rule, not retiring) whose Nova service is up
-and not forced down, chosen in the ring's preference order under the planner's bounded-load
-rule (`planner.fair_quotas`, pinned nodes counting), so a retire spreads its nodes.
+The hold (invariant 12): from step 2 on, the source gets no pod and keeps forced_down while
+anything of it is in flight: a Job or a pod of one that may still run, a node Nova moved that
+Ironic does not show moved yet, a half move. It is derived from durable facts (`holds`: the
+phase status.handover recorded, the Jobs and their pods; `decide`: Nova too), never from
+whether this cycle has a plan. A source that stops being one (scaled back up, handover turned
+off, its failure over) is Cancelling: what is in flight ends, every node Nova moved gets its
+shard, then it is released and returns with what Nova left it.
+
+Destinations are ring members that are Ready now (not merely within their grace) and whose
+Nova service is up and not forced down, chosen in the ring's preference order under the
+planner's bounded-load rule (`planner.fair_quotas`, pinned nodes counting).
 """
 
 from __future__ import annotations
@@ -29,25 +38,35 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ironic_shard_operator.core.model import TRANSITIONAL_PROVISION_STATES, Member, Move, Node, Plan
-from ironic_shard_operator.core.nova_policy import ServiceRecord
+from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.model import Member, Move, Node, Plan, mid_operation
+from ironic_shard_operator.core.nova_policy import ServiceRecord, half_move_message
 from ironic_shard_operator.core.nova_schedule import backoff
 from ironic_shard_operator.core.planner import fair_quotas
+from ironic_shard_operator.core.pods import parse_time
 from ironic_shard_operator.core.ring import HashRing
 from ironic_shard_operator.core.spec import Handover
 
 SCALE_DOWN, FAILURE = "ScaleDown", "Failure"
 # Phases of a source (status.handover.sources[].phase).
-MOVING_FREE, STOPPING_POD, FORCING_DOWN, MOVING, DONE, BLOCKED = (
-    "MovingFreeNodes", "StoppingPod", "ForcingDown", "MovingNodes", "Done", "Blocked")
+MOVING_FREE, STOPPING_POD, FORCING_DOWN, MOVING, DONE, BLOCKED, CANCELLING = (
+    "MovingFreeNodes", "StoppingPod", "ForcingDown", "MovingNodes", "Done", "Blocked", "Cancelling")
+# The phases that hold their source: no pod, forced_down kept (read back by `holds`). Every
+# phase a source reaches once its pod is to go; Blocked is reached only after that.
+HELD_PHASES = frozenset({STOPPING_POD, FORCING_DOWN, MOVING, BLOCKED, CANCELLING})
 # A Job that failed with no node moved is deleted, and its batch tried again in a new Job
 # (attempt + 1), after a backoff from when it failed: RETRY_SECONDS after the first attempt,
 # doubling with each attempt, at most MAX_RETRY_SECONDS (nova_schedule.backoff); its log tail
 # is reported meanwhile (HandoverFailed), and when it is tried again (status nextRetryAt).
 RETRY_SECONDS = 60.0
 MAX_RETRY_SECONDS = 960.0
+# A retiring source's pod waits for its nodes mid-operation (a deploy, a clean, a rescue its
+# nova-compute may be driving); once one has been so for this long, a Warning says so
+# (HandoverWaitingForBusyNodes). At most BUSY_LISTED of them are listed in the status.
+BUSY_WARNING_SECONDS = 1800.0
+BUSY_LISTED = 20
 # Why a Job failed, from its log (bounded: the `reason` label of the failures metric):
 # nova-manage refused a precondition (source not forced down, destination forced down, more
 # than one instance, an unknown node or host), the database could not be reached or refused
@@ -55,6 +74,10 @@ MAX_RETRY_SECONDS = 960.0
 JOB_FAILURE_REASONS = ("refused", "database", "other")
 # Job states as core/handover_job.py reads them.
 ACTIVE, SUCCEEDED, FAILED = "Active", "Succeeded", "Failed"
+# Problems that stop every handover before it starts (status.handover.problems): while one is
+# reported, a retiring source's pod keeps running (stopping it would only make its instances
+# unmanageable, with no handover to follow).
+BLOCKERS = frozenset({"HandoverConfigInvalid", "HandoverNeedsNova", "HandoverNoDestination"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +113,20 @@ class JobView:
 
 
 @dataclass(frozen=True, slots=True)
+class JobPod:
+    """A pod of a handover Job as observed: its Job's name, its source, the moves it carries
+    (its own annotation; None: unknown, so it may be moving any node of its source), and
+    whether its process may still run (`alive`: not Succeeded or Failed, deleted or not: a
+    pod being deleted runs until its kubelet says it ended). A pod may outlive its Job."""
+
+    name: str
+    job: str
+    source: str
+    moves: tuple[tuple[str, str], ...] | None
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True)
 class JobBatch:
     """A Job to create: move `moves` (node, source, destination) in Nova; `name` is derived
     from its content (core/handover_job.py::job_name)."""
@@ -98,6 +135,16 @@ class JobBatch:
     name: str
     moves: tuple[Move, ...]
     attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BusyNode:
+    """A node of a retiring source in the middle of an operation (`state`, as
+    model.mid_operation says it) since `since` (epoch seconds, kept across cycles)."""
+
+    node: str
+    state: str
+    since: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +163,7 @@ class SourceProgress:
     message: str = ""
     attempts: int | None = None
     next_retry_at: float | None = None
+    busy: tuple[BusyNode, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +180,8 @@ class Problem:
 @dataclass(frozen=True, slots=True)
 class HandoverPlan:
     """The next step of every handover: forced_down to set, Jobs to delete and create, shard
-    writes of nodes Nova already moved, progress per source, and what is stuck."""
+    writes of nodes Nova already moved, progress per source, what is stuck, and the news
+    (`events`: a source released)."""
 
     progress: tuple[SourceProgress, ...] = ()
     force_down: tuple[str, ...] = ()
@@ -143,13 +192,14 @@ class HandoverPlan:
     # (Job name, JOB_FAILURE_REASONS) of the failed Jobs among `delete_jobs`: deleted to try
     # their batch again (the failures metric counts each once, when its deletion succeeds).
     retried: tuple[tuple[str, str], ...] = ()
+    events: tuple[Event, ...] = ()
 
     @property
     def writes(self) -> int:
         return len(self.force_down) + len(self.delete_jobs) + len(self.create_jobs) + len(self.shard_writes)
 
 
-# --- who hands over: readable from the pod side too -------------------------------------
+# --- who hands over, and who is held: readable from the pod side too ----------------------
 
 
 def failed_long(member: Member, settings: Handover | None, now: float) -> bool:
@@ -159,33 +209,68 @@ def failed_long(member: Member, settings: Handover | None, now: float) -> bool:
     return not member.ready and member.since is not None and now - member.since >= settings.after_failure_seconds
 
 
-def sources(*, settings: Handover | None, members: Iterable[Member], retiring: Iterable[str],
-            pods: Iterable[str], pinned: Mapping[str, int], now: float) -> dict[str, str]:
-    """Source member -> trigger (SCALE_DOWN or FAILURE) of every handover that applies.
-
-    SCALE_DOWN: a retiring member owning pinned nodes, with `onScaleDown`. FAILURE: a member not
-    retiring, failed for `afterFailureSeconds`, whose pod is gone (`pods`: members with a pod
-    object), owning pinned nodes. `pinned`: pinned nodes by owner (Ironic). No settings: none.
-    """
+def trigger_of(member: Member, *, settings: Handover | None, retiring: Iterable[str], pods: Iterable[str],
+               now: float) -> str | None:
+    """Why `member` would hand its nodes with instances over: SCALE_DOWN (retiring, with
+    `onScaleDown`), FAILURE (not retiring, failed for `afterFailureSeconds`, its pod gone), or
+    None. No settings: never."""
     if settings is None:
-        return {}
+        return None
+    if member.name in set(retiring):
+        return SCALE_DOWN if settings.on_scale_down else None
+    if member.name not in set(pods) and failed_long(member, settings, now):
+        return FAILURE
+    return None
+
+
+def sources(*, settings: Handover | None, members: Iterable[Member], retiring: Iterable[str],
+            pods: Iterable[str], pinned: Mapping[str | None, int], instances: Mapping[str | None, int],
+            now: float) -> dict[str, str]:
+    """Source member -> trigger of every handover that applies (`trigger_of`): a SCALE_DOWN
+    source owns pinned nodes (its nodes mid-operation or locked wait with it), a FAILURE
+    source owns nodes with an instance (Nova's: a node pinned otherwise, a clean or a lock,
+    stays with the member, which comes back). `pinned` and `instances`: counts by owner."""
     leaving, with_pod = set(retiring), set(pods)
     found = {}
     for member in members:
-        if not pinned.get(member.name):
-            continue
-        if member.name in leaving:
-            if settings.on_scale_down:
-                found[member.name] = SCALE_DOWN
-        elif member.name not in with_pod and failed_long(member, settings, now):
-            found[member.name] = FAILURE
+        trigger = trigger_of(member, settings=settings, retiring=leaving, pods=with_pod, now=now)
+        owned = pinned if trigger == SCALE_DOWN else instances
+        if trigger is not None and owned.get(member.name):
+            found[member.name] = trigger
     return found
 
 
-# Problems that stop every handover before it starts (status.handover.problems): while one is
-# reported, a retiring source's pod keeps running (stopping it would only make its instances
-# unmanageable, with no handover to follow).
-BLOCKERS = frozenset({"HandoverConfigInvalid", "HandoverNeedsNova", "HandoverNoDestination"})
+def holds(*, recorded: Mapping | None, jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> dict[str, str]:
+    """Member -> why it is held (no pod; forced_down kept), from durable facts alone: the
+    phase the last status.handover recorded for it (HELD_PHASES), a Job of it that runs, a
+    pod of one of its Jobs that may still run. Whether this cycle has a plan plays no part.
+    Only a handover step that finds nothing of the member in flight releases it (`decide`)."""
+    why: dict[str, str] = {}
+    for entry in recorded_sources(recorded).values():
+        if entry.get("phase") in HELD_PHASES:
+            why.setdefault(entry["member"], f"its handover is at {entry['phase']} (status.handover)")
+    for job in jobs:
+        if job.state == ACTIVE:
+            why.setdefault(job.source, f"its handover Job {job.name} runs")
+    for pod in job_pods:
+        if pod.alive:
+            why.setdefault(pod.source, f"pod {pod.name} of its handover Job {pod.job} may still run")
+    return why
+
+
+def recorded_sources(recorded: Mapping | None) -> dict[str, Mapping]:
+    """The last status.handover's sources by member (entries without a member name dropped)."""
+    entries = (recorded or {}).get("sources") or ()
+    return {e["member"]: e for e in entries if isinstance(e, Mapping) and isinstance(e.get("member"), str)}
+
+
+def unseen_problems(recorded: Mapping | None, found: Mapping[str, str], reason: str,
+                    message: str) -> tuple[Problem, ...]:
+    """The problem of a step that could not see enough to decide (Nova not answering, or
+    none): one per trigger of the sources found, else of those recorded."""
+    triggers = set(found.values()) or {e.get("trigger") for e in recorded_sources(recorded).values()
+                                       if e.get("trigger") in (SCALE_DOWN, FAILURE)} or {SCALE_DOWN}
+    return tuple(Problem(t, reason, message) for t in sorted(triggers))
 
 
 def blocked(last_status: Mapping | None) -> bool:
@@ -194,26 +279,43 @@ def blocked(last_status: Mapping | None) -> bool:
     return any(p.get("reason") in BLOCKERS for p in section.get("problems") or ())
 
 
+def why_pod_stays(*, free: int, busy: Sequence[tuple[str, str]], ring_members: Sequence[str],
+                  stalled: bool) -> str | None:
+    """Why a retiring source's pod is not stopped yet, None when it may go: its free nodes
+    move first (its nova-compute serves them meanwhile), a node of it is mid-operation (its
+    nova-compute may be driving it: a deploy stopped half-way needs a reset by hand), no ring
+    member could take its nodes, or a problem stops every handover (`stalled`)."""
+    if free:
+        return f"{free} free nodes still move to other members first"
+    if busy:
+        return f"{len(busy)} of its nodes are mid-operation: " + ", ".join(
+            f"{uuid} ({state})" for uuid, state in busy[:5])
+    if not ring_members:
+        return "no member is Ready to take its nodes"
+    if stalled:
+        return "a problem stops every handover (status.handover.problems)"
+    return None
+
+
 def pods_to_stop(plan: Plan | None, settings: Handover | None, members: Iterable[Member],
                  pods: Iterable[str], now: float, *, stalled: bool = False) -> tuple[frozenset[str], frozenset[str]]:
-    """(pods to delete, pods not to create) for handovers, from the pod side's facts.
+    """(pods to delete, pods not to create) that this cycle's plan starts a handover with.
 
-    A retiring source whose free nodes have all moved away (no planned move from it, no free
-    node left) has its pod deleted, once a ring member exists to take its nodes, unless the
-    handovers are `stalled` (`blocked`: nothing would follow). A failed
-    source (its pod already gone) gets no new pod while it owns pinned nodes: a nova-compute
-    with its host would take back compute nodes Nova has moved.
+    A retiring source has its pod deleted once `why_pod_stays` has no reason left; a failed
+    source (its pod already gone) gets no new pod. What holds a source once its handover has
+    begun is `holds`, from durable facts: a cycle without a plan starts nothing and releases
+    nothing.
     """
     if plan is None or settings is None:
         return frozenset(), frozenset()
     loads = {load.name: load for load in plan.loads}
-    pinned = {name: load.pinned for name, load in loads.items()}
-    retiring = {name for name in plan.scale_down_blocked}
-    found = sources(settings=settings, members=members, retiring=retiring, pods=pods, pinned=pinned, now=now)
+    found = sources(settings=settings, members=members, retiring=set(plan.scale_down_blocked), pods=pods,
+                    pinned={n: load.pinned for n, load in loads.items()},
+                    instances={n: load.with_instance for n, load in loads.items()}, now=now)
     moving_from = {move.source for move in plan.moves}
-    stop = frozenset(m for m, trigger in found.items()
-                     if trigger == SCALE_DOWN and plan.ring_members and not stalled and m not in moving_from
-                     and loads[m].nodes == loads[m].pinned)
+    stop = frozenset(m for m, trigger in found.items() if trigger == SCALE_DOWN and m not in moving_from
+                     and why_pod_stays(free=loads[m].nodes - loads[m].pinned, busy=plan.busy.get(m, ()),
+                                       ring_members=plan.ring_members, stalled=stalled) is None)
     held = frozenset(m for m, trigger in found.items() if trigger == FAILURE)
     return stop, held
 
@@ -221,64 +323,60 @@ def pods_to_stop(plan: Plan | None, settings: Handover | None, members: Iterable
 # --- the next step of every handover ------------------------------------------------------
 
 
-def decide(*, pool: str, settings: Handover, members: Sequence[Member], retiring: Iterable[str],
+def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], retiring: Iterable[str],
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
-           jobs: Sequence[JobView], now: float) -> HandoverPlan:
+           jobs: Sequence[JobView], now: float, job_pods: Sequence[JobPod] = (),
+           recorded: Mapping | None = None, blocker: tuple[str, str] | None = None) -> HandoverPlan:
     """The next step of each handover (module doc). `ring_members`: the plan's ring (ready
     by the grace rule, not retiring); `pods`: members with a pod object; `jobs`: the pool's
-    handover Jobs.
+    handover Jobs, `job_pods` their pods (those of deleted Jobs too); `recorded`: the last
+    status.handover; `blocker`: (reason, message) of what stops every new Job (no usable
+    nova.conf), the rest of each step goes on. `settings` None (handover off): only what is
+    in flight is finished.
 
-    Invariants (tests/unit/test_handover.py): a node is put in a Job only from a source that
-    is a handover source, whose pod is gone and whose service is forced down, and only while
-    Nova lists it under that source and no Job of the pool already holds it; its destination
-    is a ring member whose service is up and not forced down; a shard write only follows
-    Nova (the host Nova lists it under, a member that is no source); at most
-    `settings.max_concurrent` nodes are in Jobs that run.
+    Invariants (tests/unit/test_handover.py, tests/unit/test_handover_faults.py): a node is
+    put in a Job only from a source whose pod is gone and whose service is forced down, while
+    Nova lists it under that source, no Job runs it and no pod of any Job may still be moving
+    it; its destination is a member Ready now whose service is up and not forced down; a
+    shard write only follows Nova (the host Nova lists it under, a member that is no source);
+    at most `settings.max_concurrent` nodes are in flight; a member stays in the result (held)
+    while anything of it is in flight, and leaves it only with an Event.
     """
-    owned_pinned = Counter(n.shard for n in nodes if n.pinned)
-    found = sources(settings=settings, members=members, retiring=retiring, pods=pods,
-                    pinned=owned_pinned, now=now)
-    if not found:
-        return HandoverPlan(delete_jobs=tuple(sorted(j.name for j in jobs if j.state != ACTIVE)))
-    identities = {m.name for m in members}
-    with_pod = set(pods)
-    destinations = tuple(sorted(
-        m for m in ring_members
-        if m not in found and _usable(nova.services.get(m))))
-    in_jobs = {uuid: (job, dest) for job in jobs if job.state == ACTIVE for uuid, dest in job.moves}
-    in_flight = len(in_jobs)
-    budget = max(0, settings.max_concurrent - in_flight)
-
+    ctx = _Context.of(pool=pool, settings=settings, members=members, retiring=retiring, ring_members=ring_members,
+                      pods=pods, nodes=nodes, nova=nova, jobs=jobs, job_pods=job_pods, recorded=recorded,
+                      blocker=blocker, now=now)
     steps = _Steps()
-    to_place: list[tuple[str, Node]] = []  # (source, node) needing a destination, ready to go
-    per_source: dict[str, dict] = {}
-    for source in sorted(found):
-        info = per_source[source] = _source_step(
-            source, found[source], nodes, nova, jobs, in_jobs, with_pod, identities, found, now, steps)
-        if info["ready_to_move"]:
-            to_place.extend((source, node) for node in info["candidates"])
-
-    placed = _place(to_place, destinations, nodes, nova, in_jobs, found)
-    for source in sorted(found):
-        info = per_source[source]
-        progress: SourceProgress = info["progress"]
-        candidates = [n for n in info["candidates"] if n.uuid in placed]
-        unplaced = len(info["candidates"]) - len(candidates)
-        if info["ready_to_move"] and not info["job"] and candidates and budget:
+    steps.delete_jobs.extend(j.name for j in jobs if j.source not in ctx.found and j.source not in ctx.cancelled
+                             and ctx.settled(j))
+    if not ctx.found and not ctx.cancelled:
+        return steps.build()
+    if blocker is not None:
+        steps.problems.extend(Problem(t, blocker[0], blocker[1]) for t in sorted(set(ctx.found.values())))
+    found = {source: _source_step(source, trigger, ctx, steps) for source, trigger in sorted(ctx.found.items())}
+    to_place = [(source, node) for source, step in found.items() if step.may_batch for node in step.candidates]
+    placed = _place(to_place, ctx.destinations, nodes, nova, ctx.holding, ctx.found)
+    budget = max(0, (settings.max_concurrent if settings else 0) - len(ctx.holding))
+    for source, step in found.items():
+        progress = step.progress
+        candidates = [n for n in step.candidates if n.uuid in placed]
+        unplaced = len(step.candidates) - len(candidates)
+        if step.may_batch and candidates and budget:
             batch = tuple(Move(n.uuid, source, placed[n.uuid]) for n in candidates[:budget])
             budget -= len(batch)
-            attempt = 1 + max(info["attempts"].get(mv.node_uuid, 0) for mv in batch)
+            attempt = 1 + max(step.attempts.get(mv.node_uuid, 0) for mv in batch)
             name = job_name(source, batch, attempt)
             steps.create_jobs.append(JobBatch(source, name, batch, attempt))
-            progress = _with(progress, in_flight=progress.in_flight + len(batch), job=name,
-                             waiting=progress.waiting - len(batch), next_retry_at=None,
-                             attempts=attempt if attempt > 1 else None)
-        if info["ready_to_move"] and unplaced:
-            message = _no_destination(ring_members, found, nova)
-            steps.problems.append(Problem(found[source], "HandoverNoDestination",
+            progress = replace(progress, in_flight=progress.in_flight + len(batch), job=name,
+                               waiting=progress.waiting - len(batch), next_retry_at=None,
+                               attempts=attempt if attempt > 1 else None)
+        if step.may_batch and unplaced:
+            message = _no_destination(ctx.ring_members, ctx.ready_now, ctx.found, nova)
+            steps.problems.append(Problem(ctx.found[source], "HandoverNoDestination",
                                           f"{source}: {unplaced} nodes with instances wait: {message}"))
-            progress = _with(progress, message=_join(progress.message, message))
+            progress = replace(progress, message=_join(progress.message, message))
         steps.progress.append(progress)
+    for member in sorted(ctx.cancelled):
+        _cancel_step(member, ctx, steps)
     return steps.build()
 
 
@@ -298,16 +396,6 @@ def handover_durations(moves: Iterable[Move], jobs: Iterable[JobView], written_a
     created = {move: job.created for job in jobs if job.created is not None for move in job.moves}
     return [max(0.0, written_at - created[(m.node_uuid, m.target)]) for m in moves
             if (m.node_uuid, m.target) in created]
-
-
-def half_move_message(node: Node, source: str, host: str) -> str:
-    """What a half move is and how to finish it by hand (nova-manage cannot: it refuses a node
-    whose compute node's service, now `host`, is not forced down)."""
-    return (f"node {node.uuid}: Nova lists its compute node under {host} but its instance "
-            f"{node.instance_uuid} still names host {source} (a nova-manage move interrupted between its "
-            f"two saves; nova-manage refuses to finish it). Finish it in the cell database of "
-            f"novaManageConfig: UPDATE instances SET host='{host}' WHERE uuid='{node.instance_uuid}' "
-            f"AND deleted=0; the operator then sets the node's Ironic shard to {host}")
 
 
 def retry_delay(attempt: int) -> float:
@@ -363,146 +451,323 @@ class _Steps:
     shard_writes: list[Move] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     retried: list[tuple[str, str]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
 
     def build(self) -> HandoverPlan:
         return HandoverPlan(tuple(self.progress), tuple(self.force_down), tuple(sorted(set(self.delete_jobs))),
                             tuple(self.create_jobs), tuple(sorted(self.shard_writes)), tuple(self.problems),
-                            tuple(sorted(self.retried)))
+                            tuple(sorted(self.retried)), tuple(self.events))
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every source's step reads: the facts of the cycle and what follows from them once.
+
+    `found`: the sources (`sources`); `cancelled`: members held by the last status or by a Job
+    or a pod of one that are no source any more; `holding`: node -> (Job or pod, destination)
+    for every node a running Job or a pod that may still run carries; `opaque`: sources with
+    such a pod whose batch is unknown; `destinations`: who may receive nodes."""
+
+    pool: str
+    settings: Handover | None
+    members: Sequence[Member]
+    identities: frozenset[str]
+    ring_members: tuple[str, ...]
+    ready_now: frozenset[str]
+    with_pod: frozenset[str]
+    nodes: Sequence[Node]
+    nova: NovaView
+    jobs: Sequence[JobView]
+    job_pods: Sequence[JobPod]
+    recorded: Mapping[str, Mapping]
+    blocker: tuple[str, str] | None
+    now: float
+    found: Mapping[str, str]
+    cancelled: frozenset[str]
+    holding: Mapping[str, tuple[str, str]]
+    opaque: frozenset[str]
+    destinations: tuple[str, ...]
+    stalled: bool
+    running: frozenset[str]
+
+    @classmethod
+    def of(cls, *, pool: str, settings: Handover | None, members: Sequence[Member], retiring: Iterable[str],
+           ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
+           jobs: Sequence[JobView], job_pods: Sequence[JobPod], recorded: Mapping | None,
+           blocker: tuple[str, str] | None, now: float) -> _Context:
+        retiring, with_pod, ring = frozenset(retiring), frozenset(pods), tuple(ring_members)
+        found = sources(settings=settings, members=members, retiring=retiring, pods=with_pod,
+                        pinned=Counter(n.shard for n in nodes if n.pinned),
+                        instances=Counter(n.shard for n in nodes if n.instance_uuid), now=now)
+        before = recorded_sources(recorded)
+        held = set(holds(recorded=recorded, jobs=jobs, job_pods=job_pods))
+        holding: dict[str, tuple[str, str]] = {}
+        for job in jobs:
+            if job.state == ACTIVE:
+                holding.update((uuid, (job.name, dest)) for uuid, dest in job.moves)
+        for pod in job_pods:
+            if pod.alive and pod.moves is not None:
+                holding.update((uuid, (pod.name, dest)) for uuid, dest in pod.moves)
+        ready_now = frozenset(m.name for m in members if m.ready)
+        destinations = tuple(sorted(m for m in ring if m in ready_now and m not in found
+                                    and _usable(nova.services.get(m))))
+        return cls(pool, settings, members, frozenset(m.name for m in members), ring, ready_now, with_pod, nodes,
+                   nova, jobs, job_pods, before, blocker, now, found, frozenset(held - set(found)), holding,
+                   frozenset(p.source for p in job_pods if p.alive and p.moves is None), destinations,
+                   blocked({"handover": recorded}) or blocker is not None,
+                   frozenset({j.source for j in jobs if j.state == ACTIVE} | {p.source for p in job_pods if p.alive}))
+
+    def pods_alive(self, job: str) -> bool:
+        """Whether a pod of Job `job` may still run."""
+        return any(p.alive and p.job == job for p in self.job_pods)
+
+    def shard(self, uuid: str) -> str | None:
+        return next((n.shard for n in self.nodes if n.uuid == uuid), None)
+
+    def settled(self, job: JobView) -> bool:
+        """Whether a Job that ended may go: no pod of it may still run, and every node Nova
+        shows it moved has its new shard in Ironic (until then the Job is the record of it)."""
+        if job.state == ACTIVE or self.pods_alive(job.name):
+            return False
+        owners = {n.uuid: n.shard for n in self.nodes}
+        return all(owners.get(uuid) == dest for uuid, dest in job.moves
+                   if self.nova.compute_host.get(uuid) == dest and uuid in owners)
+
+    def busy_nodes(self, source: str) -> tuple[BusyNode, ...]:
+        """The source's nodes mid-operation, each since when the last status saw it so."""
+        seen = {b.get("node"): b.get("since") for b in (self.recorded.get(source) or {}).get("busyNodes") or ()
+                if isinstance(b, Mapping)}
+        found = []
+        for node in sorted((n for n in self.nodes if n.shard == source), key=lambda n: n.uuid):
+            state = mid_operation(node)
+            if state is not None:
+                since = parse_time(seen.get(node.uuid)) if isinstance(seen.get(node.uuid), str) else None
+                found.append(BusyNode(node.uuid, state, self.now if since is None else min(since, self.now)))
+        return tuple(found)
 
 
 def _usable(service: ServiceRecord | None) -> bool:
     return service is not None and service.up and not service.forced_down
 
 
-def _with(progress: SourceProgress, **changes) -> SourceProgress:
-    values = {name: getattr(progress, name) for name in SourceProgress.__slots__}
-    values.update(changes)
-    return SourceProgress(**values)
-
-
 def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def _source_step(source: str, trigger: str, nodes: Sequence[Node], nova: NovaView, jobs: Sequence[JobView],
-                 in_jobs: Mapping[str, tuple[JobView, str]], with_pod: set[str], identities: set[str],
-                 found: Mapping[str, str], now: float, steps: _Steps) -> dict:
-    """One source's step: its progress, the nodes ready for a Job (`candidates`), whether the
-    source may run Jobs (`ready_to_move`), and whether a Job of it exists (`job`)."""
-    mine = [n for n in nodes if n.shard == source]
+@dataclass
+class _SourceStep:
+    """One source's step before its Job: its progress, the nodes ready for a Job
+    (`candidates`), whether it may start one (`may_batch`), and the attempt each node's last
+    failed Job made."""
+
+    progress: SourceProgress
+    candidates: list[Node] = field(default_factory=list)
+    may_batch: bool = False
+    attempts: dict[str, int] = field(default_factory=dict)
+
+
+def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _SourceStep:
+    """One source's step (module doc, steps 1-6)."""
+    mine = [n for n in ctx.nodes if n.shard == source]
     free = sum(1 for n in mine if not n.pinned)
     pinned = sorted((n for n in mine if n.pinned), key=lambda n: n.uuid)
-    own_jobs = [j for j in jobs if j.source == source]
-    base = SourceProgress(source, trigger, MOVING_FREE, nodes=len(pinned),
-                          job=own_jobs[0].name if own_jobs else None)
-    result = {"progress": base, "candidates": [], "ready_to_move": False, "job": bool(own_jobs), "attempts": {}}
-    if free:
-        result["progress"] = _with(base, waiting=len(pinned),
-                                   message=f"{free} free nodes still move to other members first")
-        return result
-    if source in with_pod:
-        result["progress"] = _with(base, phase=STOPPING_POD, waiting=len(pinned),
-                                   message=f"waiting for pod {source} to be gone")
-        return result
-    service = nova.services.get(source)
+    kept: list[Node] = []
+    if trigger == FAILURE:  # only Nova's nodes are handed over; the rest stays with the member
+        kept = [n for n in pinned if not n.instance_uuid]
+        pinned = [n for n in pinned if n.instance_uuid]
+    own_jobs = [j for j in ctx.jobs if j.source == source]
+    base = SourceProgress(source, trigger, MOVING_FREE, nodes=len(pinned), job=own_jobs[0].name if own_jobs else None,
+                          message=_kept_message(kept))
+    if source in ctx.with_pod:
+        return _with_pod_step(source, base, free, len(pinned), ctx, steps)
+    service = ctx.nova.services.get(source)
     if service is None:
         message = f"Nova has no compute service {source}: no node can be moved from it"
         steps.problems.append(Problem(trigger, "HandoverRefused", message))
-        result["progress"] = _with(base, phase=BLOCKED, waiting=len(pinned), message=message)
-        return result
+        return _SourceStep(replace(base, phase=BLOCKED, waiting=len(pinned), message=_join(message, base.message)))
     if not service.forced_down:
         steps.force_down.append(source)
-        result["progress"] = _with(base, phase=FORCING_DOWN, waiting=len(pinned),
-                                   message=f"forcing Nova compute service {source} down")
-        return result
-
-    done = in_flight = waiting = failed = 0
-    reasons: list[str] = []
-    attempts: dict[str, int] = {}  # node uuid -> attempt of the failed Job now tried again
+        return _SourceStep(replace(base, phase=FORCING_DOWN, waiting=len(pinned),
+                                   message=_join(f"forcing Nova compute service {source} down", base.message)))
+    count = _Count()
+    attempts: dict[str, int] = {}
     next_retry: float | None = None
     last_attempt: int | None = None
     for job in own_jobs:
-        moved = [uuid for uuid, dest in job.moves if nova.compute_host.get(uuid) == dest]
-        if job.state == SUCCEEDED or (job.state == FAILED and moved):
-            steps.delete_jobs.append(job.name)
-        elif job.state == FAILED:
-            tail = failure_text(job.log_tail)
-            retry_at = (job.finished or now) + retry_delay(job.attempt)
-            steps.problems.append(Problem(trigger, "HandoverFailed",
-                                          f"Job {job.name} (handover of {source}, attempt {job.attempt}) failed: "
-                                          f"{tail}"))
-            if now >= retry_at:
+        moved = [uuid for uuid, dest in job.moves if ctx.nova.compute_host.get(uuid) == dest]
+        if job.state == ACTIVE or ctx.pods_alive(job.name):
+            continue
+        if job.state == SUCCEEDED or moved:
+            if ctx.settled(job):
                 steps.delete_jobs.append(job.name)
-                steps.retried.append((job.name, job_failure_reason(job.log_tail)))
-                attempts.update((uuid, job.attempt) for uuid, _ in job.moves)
-                reasons.append(f"Job {job.name} failed (attempt {job.attempt}), tried again now")
-            else:
-                next_retry = retry_at if next_retry is None else min(next_retry, retry_at)
-                last_attempt = max(last_attempt or 0, job.attempt)
-                reasons.append(f"Job {job.name} failed (attempt {job.attempt}), tried again "
-                               f"{retry_delay(job.attempt):g}s after it failed (nextRetryAt)")
+            continue
+        tail = failure_text(job.log_tail)
+        retry_at = (job.finished or ctx.now) + retry_delay(job.attempt)
+        steps.problems.append(Problem(trigger, "HandoverFailed",
+                                      f"Job {job.name} (handover of {source}, attempt {job.attempt}) failed: {tail}"))
+        if ctx.now >= retry_at and ctx.blocker is None:
+            steps.delete_jobs.append(job.name)
+            steps.retried.append((job.name, job_failure_reason(job.log_tail)))
+            attempts.update((uuid, job.attempt) for uuid, _ in job.moves)
+            count.reasons.append(f"Job {job.name} failed (attempt {job.attempt}), tried again now")
+        else:
+            next_retry = retry_at if next_retry is None else min(next_retry, retry_at)
+            last_attempt = max(last_attempt or 0, job.attempt)
+            count.reasons.append(f"Job {job.name} failed (attempt {job.attempt}), tried again "
+                                 f"{retry_delay(job.attempt):g}s after it failed (nextRetryAt)")
     failed_job_nodes = {uuid for j in own_jobs if j.state == FAILED and j.name not in steps.delete_jobs
                         for uuid, _ in j.moves}
-    candidates: list[Node] = []
-    refused: list[str] = []
-    for node in pinned:
-        host = nova.compute_host.get(node.uuid)
-        if not node.instance_uuid or node.target_provision_state or node.reservation \
-                or node.provision_state in TRANSITIONAL_PROVISION_STATES:
-            waiting += 1
-            what = f"locked by {node.reservation}" if node.reservation else \
-                f"in provision state {node.provision_state}" + (f" -> {node.target_provision_state}"
-                                                                if node.target_provision_state else "")
-            reasons.append(f"node {node.uuid} waits: {what}")
-        elif host is not None and host != source and node.uuid in nova.stranded:
-            if node.uuid in in_jobs:  # its Job still runs: nova-manage's second save may follow
-                in_flight += 1
-            else:
-                failed += 1
-                steps.problems.append(Problem(trigger, "HandoverIncomplete", half_move_message(
-                    node, source, host)))
-                reasons.append(f"node {node.uuid}: half moved in Nova (compute node under {host}, "
-                               f"instance still on {source})")
-        elif host is not None and host != source:
-            if host in identities and host not in found:
-                done += 1
-                steps.shard_writes.append(Move(node.uuid, source, host))
-            else:
-                failed += 1
-                reasons.append(f"node {node.uuid}: Nova lists it under {host}, no member to hand it to")
-        elif host is None:
-            waiting += 1
-            reasons.append(f"node {node.uuid} waits: Nova lists no compute node for it")
-        elif nova.instances.get(node.uuid, 1) > 1:
-            failed += 1
-            refused.append(node.uuid)
-        elif node.uuid in in_jobs:
-            in_flight += 1
-        elif node.uuid in failed_job_nodes:
-            failed += 1
-        else:
-            waiting += 1
-            candidates.append(node)
-    if refused:
-        message = (f"{len(refused)} nodes of {source} carry more than one instance in Nova "
-                   f"({', '.join(refused[:5])}): nova-manage refuses them; delete the instances "
+    candidates = [node for node in pinned if _classify(node, source, trigger, ctx, steps, count, failed_job_nodes)]
+    if count.refused:
+        message = (f"{len(count.refused)} nodes of {source} carry more than one instance in Nova "
+                   f"({', '.join(count.refused[:5])}): nova-manage refuses them; delete the instances "
                    "that do not match the instance_uuid recorded on the Ironic node")
         steps.problems.append(Problem(trigger, "HandoverRefused", message))
-        reasons.append(message)
+        count.reasons.append(message)
     phase = MOVING if pinned else DONE
-    if phase == MOVING and not candidates and not in_flight and not done and (refused or failed):
+    if phase == MOVING and not candidates and not count.in_flight and not count.done and (count.refused or count.failed):
         phase = BLOCKED
     remaining = [j for j in own_jobs if j.name not in steps.delete_jobs]
-    result.update(candidates=candidates, ready_to_move=True, attempts=attempts, job=bool(remaining),
-                  progress=_with(base, phase=phase, done=done, in_flight=in_flight, waiting=waiting,
-                                 job=remaining[0].name if remaining else None,
-                                 failed=failed, message=_join(*reasons[:5]), attempts=last_attempt,
-                                 next_retry_at=next_retry))
-    return result
+    progress = replace(base, phase=phase, done=count.done, in_flight=count.in_flight,
+                       waiting=count.waiting + len(candidates), failed=count.failed + len(count.refused),
+                       job=remaining[0].name if remaining else None,
+                       message=_join(*count.reasons[:5], base.message), attempts=last_attempt,
+                       next_retry_at=next_retry)
+    return _SourceStep(progress, candidates, may_batch=not remaining and ctx.blocker is None, attempts=attempts)
+
+
+@dataclass
+class _Count:
+    done: int = 0
+    in_flight: int = 0
+    waiting: int = 0
+    failed: int = 0
+    refused: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Steps, count: _Count,
+              failed_job_nodes: set[str]) -> bool:
+    """Count one pinned node of a source whose pod is gone and whose service is forced down;
+    True when it is ready for a Job. Nova's word on where a node is comes first."""
+    host = ctx.nova.compute_host.get(node.uuid)
+    uuid = node.uuid
+    if host is not None and host != source and uuid in ctx.nova.stranded:
+        if uuid in ctx.holding:  # its Job still runs: nova-manage's second save may follow
+            count.in_flight += 1
+        else:
+            count.failed += 1
+            steps.problems.append(Problem(trigger, "HandoverIncomplete", half_move_message(
+                uuid, node.instance_uuid, source, host)))
+            count.reasons.append(f"node {uuid}: half moved in Nova (compute node under {host}, "
+                                 f"instance still on {source})")
+    elif host is not None and host != source:
+        if host in ctx.identities and host not in ctx.found and host not in ctx.cancelled:
+            count.done += 1
+            steps.shard_writes.append(Move(uuid, source, host))
+        else:
+            count.failed += 1
+            count.reasons.append(f"node {uuid}: Nova lists it under {host}, no member to hand it to")
+    elif uuid in ctx.holding:
+        count.in_flight += 1
+    elif not node.instance_uuid or node.reservation or mid_operation(node) is not None:
+        count.waiting += 1
+        what = f"locked by {node.reservation}" if node.reservation else \
+            f"in provision state {mid_operation(node) or node.provision_state}"
+        count.reasons.append(f"node {uuid} waits: {what}")
+    elif host is None:
+        count.waiting += 1
+        count.reasons.append(f"node {uuid} waits: Nova lists no compute node for it")
+    elif ctx.nova.instances.get(uuid, 1) > 1:
+        count.refused.append(uuid)
+    elif uuid in failed_job_nodes:
+        count.failed += 1
+    elif source in ctx.opaque:
+        count.waiting += 1
+        count.reasons.append(f"node {uuid} waits: a pod of an earlier handover Job of {source} may still run")
+    else:
+        return True
+    return False
+
+
+def _with_pod_step(source: str, base: SourceProgress, free: int, pinned: int, ctx: _Context,
+                   steps: _Steps) -> _SourceStep:
+    """A source whose pod exists: it moves its free nodes and waits for its nodes
+    mid-operation first (MOVING_FREE), then its pod goes (STOPPING_POD: from here on it is
+    held). The same rule as the pod side's (`why_pod_stays`)."""
+    busy = ctx.busy_nodes(source)
+    why = why_pod_stays(free=free, busy=[(b.node, b.state) for b in busy], ring_members=ctx.ring_members,
+                        stalled=ctx.stalled)
+    if why is None or source in ctx.running:  # (a Job of it running: it is held, whatever else)
+        return _SourceStep(replace(base, phase=STOPPING_POD, waiting=pinned,
+                                   message=_join(f"waiting for pod {source} to be gone", base.message)))
+    late = [b for b in busy if ctx.now - b.since >= BUSY_WARNING_SECONDS]
+    if late:
+        steps.problems.append(Problem(base.trigger, "HandoverWaitingForBusyNodes", (
+            f"{source}: its pod waits for {len(late)} nodes mid-operation for more than "
+            f"{BUSY_WARNING_SECONDS:g}s: " + ", ".join(f"{b.node} ({b.state})" for b in late[:5])
+            + "; the handover goes on once they settle (check them in Ironic: a deploy or clean that "
+              "hangs needs an administrator)")))
+    return _SourceStep(replace(base, phase=MOVING_FREE, waiting=pinned, busy=busy[:BUSY_LISTED],
+                               message=_join(why, base.message)))
+
+
+def _kept_message(kept: Sequence[Node]) -> str:
+    if not kept:
+        return ""
+    return (f"{len(kept)} pinned nodes without an instance stay with the member (not Nova's: "
+            + ", ".join(f"{n.uuid} ({mid_operation(n) or ('locked by ' + str(n.reservation))})" for n in kept[:5])
+            + ")")
+
+
+def _cancel_step(member: str, ctx: _Context, steps: _Steps) -> None:
+    """A held member that is no source any more (scaled back up, handover off, its failure
+    over, or all its nodes with instances handed over): its running Jobs end, every node Nova
+    moved gets its shard, a half move stays reported; then it is released with an Event."""
+    entry = ctx.recorded.get(member) or {}
+    trigger = entry.get("trigger") if entry.get("trigger") in (SCALE_DOWN, FAILURE) else SCALE_DOWN
+    own_jobs = [j for j in ctx.jobs if j.source == member]
+    running = [j.name for j in own_jobs if j.state == ACTIVE] + \
+        sorted({p.job or p.name for p in ctx.job_pods if p.source == member and p.alive})
+    count = _Count()
+    nodes = sorted((n for n in ctx.nodes if n.shard == member and n.instance_uuid), key=lambda n: n.uuid)
+    for node in nodes:
+        host = ctx.nova.compute_host.get(node.uuid)
+        if host is not None and host != member:
+            _classify(node, member, trigger, ctx, steps, count, set())
+    steps.delete_jobs.extend(j.name for j in own_jobs if ctx.settled(j))
+    if running or count.done or count.in_flight or count.failed:
+        reasons = [f"{len(running)} handover Jobs or pods still run ({', '.join(sorted(set(running))[:3])})"
+                   if running else "", *count.reasons[:3]]
+        if count.done:
+            reasons.append(f"{count.done} nodes Nova moved get their Ironic shard")
+        steps.progress.append(SourceProgress(
+            member, trigger, CANCELLING, nodes=len(nodes), done=count.done,
+            in_flight=count.in_flight + len(running), failed=count.failed,
+            message=_join(f"{member} is no handover source any more: what is in flight ends first", *reasons)))
+        return
+    finished = trigger_of(next((m for m in ctx.members if m.name == member), Member(member)),
+                          settings=ctx.settings, retiring=(), pods=ctx.with_pod, now=ctx.now) == FAILURE
+    kept = len(nodes)
+    if finished and not kept:
+        steps.events.append(Event("HandoverDone", (
+            f"Every node with an instance of {member} is handed over; the member is released: its pod is "
+            "created again and owns only nodes that are not Nova's")))
+    else:
+        steps.events.append(Event("HandoverCancelled", (
+            f"The handover of {member} is cancelled ({_why_cancelled(member, ctx)}); nothing of it is in flight "
+            f"any more: it keeps its {kept} nodes with instances, its pod is created again and its Nova service's "
+            "forced_down is cleared once it is Ready")))
+
+
+def _why_cancelled(member: str, ctx: _Context) -> str:
+    if ctx.settings is None:
+        return "spec.handover was removed"
+    return "the member is no longer retiring or failed"
 
 
 def _place(to_place: Sequence[tuple[str, Node]], destinations: Sequence[str], nodes: Sequence[Node],
-           nova: NovaView, in_jobs: Mapping[str, tuple[JobView, str]], found: Mapping[str, str]) -> dict[str, str]:
+           nova: NovaView, holding: Mapping[str, tuple[str, str]], found: Mapping[str, str]) -> dict[str, str]:
     """node uuid -> destination for every node ready to move, in the ring's preference order
     with bounded loads (planner.fair_quotas): a destination's load is its pinned nodes in
     Ironic plus those already on their way to it (in a Job, or moved in Nova and not yet
@@ -515,8 +780,8 @@ def _place(to_place: Sequence[tuple[str, Node]], destinations: Sequence[str], no
             host = nova.compute_host.get(node.uuid)
             if host in destinations:
                 load[host] += 1
-            elif node.uuid in in_jobs and in_jobs[node.uuid][1] in destinations:
-                load[in_jobs[node.uuid][1]] += 1
+            elif node.uuid in holding and holding[node.uuid][1] in destinations:
+                load[holding[node.uuid][1]] += 1
     quotas = fair_quotas(len(to_place), tuple(destinations), load, {})
     ring = HashRing(destinations)
     placed: dict[str, str] = {}
@@ -529,12 +794,15 @@ def _place(to_place: Sequence[tuple[str, Node]], destinations: Sequence[str], no
     return placed
 
 
-def _no_destination(ring_members: Iterable[str], found: Mapping[str, str], nova: NovaView) -> str:
+def _no_destination(ring_members: Iterable[str], ready_now: Iterable[str], found: Mapping[str, str],
+                    nova: NovaView) -> str:
     """Why no member can take a node: each ring member and what disqualifies it."""
-    why = []
+    why, ready = [], set(ready_now)
     for member in sorted(set(ring_members) - set(found)):
         service = nova.services.get(member)
-        if service is None:
+        if member not in ready:
+            why.append(f"{member} is not Ready (within its grace)")
+        elif service is None:
             why.append(f"{member} has no Nova compute service")
         elif service.forced_down:
             why.append(f"{member}'s Nova service is forced down")

@@ -5,17 +5,20 @@ for each node of its batch, one after the other, in the pool's image, with the n
 `spec.handover.novaManageConfig` (database access) mounted read-only. The first failure ends
 the pod, so nothing after it runs. Its name is derived from its batch
 (core/handover.py::job_name), it is owned by the pool (garbage-collected with it), its pod is
-never restarted in place and the Job retries at most BACKOFF_LIMIT times. A pod that runs a
-batch again cannot move a node twice: nova-manage refuses a node whose compute node's service
-is not forced down, which a node already at its (live) destination is not. That one refusal is
-the mark of a node an earlier pod of the Job moved (the operator forces the source down before
-it creates the Job), so the script notes it and goes on with the batch: a pod killed mid-batch
-costs its retry the nodes left, not a failed Job and a backoff. Whether a node moved is never
-taken from the Job: the operator reads it from Nova.
+never restarted in place and the Job retries at most BACKOFF_LIMIT times, a new pod only once
+the last one has ended (`podReplacementPolicy: Failed`: never two pods of one Job at once). A
+pod asked to stop (SIGTERM: its deletion, or the Job's) finishes the nova-manage run under way
+(killing it between its two saves would leave a half move) and starts no other. A pod that
+runs a batch again cannot move a node twice: nova-manage refuses a node whose compute node's
+service is not forced down, which a node already at its (live) destination is not; the script
+notes that refusal and goes on with the batch, so a pod killed mid-batch costs its retry the
+nodes left, not a failed Job and a backoff. Whether a node moved is never taken from the Job
+or its log: the operator believes only Nova's hypervisor list (core/handover.py).
 
-The batch is also recorded in an annotation, so the operator reads back which nodes a Job
-moves without parsing its command, and so is its attempt (a batch tried again after its Job
-failed: the backoff of core/handover.py::retry_delay grows with it, across restarts too).
+The batch is also recorded in an annotation of the Job and of its pods, so the operator reads
+back which nodes a Job, or a pod that outlives its Job, may still be moving without parsing its
+command; and so is its attempt (a batch tried again after its Job failed: the backoff of
+core/handover.py::retry_delay grows with it, across restarts too).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobBatch, JobView
+from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobBatch, JobPod, JobView
 from ironic_shard_operator.core.pods import parse_time
 from ironic_shard_operator.core.podspec import MEMBER_LABEL, POOL_LABEL, owner_reference
 from ironic_shard_operator.core.spec import GROUP, Pool
@@ -48,23 +51,32 @@ def job_selector(pool: str) -> str:
 
 
 # nova 34's refusal of a node whose compute node's service is not forced down: for a node of a
-# running Job (its source forced down first), an earlier pod of the Job moved it already.
+# running Job (its source forced down first, and held so while the Job runs), an earlier pod of
+# the Job moved it already. Noted and skipped; whether it moved is Nova's to say.
 MOVED_ALREADY = "Source service is not yet forced down!"
+# The exit status of a pod that stopped between two nodes when asked to (128 + SIGTERM).
+STOPPED_EXIT = 143
 
 
 def script(moves: Sequence[Any]) -> str:
-    """The shell script of a batch (POSIX sh): one nova-manage per node, its output in the log;
-    a node moved already (MOVED_ALREADY) is noted and skipped, any other failure ends the pod
-    with nova-manage's exit status."""
+    """The shell script of a batch (POSIX sh, PID 1 of its container): one nova-manage per node,
+    its output in the log; a node refused with MOVED_ALREADY is noted and skipped, any other
+    failure ends the pod with nova-manage's exit status. SIGTERM is trapped: the run under way
+    ends (a shell runs a trap only once its foreground command is done), no other starts, and
+    the pod exits STOPPED_EXIT."""
     command = " ".join(shlex.quote(word) for word in (
         "nova-manage", "--config-file", CONFIG_PATH, "db", "ironic_compute_node_move"))
-    move = ("move() { out=$(" + command + ' --ironic-node-uuid "$1" --destination-host "$2" 2>&1); rc=$?; '
+    trap = "stopping=; trap 'stopping=1' TERM"
+    move = ('move() { if [ -n "$stopping" ]; then echo "ironic-shard-operator: asked to stop (SIGTERM): '
+            f'node $1 and the rest of the batch not started"; exit {STOPPED_EXIT}; fi; '
+            "out=$(" + command + ' --ironic-node-uuid "$1" --destination-host "$2" 2>&1); rc=$?; '
             "printf '%s\\n' \"$out\"; [ \"$rc\" -eq 0 ] && return 0; "
             f"case \"$out\" in *{shlex.quote(MOVED_ALREADY)}*) "
-            'echo "ironic-shard-operator: node $1 skipped: its compute node is no longer under the '
-            'source (an earlier pod of this Job moved it)"; return 0;; esac; return "$rc"; }')
+            'echo "ironic-shard-operator: node $1 skipped: nova-manage says its source is not forced down '
+            '(an earlier pod of this Job moved it); the operator believes Nova\'s hypervisor list"; return 0;; '
+            'esac; return "$rc"; }')
     steps = [f"move {shlex.quote(m.node_uuid)} {shlex.quote(m.target)} || exit $?" for m in moves]
-    return "\n".join([move, *steps])
+    return "\n".join([trap, move, *steps, f'[ -z "$stopping" ] || exit {STOPPED_EXIT}'])
 
 
 def render_job(pool: Pool, batch: JobBatch) -> dict[str, Any]:
@@ -72,6 +84,7 @@ def render_job(pool: Pool, batch: JobBatch) -> dict[str, Any]:
     assert pool.handover is not None
     labels = {POOL_LABEL: pool.name, MEMBER_LABEL: batch.source, COMPONENT_LABEL: COMPONENT}
     secret = pool.handover.nova_manage_config
+    moves = json.dumps([[m.node_uuid, m.target] for m in batch.moves])
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [{
@@ -98,29 +111,39 @@ def render_job(pool: Pool, batch: JobBatch) -> dict[str, Any]:
             "name": batch.name,
             "namespace": pool.namespace,
             "labels": labels,
-            "annotations": {MOVES_ANNOTATION: json.dumps([[m.node_uuid, m.target] for m in batch.moves]),
-                            ATTEMPT_ANNOTATION: str(batch.attempt)},
+            "annotations": {MOVES_ANNOTATION: moves, ATTEMPT_ANNOTATION: str(batch.attempt)},
             "ownerReferences": [owner_reference(pool)],
         },
         "spec": {
             "backoffLimit": BACKOFF_LIMIT,
             "activeDeadlineSeconds": ACTIVE_DEADLINE_SECONDS,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "podReplacementPolicy": "Failed",
+            "template": {"metadata": {"labels": labels, "annotations": {MOVES_ANNOTATION: moves}},
+                         "spec": pod_spec},
         },
     }
+
+
+def _moves_and_source(meta: Mapping[str, Any]) -> tuple[tuple[tuple[str, str], ...] | None, str | None]:
+    """(moves, source) from a handover Job's or pod's metadata; (None, None) when it is no
+    handover object of ours; moves None when its annotation is missing or unreadable."""
+    labels = meta.get("labels") or {}
+    source = labels.get(MEMBER_LABEL)
+    if not source or labels.get(COMPONENT_LABEL) != COMPONENT:
+        return None, None
+    try:
+        moves = tuple((str(uuid), str(dest)) for uuid, dest in
+                      json.loads((meta.get("annotations") or {}).get(MOVES_ANNOTATION, "")))
+    except (ValueError, TypeError):
+        return None, source
+    return moves, source
 
 
 def read_job(raw: Mapping[str, Any], log_tail: str = "") -> JobView | None:
     """A JobView of a Job as the API returns it; None when it is no handover Job of ours."""
     meta = raw.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    try:
-        moves = tuple((str(uuid), str(dest)) for uuid, dest in
-                      json.loads((meta.get("annotations") or {}).get(MOVES_ANNOTATION, "")))
-    except (ValueError, TypeError):
-        return None
-    source = labels.get(MEMBER_LABEL)
-    if not source or labels.get(COMPONENT_LABEL) != COMPONENT:
+    moves, source = _moves_and_source(meta)
+    if moves is None or source is None:
         return None
     try:
         attempt = max(1, int((meta.get("annotations") or {}).get(ATTEMPT_ANNOTATION, "1")))
@@ -138,6 +161,23 @@ def read_job(raw: Mapping[str, Any], log_tail: str = "") -> JobView | None:
         state = FAILED  # being deleted: its pod is stopped, nothing more runs
     return JobView(name=meta.get("name", ""), source=source, moves=moves, state=state, finished=finished,
                    log_tail=log_tail, attempt=attempt, created=parse_time(meta.get("creationTimestamp")))
+
+
+# The label the Job controller puts on each pod of a Job (Kubernetes 1.27+).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def read_job_pod(raw: Mapping[str, Any]) -> JobPod | None:
+    """A JobPod of a pod as the API returns it; None when it is no pod of a handover Job. Its
+    moves come from the pod's own annotation (a pod may outlive its Job); a pod of an earlier
+    version without one holds every node of its source (`moves` None)."""
+    meta = raw.get("metadata") or {}
+    moves, source = _moves_and_source(meta)
+    if source is None:
+        return None
+    phase = (raw.get("status") or {}).get("phase") or "Pending"
+    return JobPod(name=meta.get("name", ""), job=(meta.get("labels") or {}).get(JOB_NAME_LABEL, ""),
+                  source=source, moves=moves, alive=phase not in ("Succeeded", "Failed"))
 
 
 def config_problem(text: str | None, secret: str, key: str) -> str | None:

@@ -169,12 +169,14 @@ class Move:
 
 @dataclass(frozen=True, slots=True)
 class MemberLoad:
-    """A member's ownership once the plan's moves are applied."""
+    """A member's ownership once the plan's moves are applied: `pinned` of its `nodes` are
+    pinned, `with_instance` of those carry an instance (Nova's: only a handover moves them)."""
 
     name: str
     nodes: int
     pinned: int
     in_ring: bool
+    with_instance: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +204,9 @@ class Plan:
 
     `moves` are sorted by node uuid. `members_to_create` are new identities,
     `members_to_delete` retired identities that own no node any more, and
-    `scale_down_blocked` maps a retiring member to the pinned nodes it still owns.
+    `scale_down_blocked` maps a retiring member to the pinned nodes it still owns, and `busy`
+    a retiring member to its nodes in the middle of an operation (uuid, provision state ->
+    target), which its nova-compute may be driving: its pod stays until they settle.
     `autoscale` says how autoscale chose `desired_replicas`; None: spec.replicas did.
     """
 
@@ -215,6 +219,17 @@ class Plan:
     loads: tuple[MemberLoad, ...]
     counts: NodeCounts
     autoscale: AutoscaleDecision | None = None
+    busy: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+
+
+def mid_operation(node: Node) -> str | None:
+    """The provision state (with " -> target", if any) of a node in the middle of an operation:
+    a transitional provision state, or any target state. None for a node at rest. A lock alone
+    is not an operation: conductors take and drop locks all the time."""
+    if node.provision_state in TRANSITIONAL_PROVISION_STATES or node.target_provision_state:
+        return f"{node.provision_state}" + (f" -> {node.target_provision_state}"
+                                            if node.target_provision_state else "")
+    return None
 
 
 @dataclass(frozen=True, slots=True)

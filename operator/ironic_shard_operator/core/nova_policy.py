@@ -23,8 +23,14 @@ Findings (`Finding.kind`):
   (a handover between its Nova move and its shard write only once that persists).
   No compute serves it (the instance's host lists only the nodes of its own shard, and no other
   host takes over a node with an instance); with `repair` the audit hands it over explicitly:
-  a Move setting its shard to the instance's host, when that host is a member of the pool.
-  This is the one audited exception to "the ring never moves a pinned node" (invariant 2);
+  a Move setting its shard to the compute node's host, when that host is a member of the pool
+  and Nova places the node's instance on that same host (`instance_hosts`). This is the one
+  audited exception to "the ring never moves a pinned node" (invariant 2);
+- `incomplete`: a misplaced node whose instance Nova places on another host than its compute
+  node (a nova-manage move killed between its two saves: compute node saved, instance not).
+  Never repaired: writing its shard would hide the instance from the host Nova sends its
+  actions to, and nova-manage cannot finish it; the finding names the SQL that does, and stays
+  until it is done (invariant 12);
 - `unmapped`: a member whose service is up and owns nodes, but Nova lists no node under it
   for longer than two update intervals (its host is not mapped to a cell: the deployment's
   host discovery has not run for it).
@@ -70,8 +76,11 @@ EXAMPLES = 5
 # deletion without the record).
 RETIRED_LIMIT = 64
 
-DUPLICATE, UNLISTED, MISPLACED, UNMAPPED = "duplicate", "unlisted", "misplaced", "unmapped"
-FINDING_KINDS = (DUPLICATE, UNLISTED, MISPLACED, UNMAPPED)
+DUPLICATE, UNLISTED, MISPLACED, UNMAPPED, INCOMPLETE = (
+    "duplicate", "unlisted", "misplaced", "unmapped", "incomplete")
+FINDING_KINDS = (DUPLICATE, UNLISTED, MISPLACED, UNMAPPED, INCOMPLETE)
+# Misplaced nodes whose instance's host is asked of Nova per audit (two requests each).
+INSTANCE_HOSTS_ASKED = 50
 
 
 class ServiceRecord(Protocol):
@@ -176,6 +185,17 @@ def retired_after(recorded: Iterable[str], *, retiring: Iterable[str], identitie
     return tuple(kept[-RETIRED_LIMIT:])
 
 
+def half_move_message(node: str, instance: str | None, source: str, host: str) -> str:
+    """What a half move is and how to finish it by hand: the compute node of `node` is under
+    `host` while its instance still names `source` (nova-manage killed between its two saves;
+    it refuses to finish it: the compute node's service, now `host`, is not forced down)."""
+    return (f"node {node}: Nova lists its compute node under {host} but its instance "
+            f"{instance} still names host {source} (a nova-manage move interrupted between its "
+            f"two saves; nova-manage refuses to finish it). Finish it in the cell database of "
+            f"novaManageConfig: UPDATE instances SET host='{host}' WHERE uuid='{instance}' "
+            f"AND deleted=0; the operator then sets the node's Ironic shard to {host}")
+
+
 def handover_in_flight(shard: str | None, host: str, members: AbstractSet[str], leaving: AbstractSet[str],
                        services: Mapping[str, ServiceRecord]) -> bool:
     """Whether a node Nova lists under `host` while its shard is `shard` is a handover between
@@ -187,11 +207,24 @@ def handover_in_flight(shard: str | None, host: str, members: AbstractSet[str], 
             and host in members and host not in leaving)
 
 
+def misplaced(nodes: Iterable[Node], hypervisors: Iterable[HypervisorRecord]) -> list[tuple[Node, str]]:
+    """(node, host) of the nodes with an instance that Nova lists under exactly one host, not
+    their shard: the audit's `misplaced` candidates, whose instance's host the shell asks Nova
+    for (`instance_hosts` of `audit`), at most INSTANCE_HOSTS_ASKED of them, by uuid."""
+    listed: defaultdict[str, set[str]] = defaultdict(set)
+    for hypervisor in hypervisors:
+        listed[hypervisor.node_uuid].add(hypervisor.host)
+    found = [(node, next(iter(listed[node.uuid]))) for node in sorted(nodes, key=lambda n: n.uuid)
+             if node.instance_uuid and len(listed.get(node.uuid, ())) == 1 and node.shard not in listed[node.uuid]]
+    return found[:INSTANCE_HOSTS_ASKED]
+
+
 def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
           retiring: Iterable[str] = (), retired: Iterable[str] = (),
           hypervisors: Iterable[HypervisorRecord], services: Mapping[str, ServiceRecord],
           since: Mapping[str, float], now: float, interval: float, repair: bool = False,
-          refused: Mapping[str, ServiceDeletionRefusal] | None = None) -> AuditReport:
+          refused: Mapping[str, ServiceDeletionRefusal] | None = None,
+          instance_hosts: Mapping[str, str | None] | None = None) -> AuditReport:
     """Compare Nova's hypervisor list with the pool's Ironic nodes; see the module doc.
 
     `identities` are the pool's current members (a pod or a ConfigMap exists), `retiring`
@@ -199,7 +232,9 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
     pool retired (`retired_after`: only their services are ever deleted); `nodes`
     the pool's managed Ironic nodes; `services` every nova-compute service by host;
     `since` the memory returned by the previous audit; `interval` the members' update
-    interval in seconds; `refused` the hosts whose service deletion Nova refused.
+    interval in seconds; `refused` the hosts whose service deletion Nova refused;
+    `instance_hosts` the host Nova places the instance of each `misplaced()` node on (None:
+    none found). A node not asked about is never repaired.
     """
     members, leaving = set(identities), set(retiring)
     refused = refused or {}
@@ -235,10 +270,15 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
             if handover_in_flight(node.shard, host, members, leaving, services) \
                     and not persisting(f"{MISPLACED}:{node.uuid}:{host}"):
                 continue  # moved in Nova first by a handover: its shard is written next
+            instance_host = (instance_hosts or {}).get(node.uuid)
+            if instance_host is not None and instance_host != host:
+                findings.append(Finding(INCOMPLETE, node.uuid, half_move_message(
+                    node.uuid, node.instance_uuid, instance_host, host)))
+                continue  # never repaired: nova-manage's second save is missing
             findings.append(Finding(MISPLACED, node.uuid,
                                     f"node {node.uuid} has an instance on {host} but its shard is "
                                     f"{node.shard or '(none)'}: no compute serves it"))
-            if repair and host in members and host not in leaving:
+            if repair and host in members and host not in leaving and instance_host == host:
                 repairs.append(Move(node.uuid, node.shard, host))
         elif node.shard in members and hosts != [node.shard]:
             if persisting(f"{UNLISTED}:{node.uuid}:{node.shard}"):  # a new owner: a new clock

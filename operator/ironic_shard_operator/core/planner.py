@@ -31,6 +31,7 @@ from ironic_shard_operator.core.model import (
     Node,
     NodeCounts,
     Observation,
+    mid_operation,
     Plan,
     member_name,
     member_ordinal,
@@ -54,10 +55,15 @@ def plan(observation: Observation) -> Plan:
     )
 
     pinned_by_owner: Counter[str | None] = Counter()
+    instances_by_owner: Counter[str | None] = Counter()
     free_by_owner: defaultdict[str | None, list[str]] = defaultdict(list)
+    busy: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
     for node in nodes:
         if node.pinned:
             pinned_by_owner[node.shard] += 1
+            instances_by_owner[node.shard] += bool(node.instance_uuid)
+            if node.shard in retiring and (state := mid_operation(node)) is not None:
+                busy[node.shard].append((node.uuid, state))
         else:
             free_by_owner[node.shard].append(node.uuid)
     free_count = len(nodes) - sum(pinned_by_owner.values())
@@ -88,6 +94,7 @@ def plan(observation: Observation) -> Plan:
             nodes=pinned_by_owner[m.name] + free_after[m.name],
             pinned=pinned_by_owner[m.name],
             in_ring=m.name in ring_set,
+            with_instance=instances_by_owner[m.name],
         )
         for m in members
     )
@@ -111,6 +118,7 @@ def plan(observation: Observation) -> Plan:
         loads=loads,
         counts=counts,
         autoscale=scale,
+        busy={owner: tuple(sorted(found)) for owner, found in busy.items()},
     )
 
 

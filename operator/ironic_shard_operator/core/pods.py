@@ -256,6 +256,7 @@ def decide(
     failover: Failover,
     now: float,
     stop: Iterable[str] = (),
+    held_why: Mapping[str, str] | None = None,
 ) -> Decision:
     """Pod actions that move the pool's pods toward one healthy pod per kept member.
 
@@ -266,7 +267,7 @@ def decide(
     whether its ConfigMap exists with the wanted content. `wanted_hash`: member -> the
     config hash its pod should carry. `stop`: members (not in `keep`) whose pod must be gone
     while their nodes with instances are handed over: deleted if there, never created; their
-    ConfigMap stays.
+    ConfigMap stays. `held_why`: why a member of `stop` is held, for its state's message.
     """
     out = _Builder()
     keep = list(keep)
@@ -300,7 +301,9 @@ def decide(
     for member in stop:
         pod = pods.get(member)
         if pod is None:
-            out.states.append(MemberState(member, "HandingOver", "pod gone; its nodes with instances are handed over"))
+            why = (held_why or {}).get(member)
+            out.states.append(MemberState(member, "HandingOver", f"no pod while held: {why}" if why else
+                                          "pod gone; its nodes with instances are handed over"))
         elif pod.deleting:
             verdict = fence_verdict(pod, nodes, failover.fencing, now)
             out.states.append(_fence(pod, verdict, out) if verdict is not None else

@@ -9,16 +9,22 @@ Ironic adapter re-reads the node right before writing and writes only on WRITE, 
 - a handover (spec.nova.repairMisplaced) moves a pinned node only while it still carries
   the instance the audit saw on it;
 - a free node moving away from a LIVE owner (guarded) is re-read on its own right before its
-  write, and is not moved while Placement holds allocations on its resource provider.
+  write, and is not moved while Placement holds allocations on its resource provider; it is
+  read again right after its write, and put back where it was when a build claimed it in the
+  meantime (`claimed_after_write`: Ironic accepts no conditional write, so the claim may land
+  between the read and the write);
+- a node the guard holds back is reported (`GuardHold`), never waited on silently.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import Enum
 
 from ironic_shard_operator.core.fencing import counts_as_ready
 from ironic_shard_operator.core.model import Member, Move, Node
+from ironic_shard_operator.core.nova_policy import ServiceRecord
 
 
 class Verdict(Enum):
@@ -69,6 +75,21 @@ def live_owners(members: Iterable[Member], now: float, grace_seconds: float) -> 
     return frozenset(m.name for m in members if counts_as_ready(m, now, grace_seconds))
 
 
+def guarded_owners(members: Iterable[Member], now: float, grace_seconds: float,
+                   services: Mapping[str, ServiceRecord] | None, identities: Iterable[str]) -> frozenset[str]:
+    """The owners a free node leaves only by a guarded move (invariant 13): the live owners,
+    and every owner whose nova-compute may still take a build whatever its pod shows: its
+    Nova service up and not forced down (a failing readiness probe, or a Kubernetes node cut
+    off from the API server but not from RabbitMQ, keeps it heartbeating and the scheduler
+    placing builds there). With Nova's services unknown this cycle (`services` None: Nova
+    not asked, not answering, or not configured), every member identity. A member forced down
+    first, which Nova then reports down, needs no guard: that is the fast path of failover."""
+    live = live_owners(members, now, grace_seconds)
+    if services is None:
+        return live | frozenset(identities)
+    return live | frozenset(host for host, service in services.items() if service.up and not service.forced_down)
+
+
 def guarded_verdict(move: Move, current: Node | None, claimed_in_placement: bool) -> Verdict:
     """The rule for a guarded move, from a read of its node made right before its own write
     (not its batch's) and Placement's answer for the node's resource provider: move_verdict's
@@ -78,3 +99,23 @@ def guarded_verdict(move: Move, current: Node | None, claimed_in_placement: bool
     if said is Verdict.WRITE and claimed_in_placement:
         return Verdict.CLAIMED
     return said
+
+
+@dataclass(frozen=True, slots=True)
+class GuardHold:
+    """A guarded move the guard held back because Placement holds allocations of `consumers`
+    on its node's resource provider while Ironic shows the node free (a build in flight, or an
+    allocation a failed build left behind: core/guard_holds.py tells them apart by age)."""
+
+    node_uuid: str
+    consumers: tuple[str, ...]
+
+
+def claimed_after_write(move: Move, after: Node | None, consumers: tuple[str, ...]) -> bool:
+    """Whether a guarded move that was just written must be put back to its source: the node,
+    read again right after its write, is pinned now (a build claimed it between the read before
+    the write and the write), or Placement holds allocations on it. Putting it back is safe: the
+    target's nova-compute ignores a node whose instance is another host's."""
+    if after is None or after.shard != move.target:
+        return False  # gone, or someone else moved it since: nothing of ours to undo
+    return after.pinned or bool(consumers)

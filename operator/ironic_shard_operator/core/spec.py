@@ -121,6 +121,9 @@ class Pool:
     failover: Failover
     ironic: IronicSettings
     repair_misplaced: bool = False
+    # spec.nova.leakedAllocationSeconds: a free node the guard holds this long for Placement
+    # allocations, with no instance on it, is reported as a leaked allocation (core/guard_holds.py).
+    leaked_allocation_seconds: float = 600.0
     paused: bool = False
     handover: Handover | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -165,6 +168,8 @@ def read_pool(body: Mapping[str, Any]) -> Pool:
         ironic=_ironic(_mapping(spec.get("ironic"), "spec.ironic")),
         repair_misplaced=_bool(_mapping(spec.get("nova"), "spec.nova").get("repairMisplaced", False),
                                "spec.nova.repairMisplaced"),
+        leaked_allocation_seconds=_number(_mapping(spec.get("nova"), "spec.nova").get(
+            "leakedAllocationSeconds", 600), "spec.nova.leakedAllocationSeconds", minimum=1),
         paused=_bool(spec.get("paused", False), "spec.paused"),
         labels=dict(meta.get("labels") or {}),
         handover=_handover(spec, failover),

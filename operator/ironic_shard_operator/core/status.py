@@ -72,6 +72,9 @@ class CycleFacts:
     start_timeout_seconds: float = 300.0
     handover: Mapping[str, Any] | None = None
     handover_enabled: bool = False
+    # The new status.guard (core/guard_holds.py), None when no writes were tried this cycle:
+    # the last one is kept.
+    guard: Mapping[str, Any] | None = None
 
 
 def ring_digest(members: Sequence[str]) -> str:
@@ -109,6 +112,9 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
     nova = facts.nova if facts.nova is not None else previous.get("nova")
     if nova is not None:
         status["nova"] = dict(nova)
+    guard = facts.guard if facts.guard is not None else previous.get("guard")
+    if guard is not None:
+        status["guard"] = dict(guard)
     moving = facts.handover if facts.handover is not None else previous.get("handover")
     if moving:
         status["handover"] = dict(moving)
@@ -243,10 +249,20 @@ def handover_section(step: handover.HandoverPlan | None) -> dict[str, Any]:
             ("member", p.member), ("trigger", p.trigger), ("phase", p.phase), ("nodes", p.nodes),
             ("done", p.done), ("inFlight", p.in_flight), ("waiting", p.waiting), ("failed", p.failed),
             ("job", p.job), ("message", p.message), ("attempts", p.attempts),
-            ("nextRetryAt", format_time(p.next_retry_at) if p.next_retry_at is not None else None))
+            ("nextRetryAt", format_time(p.next_retry_at) if p.next_retry_at is not None else None),
+            ("busyNodes", [{"node": b.node, "state": b.state, "since": format_time(b.since)} for b in p.busy]
+             if p.busy else None))
             if value is not None} for p in step.progress],
         "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in step.problems],
     }
+
+
+def handover_section_unseen(recorded: Mapping[str, Any] | None,
+                            problems: Sequence[handover.Problem]) -> dict[str, Any]:
+    """status.handover of a step that could not see enough to decide: the recorded sources
+    as they were (the holds they carry stay), with the problems that kept it from seeing."""
+    return {"sources": [dict(e) for e in (recorded or {}).get("sources") or ()],
+            "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in problems]}
 
 
 def _handover_conditions(facts: CycleFacts, moving: Mapping[str, Any]) -> dict[str, _Condition]:
@@ -323,6 +339,8 @@ def _base_conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condit
         degraded = _Condition("Degraded", True, "MisplacedNodes",
                               f"{plan.counts.misplaced} pinned nodes are owned by no member of "
                               "this pool; no compute serves them")
+    elif nova.get("state") == nova_policy.ENABLED and (nova.get("findings") or {}).get(nova_policy.INCOMPLETE):
+        degraded = _Condition("Degraded", True, "HandoverIncomplete", str(nova.get("message", "")))
     elif nova.get("state") == nova_policy.ENABLED and any((nova.get("findings") or {}).values()):
         degraded = _Condition("Degraded", True, "NovaOutOfSync", str(nova.get("message", "")))
     elif nova.get("state") == nova_policy.UNAVAILABLE:

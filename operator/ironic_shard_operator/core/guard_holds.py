@@ -1,0 +1,54 @@
+"""The free nodes the shard-write guard holds back, since when, and which of them are leaked
+allocations: status.guard and its Events. Pure.
+
+The guard (core/shard_write.py) keeps a free node with its live owner while Placement holds
+allocations on it: a build in flight claims the node there before Ironic shows its instance.
+A build that failed can leave its allocation behind, and the guard would then hold the node
+for ever, a retire sitting in MovingFreeNodes with nothing said. So every node held is listed
+with its consumers and since when (carried from the last status, so a restart keeps the
+clock); once a node has been held longer than `spec.nova.leakedAllocationSeconds` with no
+instance on it in Ironic, it is reported as a leaked allocation (a Warning Event, once), with
+the command that removes it. The operator never deletes an allocation: it is not its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set as AbstractSet
+from typing import Any
+
+from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.pods import parse_time
+from ironic_shard_operator.core.shard_write import GuardHold
+from ironic_shard_operator.core.status import format_time
+
+# At most this many held nodes are listed in status.guard.nodes (all are counted).
+LISTED = 20
+
+
+def guard_section(previous: Mapping[str, Any] | None, held: Sequence[GuardHold], still_moving: AbstractSet[str],
+                  now: float, leaked_after: float) -> tuple[dict[str, Any], list[Event]]:
+    """status.guard after a cycle's writes held `held`, and the Events of the nodes newly found
+    leaked. A node keeps its `since` while it stays held; one the cycle did not get to (its
+    writes stopped early) stays as it was while its move is still planned (`still_moving`:
+    the plan's moves); any other leaves."""
+    before = {entry.get("node"): entry for entry in (previous or {}).get("nodes") or ()
+              if isinstance(entry, Mapping) and isinstance(entry.get("node"), str)}
+    now_held = {hold.node_uuid: hold for hold in held}
+    entries, events = [], []
+    for node in sorted(set(now_held) | {n for n in before if n in still_moving}):
+        seen = before.get(node) or {}
+        hold = now_held.get(node)
+        consumers = list(hold.consumers) if hold is not None else list(seen.get("consumers") or ())
+        since = parse_time(seen.get("since")) if isinstance(seen.get("since"), str) else None
+        since = now if since is None else min(since, now)
+        leaked = now - since >= leaked_after
+        if leaked and not seen.get("leaked"):
+            events.append(Event("LeakedAllocation", (
+                f"Free node {node} has had Placement allocations of {', '.join(consumers)} for "
+                f"{now - since:.0f}s (spec.nova.leakedAllocationSeconds {leaked_after:g}) while Ironic shows no "
+                "instance on it: most likely left behind by a build that failed. The operator does not move the "
+                "node while it is allocated; if no server uses it, remove the allocation "
+                f"(openstack resource provider allocation delete {consumers[0] if consumers else '<consumer>'}, "
+                "or nova-manage placement audit --delete)"), "Warning"))
+        entries.append({"node": node, "consumers": consumers, "since": format_time(since), "leaked": leaked})
+    return {"held": len(entries), "leaked": sum(e["leaked"] for e in entries), "nodes": entries[:LISTED]}, events

@@ -1,0 +1,47 @@
+"""status.guard (core/guard_holds.py): the free nodes the shard-write guard holds back for
+Placement allocations are listed with since when, and one held longer than
+spec.nova.leakedAllocationSeconds is reported once as a leaked allocation, never waited on
+silently (issue 19, item 8)."""
+
+from ironic_shard_operator.core.guard_holds import LISTED, guard_section
+from ironic_shard_operator.core.shard_write import GuardHold
+from ironic_shard_operator.core.status import format_time
+
+NOW = 1_800_000_000.0
+BOUND = 600.0
+
+
+def test_a_held_node_is_listed_with_its_consumers_and_keeps_its_clock_while_held():
+    held = [GuardHold("n1", ("build-1",))]
+    first, events = guard_section(None, held, {"n1"}, NOW, BOUND)
+    assert first == {"held": 1, "leaked": 0, "nodes": [
+        {"node": "n1", "consumers": ["build-1"], "since": format_time(NOW), "leaked": False}]}
+    assert events == []
+    later, events = guard_section(first, held, {"n1"}, NOW + 100, BOUND)
+    assert later == first and events == []  # nothing new: the status is not rewritten
+
+
+def test_a_node_held_past_the_bound_is_reported_as_leaked_once_with_the_fix():
+    held = [GuardHold("n1", ("build-1",))]
+    first, _ = guard_section(None, held, {"n1"}, NOW, BOUND)
+    leaked, events = guard_section(first, held, {"n1"}, NOW + BOUND, BOUND)
+    assert leaked["leaked"] == 1 and leaked["nodes"][0]["leaked"]
+    (event,) = events
+    assert event.type == "Warning" and event.reason == "LeakedAllocation"
+    assert "openstack resource provider allocation delete build-1" in event.message
+    again, events = guard_section(leaked, held, {"n1"}, NOW + 2 * BOUND, BOUND)
+    assert again == leaked and events == []  # said once
+
+
+def test_a_node_no_longer_held_leaves_unless_its_move_was_not_tried_this_cycle():
+    first, _ = guard_section(None, [GuardHold("n1", ("b",)), GuardHold("n2", ("c",))], {"n1", "n2"}, NOW, BOUND)
+    # n1 moved (no longer planned); n2 was not tried (the writes stopped early): it stays as it was
+    after, _ = guard_section(first, [], {"n2"}, NOW + 50, BOUND)
+    assert [e["node"] for e in after["nodes"]] == ["n2"] and after["nodes"][0]["since"] == format_time(NOW)
+    assert guard_section(after, [], set(), NOW + 60, BOUND)[0] == {"held": 0, "leaked": 0, "nodes": []}
+
+
+def test_every_held_node_is_counted_and_the_first_are_listed():
+    held = [GuardHold(f"n{i:03d}", ("b",)) for i in range(LISTED + 5)]
+    section, _ = guard_section(None, held, {h.node_uuid for h in held}, NOW, BOUND)
+    assert section["held"] == LISTED + 5 and len(section["nodes"]) == LISTED
