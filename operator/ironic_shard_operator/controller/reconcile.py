@@ -155,6 +155,8 @@ class _Members:
     readiness: tuple[model.Member, ...]
     facts: Mapping[str, Any]
     held: Mapping[str, str] = field(default_factory=dict)
+    jobs: tuple[handover.JobView, ...] = ()
+    job_pods: tuple[handover.JobPod, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +270,7 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
                  start_timeout_seconds=pool.failover.pod_pending_timeout_seconds)
     jobs = [j for j in map(handover_job.read_job, jobs_raw) if j is not None]
     held = handover.holds(recorded=cycle.previous.get("handover"), jobs=jobs, job_pods=job_pods)
-    return _Members(member_pods, overlays, identities, readiness, facts, held)
+    return _Members(member_pods, overlays, identities, readiness, facts, held, tuple(jobs), tuple(job_pods))
 
 
 async def _read_secrets(cycle: _Cycle, pool: Pool) -> _Secrets:
@@ -342,10 +344,11 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
     creates or retires may have happened already. The Kubernetes nodes of pods that are not
     Ready are read for fencing."""
     plan = cloud.plan
-    retire = set(plan.members_to_delete if plan else ()) & set(members.identities)
-    stop, held = handover.pods_to_stop(plan, pool.handover, members.readiness, members.pods.keys(), cycle.now,
-                                       stalled=handover.blocked(cycle.previous))
-    stop = (stop | held | set(members.held)) & set(members.identities) - retire
+    retire = set(handover.retirable(plan.members_to_delete if plan else (), members.jobs, members.job_pods)) \
+        & set(members.identities)
+    away = handover.kept_away(plan, pool.handover, members.readiness, members.pods.keys(), cycle.now,
+                              held=members.held, recorded=cycle.previous.get("handover"))
+    stop = set(away) & set(members.identities) - retire
     keep = [m for m in members.identities if m not in retire and m not in stop]
     keep += [m for m in (plan.members_to_create if plan else ()) if m not in members.identities]
     node_names = {p.node_name for p in members.pods.values() if p.node_name and (p.deleting or not p.ready)}
@@ -355,7 +358,7 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
         nodes={n["metadata"]["name"]: pods.read_node(n) for n in nodes_raw if n},
         configmaps_current={m: members.overlays.get(m) == podspec.member_conf(pool, m) for m in keep},
         wanted_hash={m: podspec.config_hash(pool, m, secrets.nova_digest) for m in keep},
-        failover=pool.failover, now=cycle.now, stop=sorted(stop), held_why=members.held)
+        failover=pool.failover, now=cycle.now, stop=sorted(stop), held_why=away)
     return _PodPlan(keep, retire, decision)
 
 

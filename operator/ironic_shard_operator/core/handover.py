@@ -53,8 +53,8 @@ SCALE_DOWN, FAILURE = "ScaleDown", "Failure"
 # Phases of a source (status.handover.sources[].phase).
 MOVING_FREE, STOPPING_POD, FORCING_DOWN, MOVING, DONE, BLOCKED, CANCELLING = (
     "MovingFreeNodes", "StoppingPod", "ForcingDown", "MovingNodes", "Done", "Blocked", "Cancelling")
-# The phases that hold their source: no pod, forced_down kept (read back by `holds`). Every
-# phase a source reaches once its pod is to go; Blocked is reached only after that.
+# The phases that held their source (no pod, forced_down kept) in a status written before the
+# entries said so themselves (`held`): how `holds` reads an operator upgraded mid-handover.
 HELD_PHASES = frozenset({STOPPING_POD, FORCING_DOWN, MOVING, BLOCKED, CANCELLING})
 # A Job that failed with no node moved is deleted, and its batch tried again in a new Job
 # (attempt + 1), after a backoff from when it failed: RETRY_SECONDS after the first attempt,
@@ -164,6 +164,7 @@ class SourceProgress:
     attempts: int | None = None
     next_retry_at: float | None = None
     busy: tuple[BusyNode, ...] = ()
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,8 +248,8 @@ def holds(*, recorded: Mapping | None, jobs: Iterable[JobView], job_pods: Iterab
     Only a handover step that finds nothing of the member in flight releases it (`decide`)."""
     why: dict[str, str] = {}
     for entry in recorded_sources(recorded).values():
-        if entry.get("phase") in HELD_PHASES:
-            why.setdefault(entry["member"], f"its handover is at {entry['phase']} (status.handover)")
+        if recorded_held(entry):
+            why.setdefault(entry["member"], f"its handover is at {entry.get('phase')} (status.handover)")
     for job in jobs:
         if job.state == ACTIVE:
             why.setdefault(job.source, f"its handover Job {job.name} runs")
@@ -256,6 +257,12 @@ def holds(*, recorded: Mapping | None, jobs: Iterable[JobView], job_pods: Iterab
         if pod.alive:
             why.setdefault(pod.source, f"pod {pod.name} of its handover Job {pod.job} may still run")
     return why
+
+
+def recorded_held(entry: Mapping) -> bool:
+    """Whether a status.handover.sources entry holds its member: its `held` field, or, as an
+    operator before that field wrote it, a phase in HELD_PHASES."""
+    return bool(entry["held"]) if "held" in entry else entry.get("phase") in HELD_PHASES
 
 
 def recorded_sources(recorded: Mapping | None) -> dict[str, Mapping]:
@@ -302,9 +309,10 @@ def pods_to_stop(plan: Plan | None, settings: Handover | None, members: Iterable
     """(pods to delete, pods not to create) that this cycle's plan starts a handover with.
 
     A retiring source has its pod deleted once `why_pod_stays` has no reason left; a failed
-    source (its pod already gone) gets no new pod. What holds a source once its handover has
-    begun is `holds`, from durable facts: a cycle without a plan starts nothing and releases
-    nothing.
+    source (its pod already gone) gets no new pod while a ring member could take its nodes and
+    no problem stops every handover (else it comes back: nothing would move its nodes). What
+    holds a source once its handover has begun is `holds`, from durable facts: a cycle without
+    a plan starts nothing and releases nothing.
     """
     if plan is None or settings is None:
         return frozenset(), frozenset()
@@ -316,8 +324,34 @@ def pods_to_stop(plan: Plan | None, settings: Handover | None, members: Iterable
     stop = frozenset(m for m, trigger in found.items() if trigger == SCALE_DOWN and m not in moving_from
                      and why_pod_stays(free=loads[m].nodes - loads[m].pinned, busy=plan.busy.get(m, ()),
                                        ring_members=plan.ring_members, stalled=stalled) is None)
-    held = frozenset(m for m, trigger in found.items() if trigger == FAILURE)
+    held = frozenset(m for m, trigger in found.items()
+                     if trigger == FAILURE and set(plan.ring_members) - {m} and not stalled)
     return stop, held
+
+
+def kept_away(plan: Plan | None, settings: Handover | None, members: Sequence[Member], pods: Iterable[str],
+              now: float, *, held: Mapping[str, str], recorded: Mapping | None) -> dict[str, str]:
+    """Member -> why its pod must not run, for the pod side: the members a handover holds
+    (`held`, from `holds`: with or without a plan), and those this cycle's plan starts a
+    handover with (`pods_to_stop`, unless the last status says a problem stops every
+    handover). A member the plan retires is the pod side's to remove, whatever this says."""
+    stop, failed = pods_to_stop(plan, settings, members, pods, now, stalled=blocked({"handover": recorded}))
+    away = dict(held)
+    for member in sorted(stop):
+        away.setdefault(member, "its handover starts: its free nodes have moved and none of its nodes is busy")
+    for member in sorted(failed):
+        away.setdefault(member, "it failed and its nodes with instances are handed over")
+    return away
+
+
+def retirable(members_to_delete: Iterable[str], jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> frozenset[str]:
+    """The members the plan retires (they own nothing in Ironic) that no handover Job still
+    moves nodes to: a destination may already hold, in Nova, a node Ironic still gives its
+    source; retired, it could never get that node's shard (its Job is the record until
+    Ironic shows the move, core/handover.py's `_Context.settled`)."""
+    receiving = {dest for job in jobs for _, dest in job.moves}
+    receiving |= {dest for pod in job_pods if pod.alive and pod.moves for _, dest in pod.moves}
+    return frozenset(set(members_to_delete) - receiving)
 
 
 # --- the next step of every handover ------------------------------------------------------
@@ -338,7 +372,8 @@ def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], r
     put in a Job only from a source whose pod is gone and whose service is forced down, while
     Nova lists it under that source, no Job runs it and no pod of any Job may still be moving
     it; its destination is a member Ready now whose service is up and not forced down; a
-    shard write only follows Nova (the host Nova lists it under, a member that is no source);
+    shard write only follows Nova (the member Nova lists it under, which may be a source in
+    its turn: then the node is handed over again from there);
     at most `settings.max_concurrent` nodes are in flight; a member stays in the result (held)
     while anything of it is in flight, and leaves it only with an Event.
     """
@@ -517,6 +552,11 @@ class _Context:
                    blocked({"handover": recorded}) or blocker is not None,
                    frozenset({j.source for j in jobs if j.state == ACTIVE} | {p.source for p in job_pods if p.alive}))
 
+    def recorded_held(self, member: str) -> bool:
+        """Whether the last status recorded `member` held (what every pod side reads)."""
+        entry = self.recorded.get(member)
+        return entry is not None and recorded_held(entry)
+
     def pods_alive(self, job: str) -> bool:
         """Whether a pod of Job `job` may still run."""
         return any(p.alive and p.job == job for p in self.job_pods)
@@ -580,14 +620,23 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
                           message=_kept_message(kept))
     if source in ctx.with_pod:
         return _with_pod_step(source, base, free, len(pinned), ctx, steps)
+    in_flight = source in ctx.running or any(ctx.nova.compute_host.get(n.uuid) not in (None, source) for n in pinned)
+    if not in_flight and (ctx.blocker is not None or not ctx.destinations):
+        # nothing of it in flight and nothing can start: not held, its pod may come back
+        why = ctx.blocker[1] if ctx.blocker is not None else _no_destination(
+            ctx.ring_members, ctx.ready_now, ctx.found, ctx.nova)
+        if ctx.blocker is None:
+            steps.problems.append(Problem(trigger, "HandoverNoDestination", f"{source}: {why}"))
+        return _SourceStep(replace(base, phase=BLOCKED, waiting=len(pinned), message=_join(why, base.message)))
     service = ctx.nova.services.get(source)
     if service is None:
         message = f"Nova has no compute service {source}: no node can be moved from it"
         steps.problems.append(Problem(trigger, "HandoverRefused", message))
-        return _SourceStep(replace(base, phase=BLOCKED, waiting=len(pinned), message=_join(message, base.message)))
+        return _SourceStep(replace(base, phase=BLOCKED, waiting=len(pinned), held=in_flight,
+                                   message=_join(message, base.message)))
     if not service.forced_down:
         steps.force_down.append(source)
-        return _SourceStep(replace(base, phase=FORCING_DOWN, waiting=len(pinned),
+        return _SourceStep(replace(base, phase=FORCING_DOWN, waiting=len(pinned), held=True,
                                    message=_join(f"forcing Nova compute service {source} down", base.message)))
     count = _Count()
     attempts: dict[str, int] = {}
@@ -628,12 +677,18 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
     if phase == MOVING and not candidates and not count.in_flight and not count.done and (count.refused or count.failed):
         phase = BLOCKED
     remaining = [j for j in own_jobs if j.name not in steps.delete_jobs]
+    # Held while it moves, and while anything of it is in flight; a failed member whose nodes
+    # are all refused, with nothing in flight, comes back (its instances stay manageable).
+    held = phase == MOVING or in_flight or bool(remaining) or (phase == BLOCKED and trigger == SCALE_DOWN)
     progress = replace(base, phase=phase, done=count.done, in_flight=count.in_flight,
                        waiting=count.waiting + len(candidates), failed=count.failed + len(count.refused),
                        job=remaining[0].name if remaining else None,
                        message=_join(*count.reasons[:5], base.message), attempts=last_attempt,
-                       next_retry_at=next_retry)
-    return _SourceStep(progress, candidates, may_batch=not remaining and ctx.blocker is None, attempts=attempts)
+                       next_retry_at=next_retry, held=held)
+    # A Job only once the hold is on record: no cycle, with or without a plan, can then give
+    # the source a pod while the Job runs.
+    may_batch = not remaining and ctx.blocker is None and ctx.recorded_held(source)
+    return _SourceStep(progress, candidates, may_batch=may_batch, attempts=attempts)
 
 
 @dataclass
@@ -662,7 +717,7 @@ def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Step
             count.reasons.append(f"node {uuid}: half moved in Nova (compute node under {host}, "
                                  f"instance still on {source})")
     elif host is not None and host != source:
-        if host in ctx.identities and host not in ctx.found and host not in ctx.cancelled:
+        if host in ctx.identities:  # Ironic follows Nova, even to a member that hands over in turn
             count.done += 1
             steps.shard_writes.append(Move(uuid, source, host))
         else:
@@ -699,7 +754,7 @@ def _with_pod_step(source: str, base: SourceProgress, free: int, pinned: int, ct
     why = why_pod_stays(free=free, busy=[(b.node, b.state) for b in busy], ring_members=ctx.ring_members,
                         stalled=ctx.stalled)
     if why is None or source in ctx.running:  # (a Job of it running: it is held, whatever else)
-        return _SourceStep(replace(base, phase=STOPPING_POD, waiting=pinned,
+        return _SourceStep(replace(base, phase=STOPPING_POD, waiting=pinned, held=True,
                                    message=_join(f"waiting for pod {source} to be gone", base.message)))
     late = [b for b in busy if ctx.now - b.since >= BUSY_WARNING_SECONDS]
     if late:
@@ -742,7 +797,7 @@ def _cancel_step(member: str, ctx: _Context, steps: _Steps) -> None:
         if count.done:
             reasons.append(f"{count.done} nodes Nova moved get their Ironic shard")
         steps.progress.append(SourceProgress(
-            member, trigger, CANCELLING, nodes=len(nodes), done=count.done,
+            member, trigger, CANCELLING, nodes=len(nodes), done=count.done, held=True,
             in_flight=count.in_flight + len(running), failed=count.failed,
             message=_join(f"{member} is no handover source any more: what is in flight ends first", *reasons)))
         return

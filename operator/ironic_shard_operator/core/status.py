@@ -251,7 +251,7 @@ def handover_section(step: handover.HandoverPlan | None) -> dict[str, Any]:
             ("job", p.job), ("message", p.message), ("attempts", p.attempts),
             ("nextRetryAt", format_time(p.next_retry_at) if p.next_retry_at is not None else None),
             ("busyNodes", [{"node": b.node, "state": b.state, "since": format_time(b.since)} for b in p.busy]
-             if p.busy else None))
+             if p.busy else None), ("held", p.held))
             if value is not None} for p in step.progress],
         "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in step.problems],
     }
