@@ -433,6 +433,17 @@ def handover_durations(moves: Iterable[Move], jobs: Iterable[JobView], written_a
             if (m.node_uuid, m.target) in created]
 
 
+def stray_move_message(node: str, source: str, host: str) -> str:
+    """What a node Nova moved to a host that is no member of the pool (any more) needs: its
+    destination's identity was retired, or someone moved it by hand, while Ironic still gives
+    it to `source`; and how to finish it by hand."""
+    return (f"node {node}: Nova lists it under {host}, which is no member of this pool, while its Ironic shard is "
+            f"still {source} (its destination was retired, or it was moved by hand, before the operator wrote "
+            f"the shard). Move it in Nova to a member: openstack compute service set --down {host} nova-compute; "
+            f"nova-manage db ironic_compute_node_move --ironic-node-uuid {node} --destination-host <a Ready "
+            "member>; the operator then sets its Ironic shard to that member")
+
+
 def retry_delay(attempt: int) -> float:
     """How long after a Job's `attempt` (>= 1) failed with no node moved its batch is tried
     again: RETRY_SECONDS, doubling per attempt, at most MAX_RETRY_SECONDS."""
@@ -722,6 +733,7 @@ def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Step
             steps.shard_writes.append(Move(uuid, source, host))
         else:
             count.failed += 1
+            steps.problems.append(Problem(trigger, "HandoverIncomplete", stray_move_message(uuid, source, host)))
             count.reasons.append(f"node {uuid}: Nova lists it under {host}, no member to hand it to")
     elif uuid in ctx.holding:
         count.in_flight += 1
