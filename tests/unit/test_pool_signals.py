@@ -20,6 +20,16 @@ def test_the_first_cycle_of_a_process_logs_every_condition_once():
         "pool ns/rack-a: Degraded is True IronicUnavailable: same"]
 
 
+def test_a_message_several_conditions_share_is_written_once():
+    why = "cloud 'c': auth_type 'passwrod' is not an auth plugin"
+    now = [condition("Ready", "False", "CloudConfigInvalid", why), condition("Progressing", "False", "Blocked", why),
+           condition("Degraded", "True", "CloudConfigInvalid", why)]
+    lines = condition_changes("ns/rack-a", None, now)
+    assert lines == [f"pool ns/rack-a: Ready is False CloudConfigInvalid: {why}",
+                     "pool ns/rack-a: Progressing is False Blocked (message as for Ready)",
+                     "pool ns/rack-a: Degraded is True CloudConfigInvalid (message as for Ready)"]
+
+
 def test_only_a_changed_status_or_reason_is_news_not_a_changed_message():
     before = [condition("Ready", "False", "MembersNotReady", "1/3 ready"),
               condition("Degraded", "False", "MembersStarting", "")]

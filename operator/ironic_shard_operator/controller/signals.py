@@ -11,7 +11,7 @@ from typing import Any
 
 from ironic_shard_operator.core.pool_signals import condition_changes, signals
 
-log = logging.getLogger("ironic_shard_operator.controller.reconcile")
+log = logging.getLogger(__name__)
 
 
 def status_written(metrics: Any, key: str, body: Mapping[str, Any], status: Mapping[str, Any],

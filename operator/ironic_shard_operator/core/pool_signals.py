@@ -75,15 +75,22 @@ def _desired(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int | None:
 def condition_changes(pool: str, before: Sequence[Mapping[str, Any]] | None,
                       after: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per condition of `after` whose status or reason differs from `before` (None: this
-    process has reported none yet, so every condition is news), for the operator's log."""
+    process has reported none yet, so every condition is news), for the operator's log. A message
+    is written once: a later line of the same batch with the same message points up to it."""
     old = {c.get("type"): (c.get("status"), c.get("reason")) for c in before or ()}
-    lines = []
+    lines: list[str] = []
+    said: dict[str, str] = {}
     for condition in after:
         kind, status, reason = condition.get("type"), condition.get("status"), condition.get("reason")
         if before is not None and old.get(kind) == (status, reason):
             continue
         was = old.get(kind)
-        change = f" (was {was[0]} {was[1]})" if was is not None else ""
+        line = f"pool {pool}: {kind} is {status} {reason}" + (f" (was {was[0]} {was[1]})" if was is not None else "")
         message = condition.get("message") or ""
-        lines.append(f"pool {pool}: {kind} is {status} {reason}{change}" + (f": {message}" if message else ""))
+        if message in said:
+            line += f" (message as for {said[message]})"
+        elif message:
+            said[message] = str(kind)
+            line += f": {message}"
+        lines.append(line)
     return lines
