@@ -5,21 +5,32 @@
 #
 #   docker build -t ironic-shard-operator:dev .
 #
-# Stage 1 builds our wheel and installs it with its dependencies into a venv that has no pip;
-# stage 2 copies only that venv onto a fresh slim base: no compilers, no build files, no
-# source tree, no caches. Every dependency ships a manylinux wheel, so no stage compiles.
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# Reproducible: the base image is pinned by digest (python:3.11-slim-bookworm, an OCI index
+# for every platform it has), and every Python dependency comes from requirements/image.lock,
+# pinned with the sha256 of each file (`make lock` writes it; pip refuses anything else with
+# --require-hashes). Our own wheel is built with the base image's setuptools, without
+# downloading a build environment. docs/releasing.md says how to move both pins.
+#
+# Stage 1 installs the lock into a venv that has no pip, then our wheel; stage 2 copies only
+# that venv onto the same slim base: no compilers, no build files, no source tree, no caches.
+# Every dependency ships a manylinux wheel, so no stage compiles.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
+# The dependencies first: this layer stays cached until the lock changes.
+COPY requirements/image.lock ./requirements/image.lock
+RUN python -m venv --without-pip /opt/venv \
+ && python -m pip --python /opt/venv/bin/python install --require-hashes --only-binary=:all: --no-deps \
+        -r requirements/image.lock
 COPY pyproject.toml README.md ./
 COPY operator/ ./operator/
-RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
- && python -m venv --without-pip /opt/venv \
- && python -m pip --python /opt/venv/bin/python install --only-binary=:all: /wheels/*.whl \
+RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && python -m pip --python /opt/venv/bin/python install --no-deps --no-index /wheels/*.whl \
+ && python -m pip --python /opt/venv/bin/python check \
  && /opt/venv/bin/ironic-shard-operator --help >/dev/null
 
 FROM ${PYTHON_IMAGE}

@@ -2,7 +2,7 @@
 PY      ?= .venv/bin/python
 PYTEST  ?= $(PY) -m pytest
 
-.PHONY: setup test test-unit test-integration test-nova chart-check e2e bench bench-reconcile bench-scale demo clean
+.PHONY: setup test test-unit test-integration test-nova chart-check e2e bench bench-reconcile bench-scale demo release lock clean
 
 setup:            ## project venv with the package and its test dependencies
 	bash hack/setup.sh
@@ -37,6 +37,12 @@ bench-scale: setup  ## 100,000 nodes x 200 members against real Ironic: steady p
 
 demo: setup
 	bash hack/demo.sh
+
+release: setup    ## every artefact of pyproject's version into dist/ (docs/releasing.md)
+	bash hack/release.sh
+
+lock: setup       ## re-resolve requirements/image.lock (the image's hashed dependencies)
+	bash hack/lock.sh
 
 clean:
 	rm -rf .venv .tools .run

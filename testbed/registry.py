@@ -5,7 +5,7 @@ preflight's image check.
 Run as `.venv/bin/python -m testbed.registry` (it needs `cryptography`, which the project's
 venv has through openstacksdk). Its commands: install, start, stop, status.
 
-`install` runs hack/registry.sh (the package unpacked into .tools/registry, nothing installed
+`install` runs hack/registry.sh (the package unpacked into .tools/docker-registry, nothing installed
 on the system); exit 3 there means "cannot install here" and raises CannotInstall with its
 reason.
 
@@ -464,7 +464,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command line; `prog` names the command in usage and error lines."""
     return service_process.command_line(
         argv, prog, __doc__.split("\n\n")[0], install=install,
-        install_help="unpack Debian's docker-registry into .tools/registry (idempotent)",
+        install_help="unpack Debian's docker-registry into .tools/docker-registry (idempotent)",
         start_help="start (or restart) the registry of STATE_DIR", start_options=_start_options,
         start=lambda args: start(args.state_dir, args.auth, args.port, args.plain_http), stop=stop,
         up=lambda state: (state / "host").exists() and running_pid(state) is not None

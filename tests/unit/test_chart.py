@@ -400,6 +400,7 @@ def test_the_operator_runs_hardened_with_the_contracted_environment(tools, helm)
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert (env["METRICS_PORT"]["value"], env["HEALTH_PORT"]["value"]) == ("8080", "8081")
+    assert env["LOG_FORMAT"]["value"] == "text"  # logFormat: json for one JSON object per line
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     (budget,) = by_kind(documents, "PodDisruptionBudget")
     assert budget["spec"]["maxUnavailable"] == 1
@@ -435,7 +436,7 @@ def test_without_an_extra_ca_bundle_the_operator_pod_is_as_before(tools, helm):
     (container,) = pod["containers"]
     assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
     assert [e["name"] for e in container["env"]] == [
-        "WATCH_NAMESPACES", "POD_NAMESPACE", "POD_NAME", "METRICS_PORT", "HEALTH_PORT"]
+        "WATCH_NAMESPACES", "POD_NAMESPACE", "POD_NAME", "METRICS_PORT", "HEALTH_PORT", "LOG_FORMAT"]
 
 
 @pytest.mark.parametrize("helm", HELMS)

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ironic_shard_operator.core.nova_policy import FINDING_KINDS
 from ironic_shard_operator.controller.metrics import OperatorMetrics
 from ironic_shard_operator.core.model import Member, MemberLoad, NodeCounts, Observation, Plan, PoolSpec
+from ironic_shard_operator.core.pool_signals import signals
 from tests.unit.test_crd_schema import admit, schema
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
@@ -63,7 +64,11 @@ def exposed_families() -> list:
     metrics.record_moves("ns/p", 1)
     metrics.record_replacement("ns/p")
     metrics.record_fence("ns/p", "Wait")
-    metrics.record_ironic_error("ns/p", "timeout")
+    metrics.record_ironic_error("ns/p", "unavailable")
+    metrics.record_status("ns/p", signals({"metadata": {}, "spec": {"replicas": 1}}, {
+        "readyReplicas": 1, "conditions": [{"type": "Ready", "status": "True", "reason": "AllMembersReady"}],
+        "nova": {"forcedDown": []}, "handover": {"sources": []}}))
+    metrics.set_lease_transitions(1)
     metrics.record_nova_audit("ns/p", dict.fromkeys(FINDING_KINDS, 0))
     metrics.record_nova_action("ns/p", "forced_down_set")
     return list(text_string_to_metric_families(generate_latest(metrics.registry).decode()))

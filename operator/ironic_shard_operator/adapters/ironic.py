@@ -34,7 +34,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 import logging
 from dataclasses import dataclass, field
 from functools import cache, cached_property
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.openstack_http import (
@@ -70,6 +70,7 @@ RETRYABLE_STATUS = frozenset({409, 502, 503, 504})
 class IronicError(Exception):
     """Anything that stops the adapter; the message says what is wrong and where, and holds
     no credential in a form core/redact.py recognises (URL userinfo, `password=...`)."""
+    kind: ClassVar[str] = "other"  # metrics: ironic_shard_ironic_api_errors_total{kind}
 
     def __init__(self, message: str = "") -> None:
         super().__init__(redact(message))
@@ -77,31 +78,44 @@ class IronicError(Exception):
 
 class IronicConfigError(IronicError):
     """The clouds.yaml or cloud name cannot describe a connection."""
+    kind: ClassVar[str] = "config"
 
 
 class IronicUnavailable(IronicError):
     """Ironic does not answer (down, refused, timed out, or 5xx beyond the retries)."""
+    kind: ClassVar[str] = "unavailable"
 
 
 class IronicKeystoneUnavailable(IronicUnavailable):
     """Ironic could not be asked: the token request to Keystone failed (no answer, TLS, an
     HTTP error); Ironic itself was not reached."""
+    kind: ClassVar[str] = "keystone_unavailable"
 
 
 class IronicEndpointError(IronicError):
     """Something answers at the configured endpoint, but it is not the Ironic API."""
+    kind: ClassVar[str] = "endpoint"
 
 
 class IronicAuthError(IronicError):
     """Ironic (or Keystone) refused the credentials, or they may not do what we need."""
+    kind: ClassVar[str] = "auth"
 
 
 class IronicTooOld(IronicError):
     """The Ironic API is older than 1.82 and has no node shards."""
+    kind: ClassVar[str] = "too_old"
 
 
 class IronicRequestError(IronicError):
     """Ironic refused a request for another reason (a bug here or an API change)."""
+    kind: ClassVar[str] = "request"
+
+
+# Every `kind` an Ironic error can have, from the classes above (a metric's label values).
+ERROR_KINDS = tuple(dict.fromkeys(cls.kind for cls in (
+    IronicUnavailable, IronicKeystoneUnavailable, IronicAuthError, IronicEndpointError, IronicTooOld,
+    IronicConfigError, IronicRequestError, IronicError)))
 
 
 def selector_filters(selector: Selector) -> dict[str, str]:
@@ -287,7 +301,7 @@ class IronicAdapter:
         """The Ironic API base URL (without /v1), from the clouds.yaml or the catalog."""
         url = endpoint_for(self.connection, self._session, "baremetal", self.cloud,
                            missing=IronicEndpointError, refused=IronicAuthError,
-                           unreachable=IronicUnavailable)
+                           unreachable=IronicKeystoneUnavailable)  # the catalog is Keystone's
         return url[:-3] if url.endswith("/v1") else url
 
     @redacting

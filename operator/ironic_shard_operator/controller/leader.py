@@ -40,8 +40,9 @@ class WriteStop:
 class LeaderElector:
     """Acquires, renews and releases the operator's Lease; `may_write()` for the writers."""
 
-    def __init__(self, kube: Kube, namespace: str, identity: str) -> None:
+    def __init__(self, kube: Kube, namespace: str, identity: str, metrics: Any = None) -> None:
         self.kube, self.namespace, self.identity = kube, namespace, identity
+        self.metrics = metrics  # told the Lease's leaseTransitions at every read
         self.observed = Observed()
         self.lease: dict[str, Any] | None = None
         # lease_clock() when the last successful acquire/renewal began; None: not held.
@@ -58,6 +59,8 @@ class LeaderElector:
         loop = asyncio.get_running_loop()
         began = lease_clock()  # a standby sees this renewal only after it began
         current = await self.kube.get_lease(self.namespace, LEASE_NAME)
+        if self.metrics is not None and current is not None:
+            self.metrics.set_lease_transitions(int((current.get("spec") or {}).get("leaseTransitions") or 0))
         wanted = claim(current, self.identity, self.observed, loop.time(), time.time())
         if wanted is None:
             return False

@@ -6,15 +6,24 @@ series. The operator creates one, calls `serve(port)` once, and then only the `r
 methods below; it never touches a metric object directly.
 
 Invariants kept:
-- every series carries the `pool` label (plus `member` for per-member gauges), and a
+- every pool series carries the `pool` label (plus `member` for per-member gauges), and a
   member's or pool's series disappear when it does (`record_cycle` drops members no
-  longer planned, `forget_pool` drops a deleted pool);
-- label values are bounded: Ironic error kinds come from `IRONIC_ERROR_KINDS`, Nova's from
+  longer planned, `forget_pool` drops a deleted pool: every pool series is made through
+  `_child`, which remembers it);
+- a pool has its series from its first cycle, whether or not Ironic ever answers
+  (`record_status`, after every status write): members desired and Ready, each condition,
+  seconds since the last Ironic observation (counted from the pool's creation until the first
+  one), and every counter of a bounded label set at 0, so that `increase()` sees the first
+  event too;
+- label values are bounded: Ironic error kinds are the adapter's own exception classes'
+  (`adapters/ironic.py` ERROR_KINDS), Nova's from
   `NOVA_ERROR_KINDS`, fence
   modes from `FENCING_MODES`, Nova finding kinds from `audit.FINDING_KINDS`, Nova
   actions from `NOVA_ACTIONS`, handover triggers from `HANDOVER_TRIGGERS` and handover Job
   failure reasons from `handover.JOB_FAILURE_REASONS`, reasons for a full listing from
-  `observation.FULL_LISTING_KINDS`, so a strange exception can never explode cardinality;
+  `observation.FULL_LISTING_KINDS`, refused Kubernetes requests from `refusals.REASONS`,
+  conditions from the status the operator writes, so a strange exception can never explode
+  cardinality;
 - "seconds since the last successful Ironic observation" is computed at scrape time, so
   it keeps growing while Ironic is unreachable and no cycle completes.
 """
@@ -23,24 +32,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ironic_shard_operator.adapters.ironic import ERROR_KINDS, IronicError
 from ironic_shard_operator.core.handover import FAILURE, JOB_FAILURE_REASONS, SCALE_DOWN
 from ironic_shard_operator.core.nova_policy import FINDING_KINDS
 from ironic_shard_operator.core.model import Observation, Plan
 from ironic_shard_operator.core.observation import FULL_LISTING_KINDS
+from ironic_shard_operator.core.pool_signals import PoolSignals
+from ironic_shard_operator.core.refusals import REASONS as REFUSAL_REASONS
 from ironic_shard_operator.core.spec import FENCING_MODES
 
 PREFIX = "ironic_shard"
 
-# What went wrong talking to Ironic, as few words as an alert needs.
-IRONIC_ERROR_KINDS = (
-    "timeout", "connection", "auth", "not_found", "conflict", "client", "server", "other",
-)
+# What went wrong talking to Ironic: the adapter's exception classes say it (unavailable,
+# keystone_unavailable, auth, endpoint, too_old, config, request; other for anything else).
+IRONIC_ERROR_KINDS = ERROR_KINDS
 
 # Why a Nova call failed: Nova features off (`disabled`: no usable compute endpoint,
 # credentials refused, Nova too old) or Nova not answering or failing (`unavailable`).
@@ -64,35 +76,9 @@ HANDOVER_BUCKETS = (5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800)
 
 
 def classify_ironic_error(error: BaseException) -> str:
-    """The `kind` label for an exception raised talking to Ironic (one of IRONIC_ERROR_KINDS).
-
-    Works on openstacksdk/keystoneauth/requests exceptions by their class names and HTTP
-    status, so this module needs none of those libraries.
-    """
-    names = {cls.__name__ for cls in type(error).__mro__}
-    if isinstance(error, TimeoutError) or names & {
-        "ConnectTimeout", "ReadTimeout", "Timeout", "RequestTimeout", "GatewayTimeout",
-    }:
-        return "timeout"
-    status = getattr(error, "status_code", None) or getattr(error, "http_status", None)
-    if isinstance(status, int):
-        if status in (401, 403):
-            return "auth"
-        if status == 404:
-            return "not_found"
-        if status == 409:
-            return "conflict"
-        if 400 <= status < 500:
-            return "client"
-        if status >= 500:
-            return "server"
-    if names & {"Unauthorized", "Forbidden", "AuthorizationFailure", "MissingAuthPlugin"}:
-        return "auth"
-    if isinstance(error, ConnectionError) or names & {
-        "ConnectFailure", "ConnectionError", "UnknownConnectionError", "SSLError",
-    }:
-        return "connection"
-    return "other"
+    """The `kind` label of an exception raised talking to Ironic: its adapter class's own kind
+    (IronicError.kind), `other` for anything the adapter did not raise."""
+    return error.kind if isinstance(error, IronicError) else "other"
 
 
 class _SinceLastObservation(Collector):
@@ -209,12 +195,61 @@ class OperatorMetrics:
             "Full listings of the pool's Ironic nodes (ceil(N/1000)+1 requests each; a steady poll "
             "makes 2), by reason (core/observation.py FULL_LISTING_KINDS).",
             ["pool", "reason"], registry=r)
+        self.conditions = Gauge(
+            f"{PREFIX}_condition",
+            "The pool's conditions as its status says them: 1 while True, 0 while False, with the "
+            "condition's current reason.", ["pool", "condition", "reason"], registry=r)
+        self.forced_down = Gauge(
+            f"{PREFIX}_nova_forced_down_members",
+            "Members whose Nova compute service is forced down now (status.nova.forcedDown).",
+            ["pool"], registry=r)
+        self.handover_in_flight = Gauge(
+            f"{PREFIX}_handover_nodes_in_flight",
+            "Nodes with instances a handover Job is moving in Nova now (status.handover).",
+            ["pool"], registry=r)
+        self.refusals = Counter(
+            f"{PREFIX}_kube_api_refusals",
+            "Requests of a pool's cycle the Kubernetes API server refused (403, 422), by reason.",
+            ["pool", "reason"], registry=r)
         self.leader = Gauge(
             f"{PREFIX}_leader", "1 while this replica holds the leader Lease, else 0.",
             registry=r)
+        self.lease_transitions = Gauge(
+            f"{PREFIX}_lease_transitions",
+            "The leader Lease's leaseTransitions as this replica last read it: it grows by one "
+            "at every change of leader.", registry=r)
         self._since = _SinceLastObservation(clock)
         r.register(self._since)
         self._members: dict[str, set[str]] = {}
+        # Every child series made for a pool (metric, label values): what forget_pool removes.
+        self._series: dict[str, set[tuple[Any, tuple[str, ...]]]] = {}
+        self._observed: set[str] = set()  # pools with an Ironic observation in this process
+        self._started: set[str] = set()  # pools whose counters record_status has shown
+        # Counters (and histograms) whose every label value is known: 0 from a pool's first cycle.
+        self._zeroed: tuple[tuple[Any, tuple[tuple[str, ...], ...]], ...] = (
+            (self.node_moves, ((),)), (self.moves_reverted, ((),)), (self.replacements, ((),)),
+            (self.cycle_duration, ((),)),
+            (self.fences, tuple((m,) for m in FENCING_MODES)),
+            (self.ironic_errors, tuple((k,) for k in IRONIC_ERROR_KINDS)),
+            (self.nova_errors, tuple((k,) for k in NOVA_ERROR_KINDS)),
+            (self.nova_actions, tuple((a,) for a in NOVA_ACTIONS)),
+            (self.handover_nodes, tuple((t,) for t in HANDOVER_TRIGGERS)),
+            (self.handover_duration, tuple((t,) for t in HANDOVER_TRIGGERS)),
+            (self.handover_job_failures, tuple((f,) for f in JOB_FAILURE_REASONS)),
+            (self.full_listings, tuple((f,) for f in FULL_LISTING_KINDS)),
+            (self.refusals, tuple((f,) for f in REFUSAL_REASONS)),
+        )
+
+    def _child(self, metric: Any, pool: str, *labels: str) -> Any:
+        """The series of `metric` for `pool` and `labels`, remembered for forget_pool."""
+        self._series.setdefault(pool, set()).add((metric, (pool, *labels)))
+        return metric.labels(pool, *labels)
+
+    def _drop(self, metric: Any, pool: str, *labels: str) -> None:
+        key = (metric, (pool, *labels))
+        if key in self._series.get(pool, ()):
+            self._series[pool].discard(key)
+            metric.remove(pool, *labels)
 
     # ---- what the operator calls -------------------------------------------------------
 
@@ -222,129 +257,149 @@ class OperatorMetrics:
                      duration_seconds: float) -> None:
         """One completed cycle: the pool's gauges now describe `plan`, and Ironic was seen
         successfully at `observation.now`."""
-        self.members_desired.labels(pool).set(plan.desired_replicas)
-        self.members_ready.labels(pool).set(sum(1 for m in observation.members if m.ready))
-        self.members_in_ring.labels(pool).set(len(plan.ring_members))
+        self._child(self.members_in_ring, pool).set(len(plan.ring_members))
         counts = plan.counts
-        self.managed_nodes.labels(pool).set(counts.total)
-        self.unassigned_nodes.labels(pool).set(counts.unassigned)
-        self.misplaced_nodes.labels(pool).set(counts.misplaced)
-        self.pending_moves.labels(pool).set(counts.pending_moves)
-        self.scale_down_blocked.labels(pool).set(len(plan.scale_down_blocked))
+        self._child(self.managed_nodes, pool).set(counts.total)
+        self._child(self.unassigned_nodes, pool).set(counts.unassigned)
+        self._child(self.misplaced_nodes, pool).set(counts.misplaced)
+        self._child(self.pending_moves, pool).set(counts.pending_moves)
+        self._child(self.scale_down_blocked, pool).set(len(plan.scale_down_blocked))
         members = {load.name for load in plan.loads}
         for load in plan.loads:
-            self.member_nodes.labels(pool, load.name).set(load.nodes)
-            self.member_pinned_nodes.labels(pool, load.name).set(load.pinned)
+            self._child(self.member_nodes, pool, load.name).set(load.nodes)
+            self._child(self.member_pinned_nodes, pool, load.name).set(load.pinned)
         for gone in self._members.get(pool, set()) - members:
-            self.member_nodes.remove(pool, gone)
-            self.member_pinned_nodes.remove(pool, gone)
+            self._drop(self.member_nodes, pool, gone)
+            self._drop(self.member_pinned_nodes, pool, gone)
         self._members[pool] = members
-        self.cycle_duration.labels(pool).observe(duration_seconds)
+        self._child(self.cycle_duration, pool).observe(duration_seconds)
         self._since.last[pool] = observation.now
+        self._observed.add(pool)
+
+    def record_status(self, pool: str, signals: PoolSignals) -> None:
+        """After every status write of `pool`, from its first cycle on, whatever Ironic does:
+        members desired and Ready, each condition (a reason gone takes its series along),
+        forced-down members and handover nodes in flight (once the status has them), the
+        clock of seconds since the last Ironic observation (from `signals.since_observed`
+        until this process observes Ironic), and every known counter at 0."""
+        if pool not in self._started:
+            self._started.add(pool)
+            for metric, label_sets in self._zeroed:
+                for labels in label_sets:
+                    self._child(metric, pool, *labels)  # 0, or what was counted already
+        if signals.members_desired is not None:
+            self._child(self.members_desired, pool).set(signals.members_desired)
+        self._child(self.members_ready, pool).set(signals.members_ready)
+        shown = {(c.type, c.reason) for c in signals.conditions}
+        for metric, labels in list(self._series[pool]):
+            if metric is self.conditions and labels[1:] not in shown:
+                self._drop(self.conditions, *labels)
+        for condition in signals.conditions:
+            self._child(self.conditions, pool, condition.type, condition.reason).set(1 if condition.true else 0)
+        for metric, value in ((self.forced_down, signals.forced_down),
+                              (self.handover_in_flight, signals.handover_in_flight)):
+            if value is None:
+                self._drop(metric, pool)
+            else:
+                self._child(metric, pool).set(value)
+        if pool not in self._observed and signals.since_observed is not None:
+            self._since.last[pool] = signals.since_observed
+
+    def record_refusals(self, pool: str, reasons: Iterable[str]) -> None:
+        """Requests of one cycle the API server refused, by reason (core/refusals.py REASONS)."""
+        for reason in reasons:
+            if reason not in REFUSAL_REASONS:
+                raise ValueError(f"refusal reason {reason!r} is not one of {', '.join(REFUSAL_REASONS)}")
+            self._child(self.refusals, pool, reason).inc()
 
     def record_moves(self, pool: str, count: int) -> None:
         """`count` shard PATCHes succeeded."""
-        self.node_moves.labels(pool).inc(count)
+        self._child(self.node_moves, pool).inc(count)
 
     def record_moves_reverted(self, pool: str, count: int) -> None:
         """`count` guarded shard changes were put back (a build claimed the node meanwhile)."""
-        self.moves_reverted.labels(pool).inc(count)
+        self._child(self.moves_reverted, pool).inc(count)
 
     def record_replacement(self, pool: str) -> None:
         """A failed member pod was replaced by a new pod with the same identity."""
-        self.replacements.labels(pool).inc()
+        self._child(self.replacements, pool).inc()
 
     def record_fence(self, pool: str, mode: str) -> None:
         """An old member pod was declared gone under fencing `mode` (one of FENCING_MODES)."""
         if mode not in FENCING_MODES:
             raise ValueError(f"fencing mode {mode!r} is not one of {', '.join(FENCING_MODES)}")
-        self.fences.labels(pool, mode).inc()
+        self._child(self.fences, pool, mode).inc()
 
     def record_ironic_error(self, pool: str, error: BaseException | str) -> None:
-        """A failed Ironic call: an exception (classified) or a kind from IRONIC_ERROR_KINDS."""
+        """A failed Ironic call: an exception (its adapter class's kind) or a kind from
+        IRONIC_ERROR_KINDS."""
         kind = error if isinstance(error, str) else classify_ironic_error(error)
         if kind not in IRONIC_ERROR_KINDS:
             raise ValueError(
                 f"Ironic error kind {kind!r} is not one of {', '.join(IRONIC_ERROR_KINDS)}")
-        self.ironic_errors.labels(pool, kind).inc()
+        self._child(self.ironic_errors, pool, kind).inc()
 
     def record_nova_error(self, pool: str, kind: str) -> None:
         """A Nova cycle that failed: `kind` is one of NOVA_ERROR_KINDS."""
         if kind not in NOVA_ERROR_KINDS:
             raise ValueError(f"Nova error kind {kind!r} is not one of {', '.join(NOVA_ERROR_KINDS)}")
-        self.nova_errors.labels(pool, kind).inc()
+        self._child(self.nova_errors, pool, kind).inc()
 
     def record_nova_audit(self, pool: str, counts: dict[str, int]) -> None:
         """The findings of one Nova audit: {kind: count} (audit.FINDING_KINDS, zeros included)."""
         for kind, count in counts.items():
             if kind not in FINDING_KINDS:
                 raise ValueError(f"Nova finding kind {kind!r} is not one of {', '.join(FINDING_KINDS)}")
-            self.nova_findings.labels(pool, kind).set(count)
+            self._child(self.nova_findings, pool, kind).set(count)
 
     def record_nova_action(self, pool: str, action: str, count: int = 1) -> None:
         """`count` writes of one of NOVA_ACTIONS."""
         if action not in NOVA_ACTIONS:
             raise ValueError(f"Nova action {action!r} is not one of {', '.join(NOVA_ACTIONS)}")
-        self.nova_actions.labels(pool, action).inc(count)
+        self._child(self.nova_actions, pool, action).inc(count)
 
     def record_handover_nodes(self, pool: str, trigger: str, count: int) -> None:
         """`count` nodes with instances handed over by `trigger` (one of HANDOVER_TRIGGERS)."""
         if trigger not in HANDOVER_TRIGGERS:
             raise ValueError(f"handover trigger {trigger!r} is not one of {', '.join(HANDOVER_TRIGGERS)}")
-        self.handover_nodes.labels(pool, trigger).inc(count)
+        self._child(self.handover_nodes, pool, trigger).inc(count)
 
     def record_handover_durations(self, pool: str, trigger: str, seconds: Iterable[float]) -> None:
         """Nodes just re-sharded by a handover: each one's time since its Job was created."""
         if trigger not in HANDOVER_TRIGGERS:
             raise ValueError(f"handover trigger {trigger!r} is not one of {', '.join(HANDOVER_TRIGGERS)}")
         for value in seconds:
-            self.handover_duration.labels(pool, trigger).observe(value)
+            self._child(self.handover_duration, pool, trigger).observe(value)
 
     def record_handover_job_failure(self, pool: str, reason: str) -> None:
         """A failed handover Job deleted to try its batch again: `reason` is one of
         handover.JOB_FAILURE_REASONS."""
         if reason not in JOB_FAILURE_REASONS:
             raise ValueError(f"handover failure reason {reason!r} is not one of {', '.join(JOB_FAILURE_REASONS)}")
-        self.handover_job_failures.labels(pool, reason).inc()
+        self._child(self.handover_job_failures, pool, reason).inc()
 
     def record_full_listing(self, pool: str, reason: str) -> None:
         """The pool's nodes were listed in full: `reason` is one of FULL_LISTING_KINDS
         (CycleReport.full_listing_kind)."""
         if reason not in FULL_LISTING_KINDS:
             raise ValueError(f"full listing reason {reason!r} is not one of {', '.join(FULL_LISTING_KINDS)}")
-        self.full_listings.labels(pool, reason).inc()
+        self._child(self.full_listings, pool, reason).inc()
 
     def set_leader(self, leading: bool) -> None:
         """Whether this replica is the one acting (holds the Lease)."""
         self.leader.set(1 if leading else 0)
 
+    def set_lease_transitions(self, transitions: int) -> None:
+        """The leader Lease's spec.leaseTransitions, as last read (leader and standby alike)."""
+        self.lease_transitions.set(transitions)
+
     def forget_pool(self, pool: str) -> None:
         """Drop every series of a deleted pool."""
-        for metric in (self.members_desired, self.members_ready, self.members_in_ring,
-                       self.managed_nodes, self.unassigned_nodes, self.misplaced_nodes,
-                       self.pending_moves, self.scale_down_blocked, self.node_moves, self.moves_reverted,
-                       self.replacements, self.cycle_duration):
-            _remove_if_present(metric, pool)
-        for member in self._members.pop(pool, set()):
-            self.member_nodes.remove(pool, member)
-            self.member_pinned_nodes.remove(pool, member)
-        for mode in FENCING_MODES:
-            _remove_if_present(self.fences, pool, mode)
-        for kind in IRONIC_ERROR_KINDS:
-            _remove_if_present(self.ironic_errors, pool, kind)
-        for kind in NOVA_ERROR_KINDS:
-            _remove_if_present(self.nova_errors, pool, kind)
-        for kind in FINDING_KINDS:
-            _remove_if_present(self.nova_findings, pool, kind)
-        for action in NOVA_ACTIONS:
-            _remove_if_present(self.nova_actions, pool, action)
-        for trigger in HANDOVER_TRIGGERS:
-            _remove_if_present(self.handover_nodes, pool, trigger)
-            _remove_if_present(self.handover_duration, pool, trigger)
-        for reason in JOB_FAILURE_REASONS:
-            _remove_if_present(self.handover_job_failures, pool, reason)
-        for reason in FULL_LISTING_KINDS:
-            _remove_if_present(self.full_listings, pool, reason)
+        for metric, labels in self._series.pop(pool, set()):
+            metric.remove(*labels)
+        self._members.pop(pool, None)
+        self._observed.discard(pool)
+        self._started.discard(pool)
         self._since.last.pop(pool, None)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> WSGIServer:
@@ -355,10 +410,3 @@ class OperatorMetrics:
         except OSError as error:
             raise OSError(f"cannot serve metrics on {addr}:{port}: {error}") from error
         return server
-
-
-def _remove_if_present(metric: Gauge | Counter | Histogram, *labels: str) -> None:
-    try:
-        metric.remove(*labels)
-    except KeyError:
-        pass

@@ -31,9 +31,11 @@ from ironic_shard_operator.controller.ironic_cycle import AdapterCache
 from ironic_shard_operator.controller.nova_cycle import NovaRuntime
 from ironic_shard_operator.controller.preflight_side import PreflightSide
 from ironic_shard_operator.controller.reconcile import reconcile
+from ironic_shard_operator.core import liveness
 from ironic_shard_operator.core.claims import PoolClaim
 from ironic_shard_operator.core.model import Plan
 from ironic_shard_operator.core.schedule import RETRY_SECONDS
+from ironic_shard_operator.core.spec import IronicSettings
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +81,19 @@ class Operator:
 
     def __init__(self, kube: Kube, *, metrics: Any = None,
                  clock: Callable[[], float] = time.time,
-                 may_write: Callable[[], bool] = lambda: True) -> None:
+                 may_write: Callable[[], bool] = lambda: True,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.metrics = metrics
         self.clock = clock
         self.may_write = may_write
+        self.monotonic = monotonic  # the clock of the loops' beats (core/liveness.py)
         self.pools: dict[str, PoolRuntime] = {}
+        self.beats: dict[str, liveness.Beat] = {}
+
+    def stuck_loops(self) -> list[str]:
+        """Why the pool loops are not alive (core/liveness.py): empty while they are."""
+        return liveness.stuck(self.beats, self.monotonic())
 
     def runtime(self, key: str) -> PoolRuntime:
         return self.pools.setdefault(key, PoolRuntime())
@@ -118,6 +127,7 @@ class Operator:
         try:
             await self._loop(key, runtime, body, stopped, claims)
         finally:
+            self.beats.pop(key, None)
             watcher.cancel()
             runtime.interrupt.set()
             if runtime.cloud_side is not None:  # its writes stop at the interrupt; Ironic may hang
@@ -129,6 +139,8 @@ class Operator:
                     claims: Callable[[], Iterable[PoolClaim]]) -> None:
         while not stopped:
             runtime.wake.clear()
+            interval = _poll_interval(body)
+            self.beats[key] = liveness.Beat(self.monotonic(), self.monotonic(), interval)
             try:
                 delay = await reconcile(self, body, claims())
             except (KubeError, IronicError) as error:  # noqa: PERF203 - the loop must go on
@@ -137,9 +149,17 @@ class Operator:
             except Exception:  # a bug: say so loudly, keep the other pools going
                 log.exception("pool %s: cycle failed unexpectedly", key)
                 delay = RETRY_SECONDS
+            self.beats[key] = liveness.Beat(None, self.monotonic() + delay + DEBOUNCE_SECONDS, interval)
             await _sleep_until(runtime.wake, stopped, delay)
             if runtime.wake.is_set() and not stopped:
                 await asyncio.sleep(DEBOUNCE_SECONDS)
+
+
+def _poll_interval(body: Mapping[str, Any]) -> float:
+    """The pool's spec.ironic.pollIntervalSeconds, also in a spec invalid elsewhere (its default
+    where it cannot be read)."""
+    value = ((body.get("spec") or {}).get("ironic") or {}).get("pollIntervalSeconds")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else IronicSettings().poll_interval_seconds
 
 
 async def _interrupt_when_stopped(stopped: Any, runtime: PoolRuntime) -> None:

@@ -47,6 +47,7 @@ from ironic_shard_operator.adapters.kube import KubeError, KubeRefused
 from ironic_shard_operator.adapters.preflight import Inputs
 from ironic_shard_operator.controller.cloud_side import CloudResult, CloudSide, CloudWork
 from ironic_shard_operator.controller.log_redaction import KNOWN
+from ironic_shard_operator.controller.signals import status_written
 from ironic_shard_operator.core import handover, handover_job, model, pods, podspec
 from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
@@ -127,6 +128,7 @@ class _Cycle:
                                       self.previous)
         if status != _comparable(self.previous, status):
             await self.op.kube.patch_pool_status(self.namespace, self.name, status)
+        status_written(self.op.metrics, self.key, self.body, status, self.runtime.last_status)
         self.runtime.last_status = status
         self.runtime.generation = facts.generation
         stamp = format_time(self.now)
@@ -450,6 +452,8 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
         metrics.record_cycle(cycle.key, model.Observation(pool.spec, members.readiness, (), cycle.now),
                              plan, report.duration_seconds)
     refusals = (*secrets.refusals, *acted.refusals)
+    if metrics is not None:
+        metrics.record_refusals(cycle.key, (r.reason for r in refusals))
     problems = _problems(secrets, refusals, cloud)
     events = [] if pool.paused else [*acted.events, *decision.events]
     events.extend(news(refusals, cycle.previous))

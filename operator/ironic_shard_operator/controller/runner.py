@@ -5,7 +5,13 @@ Environment:
   POD_NAMESPACE     where the leader Lease lives (default: "default")
   POD_NAME          this replica's identity in the Lease (default: hostname-pid)
   METRICS_PORT      Prometheus /metrics (default 8080; 0 disables)
-  HEALTH_PORT       /healthz, answered by leader and standby alike (default 8081; 0 disables)
+  HEALTH_PORT       /healthz, answered by leader and standby alike (default 8081; 0 disables):
+                    200 "ok leader" / "ok standby"; 503 with the reason once a pool loop of
+                    the leader is stuck for 5 poll intervals (at least 300 s; core/liveness.py),
+                    so that the kubelet's liveness probe restarts the replica
+  LOG_FORMAT        text (default: "[time] logger [LEVEL] message") or json (one JSON object
+                    per line: message, timestamp, severity, exc_info)
+  OPERATOR_DEBUG    any value: kopf's verbose log, and every pod event kopf handles
 
 Leader election uses a coordination.k8s.io/v1 Lease named `ironic-shard-operator` in
 POD_NAMESPACE, the Kubernetes standard (client-go's leaderelection, kube-controller-
@@ -39,7 +45,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import kopf
 from aiohttp import web
@@ -52,6 +58,9 @@ from ironic_shard_operator.core.lease import LEASE_NAME, RETRY
 log = logging.getLogger("ironic_shard_operator.controller.runner")
 
 
+LOG_FORMATS = {"text": kopf.LogFormat.FULL, "json": kopf.LogFormat.JSON}
+
+
 @dataclass(frozen=True)
 class Settings:
     namespaces: tuple[str, ...]
@@ -59,6 +68,7 @@ class Settings:
     identity: str
     metrics_port: int
     health_port: int
+    log_format: str = "text"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "Settings":
@@ -68,7 +78,11 @@ class Settings:
                 raise SystemExit(f"{name}={raw!r}: must be a port number (0 disables)")
             return int(raw)
 
+        log_format = env.get("LOG_FORMAT", "").strip().lower() or "text"
+        if log_format not in LOG_FORMATS:
+            raise SystemExit(f"LOG_FORMAT={log_format!r}: must be one of {', '.join(LOG_FORMATS)}")
         return cls(
+            log_format=log_format,
             namespaces=tuple(n.strip() for n in env.get("WATCH_NAMESPACES", "").split(",") if n.strip()),
             pod_namespace=env.get("POD_NAMESPACE", "").strip() or "default",
             identity=env.get("POD_NAME", "").strip() or f"{socket.gethostname()}-{os.getpid()}",
@@ -77,12 +91,24 @@ class Settings:
         )
 
 
-async def _serve_health(port: int, role: dict[str, str]) -> web.AppRunner | None:
+@dataclass
+class Health:
+    """What /healthz answers: this replica's role, and why its pool loops are not alive
+    (`problems`: the leader's Operator.stuck_loops once it leads)."""
+
+    role: str = "standby"
+    problems: Callable[[], list[str]] = lambda: []
+
+
+async def _serve_health(port: int, health: Health) -> web.AppRunner | None:
     if not port:
         return None
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text=f"ok {role['role']}\n")
+        problems = health.problems()
+        if problems:
+            return web.Response(status=503, text=f"unhealthy {health.role}: " + "; ".join(problems) + "\n")
+        return web.Response(text=f"ok {health.role}\n")
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
@@ -98,8 +124,8 @@ async def run(settings: Settings) -> int:
     from ironic_shard_operator.controller.metrics import OperatorMetrics
     from ironic_shard_operator.controller.pool_loop import Operator
 
-    role = {"role": "standby"}
-    health = await _serve_health(settings.health_port, role)
+    state = Health()
+    health = await _serve_health(settings.health_port, state)
     metrics = OperatorMetrics()
     metrics_server = metrics.serve(settings.metrics_port) if settings.metrics_port else None
     stop = asyncio.Event()
@@ -108,7 +134,7 @@ async def run(settings: Settings) -> int:
         loop.add_signal_handler(signum, stop.set)
     # Renewals are bounded by RETRY (keep()); a 429/5xx is retried within that time only.
     election_kube = Kube(timeout=RETRY, retry_budget=RETRY / 2)
-    elector = LeaderElector(election_kube, settings.pod_namespace, settings.identity)
+    elector = LeaderElector(election_kube, settings.pod_namespace, settings.identity, metrics)
     code = 0
     try:
         acquiring = asyncio.ensure_future(elector.acquire())
@@ -118,9 +144,9 @@ async def run(settings: Settings) -> int:
             acquiring.cancel()
             return 0
         stopping.cancel()
-        role["role"] = "leader"
+        state.role = "leader"
         metrics.set_leader(True)
-        code = await _lead(settings, elector, metrics, stop, Operator)
+        code = await _lead(settings, elector, metrics, stop, Operator, state)
     finally:
         metrics.set_leader(False)
         if code == 0:
@@ -134,11 +160,13 @@ async def run(settings: Settings) -> int:
 
 
 async def _lead(settings: Settings, elector: LeaderElector, metrics: Any, stop: asyncio.Event,
-                operator_class: Any) -> int:
+                operator_class: Any, health: Health | None = None) -> int:
     """Run kopf while the Lease is held; 0 after a requested stop. Losing the Lease ends
-    the process at once (exit code 1)."""
+    the process at once (exit code 1). /healthz follows the pool loops from now on."""
     operator = operator_class(Kube(may_write=elector.may_write), metrics=metrics,
                               may_write=elector.may_write)
+    if health is not None:
+        health.problems = operator.stuck_loops
     # No stop_flag: kopf handles SIGTERM/SIGINT itself once it runs (a stop_flag that is
     # never set would keep kopf waiting for its waiter task at exit); a stop requested
     # before that cancels kopf, which it takes as a request to stop too.
@@ -183,11 +211,11 @@ def main(argv: list[str] | None = None) -> int:
                     "IronicComputeShard it watches.",
         epilog=__doc__.split("\n\n", 1)[1]).parse_args(argv)
     debug = bool(os.environ.get("OPERATOR_DEBUG"))
-    kopf.configure(verbose=debug, log_prefix=True)
+    settings = Settings.from_env(os.environ)
+    kopf.configure(verbose=debug, log_prefix=True, log_format=LOG_FORMATS[settings.log_format])
     log_redaction.install()  # no credential in the log, whoever logs it
     if not debug:  # kopf logs every handled pod event at INFO: keep the log about our actions
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    settings = Settings.from_env(os.environ)
     log.info("starting: identity %s, namespaces %s, Lease %s/%s", settings.identity,
              ",".join(settings.namespaces) or "(all)", settings.pod_namespace, LEASE_NAME)
     code = asyncio.run(run(settings))

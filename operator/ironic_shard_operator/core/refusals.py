@@ -18,6 +18,12 @@ from typing import Any
 from ironic_shard_operator.core.events import Event
 
 
+# Every reason a refusal can have: the requests a cycle makes that the API server may refuse
+# (the `reason` label of ironic_shard_kube_api_refusals_total).
+REASONS = ("SecretReadRefused", "PodCreateRefused", "PodDeleteRefused", "ConfigMapWriteRefused",
+           "ConfigMapDeleteRefused")
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """One refused request: `reason` (e.g. PodCreateRefused) for the condition and the Event,
