@@ -85,7 +85,7 @@ def _preflight(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     from pathlib import Path
 
     from ironic_shard_operator.adapters.kubectl import Kubectl, KubectlError
-    from ironic_shard_operator.adapters.preflight import Inputs, run_checks
+    from ironic_shard_operator.adapters.preflight import Inputs, quiet_client_logs, run_checks
     from ironic_shard_operator.core import preflight
     from ironic_shard_operator.core.model import Selector
     from ironic_shard_operator.core.spec import InvalidSpec
@@ -119,6 +119,7 @@ def _preflight(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
                         handover=args.handover_nova_conf is not None,
                         handover_nova_conf=read(args.handover_nova_conf), image=args.image,
                         check_image=not args.skip_image)
+    quiet_client_logs()
     checks = run_checks(inputs)
     print(preflight.as_json(checks) if args.json else preflight.table(checks))
     return 1 if preflight.any_failed(checks) else 0
