@@ -292,7 +292,9 @@ def test_crd_names_scale_subresource_and_printer_columns():
                if c.get("priority", 0) == 0}
     assert columns == {
         "Desired": ".spec.replicas",
-        "Ready": ".status.readyReplicas",
+        "Ready Members": ".status.readyReplicas",
+        "Ready": '.status.conditions[?(@.type=="Ready")].status',
+        "Degraded": '.status.conditions[?(@.type=="Degraded")].status',
         "Nodes": ".status.nodes.total",
         "Pinned": ".status.nodes.pinned",
         "Pending": ".status.nodes.pendingMoves",
@@ -301,7 +303,8 @@ def test_crd_names_scale_subresource_and_printer_columns():
     # every column points at a field the schema declares
     declared = {path for path, _ in schema_fields(schema(), "")}
     for column in version()["additionalPrinterColumns"]:
-        assert column["jsonPath"] in declared | {".metadata.creationTimestamp"}, column
+        path = re.sub(r"\[\?\(@\.type==\"\w+\"\)\]", "[]", column["jsonPath"])  # a condition's field
+        assert path in declared | {".metadata.creationTimestamp"}, column
 
 
 def test_every_field_has_a_description():
@@ -667,7 +670,25 @@ def test_kubectl_get_wide_shows_a_value_in_every_status_column():
     status_columns = [c["name"] for c in version()["additionalPrinterColumns"] if c["jsonPath"].startswith(".status.")]
     assert "Target" in status_columns
     assert [name for name in status_columns if cells[name] is None] == []
-    assert (cells["Target"], cells["Ready"], cells["Nodes"]) == (2, 2, 600)
+    assert (cells["Target"], cells["Ready Members"], cells["Nodes"]) == (2, 2, 600)
+
+
+def test_kubectl_get_shows_the_ready_and_degraded_conditions_without_wide():
+    """`kubectl get ics` (no -o wide) shows conditions Ready and Degraded as the operator wrote
+    them: a pool that is not Ready, and why it is Degraded, is seen in the list of pools."""
+    (resource_type,) = custom_resource_types(crd())
+    members = (model.Member("rack-a-0", True, 1.7e9), model.Member("rack-a-1", False, 1.7e9))
+    status, _ = build_status(CycleFacts(
+        generation=1, pool="rack-a", members=members, plan=_converged_plan(), pods_existing=2, pods_ready=1,
+        selector="ironicshards.io/pool=rack-a", now=1.8e9, error="Ironic at http://x is not answering",
+        error_reason="IronicUnavailable"), None)
+    pool = {**defaulted(example_pool("minimal")), "status": status}
+    pool["metadata"] = {**pool["metadata"], "creationTimestamp": "2025-01-01T00:00:00Z"}
+    printed = table(resource_type, [pool], {})
+    shown = [c["name"] for c in printed["columnDefinitions"] if c["priority"] == 0]
+    cells = dict(zip((c["name"] for c in printed["columnDefinitions"]), printed["rows"][0]["cells"]))
+    assert {"Ready", "Degraded"} <= set(shown)
+    assert (cells["Ready"], cells["Degraded"], cells["Ready Members"]) == ("False", "True", 1)
 
 
 # --- kubectl ----------------------------------------------------------------------------
