@@ -15,7 +15,7 @@ CRD decides, in the API server's order:
    object schema that lists properties, and neither preserves unknown fields nor declares
    additionalProperties, gets `additionalProperties: false`. `metadata` is checked by the
    API server's own ObjectMeta rules and stays open here.
-4. List types: `x-kubernetes-list-type: map` refuses two items with the same key.
+4. List types: `x-kubernetes-list-type: map` refuses two items with the same key, `set` the same item twice.
 5. CEL: every `x-kubernetes-validations` rule is evaluated for real with cel-python
    (`celpy`), `self` and `oldSelf` bound as the API server binds them. A rule using
    `oldSelf` (a transition rule) runs only on an update where the old value exists. The
@@ -190,6 +190,9 @@ def list_map_errors(obj: dict[str, Any]) -> list[str]:
             seen = [_map_key(item, keys) for item in value]
             errors += [f"{path or '<root>'}: duplicate entries for key {key}"
                        for key in sorted({k for k in seen if seen.count(k) > 1})]
+        if node.get("x-kubernetes-list-type") == "set" and isinstance(value, list):
+            errors += [f"{path or '<root>'}: duplicate value {item!r}"
+                       for item in sorted({i for i in value if value.count(i) > 1})]
     return errors
 
 
@@ -333,7 +336,7 @@ def test_every_cel_rule_compiles_and_has_a_message():
 
 def test_pool_name_rule_is_the_models_pattern():
     """The CRD refuses exactly the names the operator refuses (model.POOL_NAME)."""
-    (rule,) = schema()["x-kubernetes-validations"]
+    (rule,) = [r for r in schema()["x-kubernetes-validations"] if r["rule"].startswith("self.metadata.name")]
     assert f"'{model.POOL_NAME.pattern}'" in rule["rule"]
 
 
@@ -490,6 +493,10 @@ REFUSED = {
                                                       "secretKeyRef": {"name": "s", "key": "k"}}}]),
         "exactly one of"),
     "paused as a string": (_set("spec.paused", "yes"), "is not of type 'boolean'"),
+    "retiring another pool's member": (_set("spec.retireMembers", ["rack-b-1"]), "name members of this pool"),
+    "retiring a member with a leading zero": (_set("spec.retireMembers", ["rack-a-01"]), "name members of this pool"),
+    "fencing a name that is no member": (_set("spec.fencedMembers", ["rack-a"]), "name members of this pool"),
+    "retiring one member twice": (_set("spec.retireMembers", ["rack-a-1", "rack-a-1"]), "duplicate"),
     "negative scale-down stabilization": (
         _both(_delete("spec.replicas"), _set("spec.autoscale", {"scaleDownStabilizationSeconds": -1})),
         "less than the minimum of 0"),

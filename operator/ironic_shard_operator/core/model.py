@@ -135,12 +135,15 @@ class PoolSpec:
     """What the planner needs of an IronicComputeShard's spec.
 
     `replicas` is the member count unless `autoscale` is set, which then decides it.
+    `retire_first` (spec.retireMembers): members that go before the highest ordinals when the
+    pool has more members than that count.
     """
 
     name: str
     replicas: int = 1
     autoscale: Autoscale | None = None
     rebalance_after_seconds: float = 120.0
+    retire_first: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +207,7 @@ class Plan:
     `members_to_delete` retired identities that own no node any more, and
     `scale_down_blocked` maps a retiring member to the pinned nodes it still owns.
     `autoscale` says how autoscale chose `desired_replicas`; None: spec.replicas did.
+    `retiring`: every member chosen to retire (owning nodes or not), by ordinal.
     """
 
     desired_replicas: int
@@ -215,6 +219,7 @@ class Plan:
     loads: tuple[MemberLoad, ...]
     counts: NodeCounts
     autoscale: AutoscaleDecision | None = None
+    retiring: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
