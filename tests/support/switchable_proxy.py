@@ -7,7 +7,8 @@ connections in flight are cut, as when nova-api goes down; on again, it listens 
 port, as when nova-api comes back. `cut_once(marker)`: the next request whose first bytes
 hold `marker` never reaches the service and its connection is closed without an answer, as
 when a server closes an idle keep-alive connection just as a request is sent on it (the client
-sees "Connection aborted"). Everything it forwards is the real service's answer.
+sees "Connection aborted"). `request_lines` keeps what was asked (method, path and query of
+each request). Everything it forwards is the real service's answer.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class SwitchableProxy:
         self._threads: list[threading.Thread] = []
         self._cut_marker: bytes | None = None
         self.cuts = 0  # requests cut by cut_once
+        self.request_lines: list[str] = []  # the request line of every HTTP request forwarded, in order
 
     def url(self, upstream_url: str) -> str:
         """`upstream_url` with its host and port replaced by the proxy's."""
@@ -109,6 +111,8 @@ class SwitchableProxy:
             while data := source.recv(65536):
                 if requests and self._cut(data):
                     break
+                if requests:
+                    self._note_request(data)
                 target.sendall(data)
         except OSError:
             pass
@@ -121,6 +125,14 @@ class SwitchableProxy:
                 sock.close()
             with self._lock:
                 self._sockets -= {source, target}
+
+    def _note_request(self, data: bytes) -> None:
+        """Keep the request line of a chunk that starts an HTTP request (`GET /path?query HTTP/1.1`)."""
+        line = data.split(b"\r\n", 1)[0].decode("latin-1")
+        method, _, rest = line.partition(" ")
+        if method.isalpha() and method.isupper() and rest.endswith(("HTTP/1.1", "HTTP/1.0")):
+            with self._lock:
+                self.request_lines.append(line)
 
     def _cut(self, data: bytes) -> bool:
         with self._lock:
