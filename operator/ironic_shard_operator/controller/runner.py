@@ -6,6 +6,8 @@ Environment:
   POD_NAME          this replica's identity in the Lease (default: hostname-pid)
   METRICS_PORT      Prometheus /metrics (default 8080; 0 disables)
   HEALTH_PORT       /healthz, answered by leader and standby alike (default 8081; 0 disables)
+  OPERATOR_DEBUG    any non-empty value: the log at DEBUG (kopf's steps and every pod event it
+                    handles, the OpenStack libraries' requests; credentials still masked)
 
 Leader election uses a coordination.k8s.io/v1 Lease named `ironic-shard-operator` in
 POD_NAMESPACE, the Kubernetes standard (client-go's leaderelection, kube-controller-
