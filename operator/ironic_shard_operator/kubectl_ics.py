@@ -236,7 +236,7 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
     for condition in status.get("conditions") or ():
         lines.append(f"  {condition.get('type', '?'):<17}{condition.get('status', '?'):<6}{condition.get('reason', '')}")
         if condition.get("message"):
-            lines += _wrapped(str(condition["message"]), " " * 6)
+            lines += _wrapped(str(condition["message"]), " " * 6, " " * 6)
     lines += ["", f"{'MEMBER':<20}{'READY':<7}{'PHASE':<12}{'NODES':>6}{'PINNED':>8}  {'FORCED_DOWN':<12}SINCE"]
     for member in status.get("members") or ():
         name = member.get("name", "?")
@@ -244,7 +244,7 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                      f"{member.get('nodes', 0):>6}{member.get('pinnedNodes', 0):>8}  "
                      f"{_forced_down_cell(name, forced, kept):<12}{member.get('since', '')}")
         if member.get("message"):
-            lines += _wrapped(str(member["message"]), " " * 20)
+            lines += _wrapped(str(member["message"]), " " * 20, " " * 20)
     if not status.get("members"):
         lines.append("(no members yet)")
     nodes = status.get("nodes")
@@ -339,9 +339,10 @@ def _cycle(meta: Mapping[str, Any], status: Mapping[str, Any], now: float | None
             "the Lease's renewal says the operator is alive)" if written else f"{when}; {seen}")
 
 
-def _wrapped(text: str, indent: str) -> list[str]:
-    """`text` wrapped at WIDTH (never cut: long words overflow), continuation lines indented."""
-    return textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_long_words=False,
+def _wrapped(text: str, indent: str, first: str = "") -> list[str]:
+    """`text` wrapped at WIDTH (never cut: long words overflow), its first line after `first`,
+    the others indented by `indent`."""
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=indent, break_long_words=False,
                          break_on_hyphens=False) or [""]
 
 
