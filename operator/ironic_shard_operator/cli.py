@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         "preflight", help="check a pool's cloud, credentials and nova.conf before (or while) it runs",
         description="Check Ironic, Nova, Placement, the nova.conf files and the member image; print a "
                     "table of pass/warn/fail with a fix for each; exit 1 on any fail. Give the files, "
-                    "or --pool NAMESPACE/NAME to read them from the pool's Secrets through kubectl.")
+                    "or --pool NAMESPACE/NAME to read them from the pool's Secrets (your kubeconfig).")
     check.add_argument("--pool", metavar="NAMESPACE/NAME", help="read everything from this pool and its Secrets")
-    check.add_argument("--kubeconfig", help="with --pool: kubeconfig file (default: kubectl's)")
+    check.add_argument("--kubeconfig", help="with --pool: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     check.add_argument("--context", help="with --pool: kubeconfig context")
     check.add_argument("--clouds-yaml", metavar="FILE", help="the clouds.yaml of spec.cloud")
     check.add_argument("--cloud", metavar="NAME", help="the cloud's name in it (spec.cloud.cloudName)")
@@ -84,8 +84,8 @@ def _preflight(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     """`preflight`: the checks of adapters/preflight.py on files, or on a pool's Secrets."""
     from pathlib import Path
 
-    from ironic_shard_operator.adapters.kubectl import Kubectl, KubectlError
-    from ironic_shard_operator.adapters.preflight import Inputs, run_checks
+    from ironic_shard_operator.adapters.user_cluster import ClusterError, UserCluster
+    from ironic_shard_operator.adapters.preflight import Inputs, quiet_client_logs, run_checks
     from ironic_shard_operator.core import preflight
     from ironic_shard_operator.core.model import Selector
     from ironic_shard_operator.core.spec import InvalidSpec
@@ -104,10 +104,10 @@ def _preflight(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         namespace, _, name = args.pool.rpartition("/")
         if not namespace or not name:
             parser.error("--pool takes NAMESPACE/NAME")
-        kubectl = Kubectl(kubeconfig=args.kubeconfig, context=args.context, namespace=namespace)
+        cluster = UserCluster(kubeconfig=args.kubeconfig, context=args.context, namespace_flag=namespace)
         try:
-            inputs = pool_inputs(kubectl, kubectl.get_pool(name), check_image=not args.skip_image)
-        except (KubectlError, InvalidSpec) as error:
+            inputs = pool_inputs(cluster, cluster.get_pool(name), check_image=not args.skip_image)
+        except (ClusterError, InvalidSpec) as error:
             print(f"error: pool {args.pool}: {error}", file=sys.stderr)
             return 2
     else:
@@ -119,6 +119,7 @@ def _preflight(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
                         handover=args.handover_nova_conf is not None,
                         handover_nova_conf=read(args.handover_nova_conf), image=args.image,
                         check_image=not args.skip_image)
+    quiet_client_logs()
     checks = run_checks(inputs)
     print(preflight.as_json(checks) if args.json else preflight.table(checks))
     return 1 if preflight.any_failed(checks) else 0

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from testbed.kube_emulator.builtin_schema import builtin_errors, definition_of, prune_unknown_fields
-from testbed.kube_emulator.crd_schema import cel_errors, prune_and_default
+from testbed.kube_emulator.crd_schema import cel_errors, list_type_errors, prune_and_default
 from testbed.kube_emulator.errors import ApiError, bad_request, invalid, validation_causes
 from testbed.kube_emulator.jobs import job_defaults, job_errors
 from testbed.kube_emulator.resources import ResourceType
@@ -30,7 +30,8 @@ def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, par
                           f'decoding error: ' + ', '.join(f'unknown field "{field}"' for field in unknown))
     if rt.is_custom:
         body = {key: value for key, value in obj.items() if key not in ('apiVersion', 'kind', 'metadata')}
-        errors = validation_causes(rt.validator, body) or cel_errors(obj, old, rt.schema or {})
+        errors = (validation_causes(rt.validator, body) or list_type_errors(obj, rt.schema or {})
+                  or cel_errors(obj, old, rt.schema or {}))
     else:
         obj = _builtin_defaults(rt, obj, old)
         errors = builtin_errors(obj) + _builtin_rules(rt, obj, old)

@@ -1,10 +1,11 @@
 """Custom resources' schemas: what a real server does with a CRD's structural openAPIV3Schema --
 prune unknown fields and fill in defaults (prune_and_default), validate (crd_validator: JSON
 Schema draft 4 after the OpenAPI v3.0 extensions are translated) and evaluate its CEL rules
-(cel_errors, with cel-python). Pure functions of a schema; nothing here knows the store.
+(cel_errors, with cel-python) and refuse duplicates in `set` and `map` lists (list_type_errors). Pure functions of a schema; nothing here knows the store.
 """
 import copy
 import functools
+import json
 from typing import Any
 
 import celpy
@@ -90,16 +91,46 @@ def cel_errors(value: Any, old: Any, schema: dict[str, Any], path: str = '') -> 
             field = (path + validation.get('fieldPath', '')).lstrip('.') or '<root>'
             kind = 'object' if isinstance(value, dict) else 'array' if isinstance(value, list) else type(value).__name__
             errors.append((field, f'Invalid value: "{kind}": {validation.get("message") or f"failed rule: {rule}"}'))
+    for child_path, item, old_item, child in _children(value, old, schema, path):
+        errors += cel_errors(item, old_item, child, child_path)
+    return errors
+
+
+def _children(value: Any, old: Any, schema: dict[str, Any], path: str) -> list[tuple[str, Any, Any, dict[str, Any]]]:
+    """The values inside `value` that `schema` describes: (path, value, old value, schema) of each
+    property of an object and each item of a list (items have no old value: lists are atomic)."""
     if isinstance(value, dict):
         properties = schema.get('properties') or {}
         additional = schema.get('additionalProperties')
+        found = []
         for key, item in value.items():
             child = properties.get(key, additional if isinstance(additional, dict) else None)
             if child:
-                old_item = old.get(key) if isinstance(old, dict) else None
-                errors += cel_errors(item, old_item, child, f'{path}.{key}')
-    elif isinstance(value, list) and isinstance(schema.get('items'), dict):
-        for i, item in enumerate(value):
-            errors += cel_errors(item, None, schema['items'], f'{path}[{i}]')
-    return errors
+                found.append((f'{path}.{key}', item, old.get(key) if isinstance(old, dict) else None, child))
+        return found
+    if isinstance(value, list) and isinstance(schema.get('items'), dict):
+        return [(f'{path}[{i}]', item, None, schema['items']) for i, item in enumerate(value)]
+    return []
 
+
+
+def list_type_errors(value: Any, schema: dict[str, Any], path: str = '') -> list[tuple[str, str]]:
+    """What a real server says of a list whose `x-kubernetes-list-type` is `set` or `map` and
+    that holds an item twice (a set: the same value; a map: the same list-map-keys), at the
+    second item: `spec.retireMembers[1]: Duplicate value: "rack-a-1"`."""
+    errors: list[tuple[str, str]] = []
+    kind, keys = schema.get('x-kubernetes-list-type'), schema.get('x-kubernetes-list-map-keys') or []
+    if isinstance(value, list) and kind in ('set', 'map'):
+        seen: list[Any] = []
+        for i, item in enumerate(value):
+            key = item if kind == 'set' else {k: item.get(k) for k in keys if k in item} \
+                if isinstance(item, dict) else None
+            if key in seen:
+                shown = json.dumps(key, separators=(',', ':'))
+                if kind == 'map':
+                    shown = f'map[string]interface {{}}{{{shown[1:-1]}}}'
+                errors.append((f'{path}[{i}]'.lstrip('.'), f'Duplicate value: {shown}'))
+            seen.append(key)
+    for child_path, item, _, child in _children(value, None, schema, path):
+        errors += list_type_errors(item, child, child_path)
+    return errors

@@ -88,6 +88,33 @@ def dig(obj: Any, dotted: str) -> Any:
     return obj
 
 
+_JSONPATH_STEP = re.compile(
+    r"\.(?P<key>[A-Za-z0-9_-]+)|\[(?P<index>\d+)\]"
+    r"|\[\?\(@\.(?P<field>[A-Za-z0-9_.-]+)\s*==\s*(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)')\)\]")
+
+
+def json_path(obj: Any, expression: str) -> list[Any]:
+    """What client-go's JSONPath finds for a printer column's `jsonPath`: the dotted keys,
+    `[N]` and the filter `[?(@.field=="value")]` (as `.status.conditions[?(@.type=="Ready")].status`),
+    every match in order; [] when nothing matches. Other JSONPath syntax is not served (ValueError)."""
+    found, position = [obj], 0
+    while position < len(expression):
+        step = _JSONPATH_STEP.match(expression, position)
+        if step is None:
+            raise ValueError(f'the fake API server does not evaluate the JSONPath {expression!r}')
+        position = step.end()
+        if step['key'] is not None:
+            found = [item[step['key']] for item in found if isinstance(item, dict) and step['key'] in item]
+        elif step['index'] is not None:
+            index = int(step['index'])
+            found = [item[index] for item in found if isinstance(item, list) and index < len(item)]
+        else:
+            wanted = step['dq'] if step['dq'] is not None else step['sq']
+            found = [element for item in found if isinstance(item, list) for element in item
+                     if isinstance(element, dict) and field_value(element, step['field']) == wanted]
+    return found
+
+
 def set_at(obj: dict[str, Any], dotted: str, value: Any) -> None:
     keys = [k for k in dotted.split('.') if k]
     for key in keys[:-1]:

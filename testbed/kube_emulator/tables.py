@@ -6,7 +6,7 @@ RESTARTS, AGE, and NODE under -o wide), or AGE for every other kind.
 import datetime
 from typing import Any
 
-from testbed.kube_emulator.paths import dig
+from testbed.kube_emulator.paths import json_path
 from testbed.kube_emulator.resources import ResourceType
 
 
@@ -15,7 +15,7 @@ def table(rt: ResourceType, items: list[dict[str, Any]], metadata: dict[str, Any
     columns = [{'name': 'Name', 'type': 'string', 'format': 'name', 'description': 'Name', 'priority': 0}]
     if rt.is_custom:
         printer = list(rt.printer_columns) or [{'name': 'Age', 'type': 'date', 'jsonPath': '.metadata.creationTimestamp'}]
-        cells = [lambda obj, c=c: _age(dig(obj, c['jsonPath'])) if c.get('type') == 'date' else dig(obj, c['jsonPath'])
+        cells = [lambda obj, c=c: _age(_column(obj, c)) if c.get('type') == 'date' else _column(obj, c)
                  for c in printer]
         columns += [{'name': c['name'], 'type': c.get('type', 'string'), 'format': c.get('format', ''),
                      'description': c.get('description', ''), 'priority': c.get('priority', 0)} for c in printer]
@@ -38,6 +38,13 @@ def table(rt: ResourceType, items: list[dict[str, Any]], metadata: dict[str, Any
             for obj in items]
     return {'kind': 'Table', 'apiVersion': 'meta.k8s.io/v1', 'metadata': metadata,
             'columnDefinitions': columns, 'rows': rows}
+
+
+def _column(obj: dict[str, Any], column: dict[str, Any]) -> Any:
+    """A printer column's cell: the first value its JSONPath finds (None when it finds none, which
+    kubectl prints as an empty cell), as the apiextensions server's table convertor takes it."""
+    found = json_path(obj, column['jsonPath'])
+    return found[0] if found else None
 
 
 def _age(timestamp: str | None) -> str:

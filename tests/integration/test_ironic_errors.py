@@ -255,3 +255,47 @@ def test_preflight_says_to_look_at_keystone_when_the_token_request_fails(ironic_
     assert reachable["verdict"] == "fail"
     assert f"the token request to Keystone at {auth_url} failed" in reachable["message"]
     assert "Keystone runs" in reachable["fix"] and "auth.auth_url" in reachable["fix"]
+
+
+UNRESOLVABLE_KEYSTONE = "http://keystone.invalid:5000/v3"  # RFC 6761: .invalid never resolves
+
+
+def unresolvable_keystone_entry() -> dict:
+    """A clouds.yaml entry whose Ironic endpoint comes from Keystone's catalog, at a host name
+    that does not resolve (a typo in auth_url, a DNS name only known inside another network)."""
+    return {"auth_type": "password",
+            "auth": {"auth_url": UNRESOLVABLE_KEYSTONE, "username": "operator", "password": "pw",
+                     "project_name": "p", "user_domain_name": "Default", "project_domain_name": "Default"}}
+
+
+def test_an_unresolvable_keystone_is_named_with_its_url_in_the_cycles_error():
+    """The catalog lookup fails before Ironic is known: the error is Keystone's (the adapter's
+    IronicKeystoneUnavailable), with Keystone's URL, not an Ironic that does not answer."""
+    adapter = IronicAdapter.from_clouds_yaml(yaml.safe_dump({"clouds": {"broken": unresolvable_keystone_entry()}}),
+                                             "broken", request_timeout=1.0, retry_attempts=1,
+                                             selector=Selector(resource_class="nothing-here"))
+    message = error_within(60, adapter, IronicKeystoneUnavailable)
+    assert f"cannot reach Keystone at {UNRESOLVABLE_KEYSTONE} (cloud 'broken')" in message
+
+
+def test_preflight_of_an_unresolvable_keystone_says_keystone_and_nothing_trails_its_table(tmp_path: Path):
+    """`ironic-shard-operator preflight` as a user reads it: the failed check names Keystone and
+    its URL, the fix is about Keystone's host name (not "check that Ironic runs"), and
+    keystoneauth's own log lines ("Failed to discover available identity versions ...") do not
+    follow the table."""
+    import subprocess
+    import sys
+
+    (tmp_path / "clouds.yaml").write_text(yaml.safe_dump({"clouds": {"c": unresolvable_keystone_entry()}}))
+    (tmp_path / "nova.conf").write_text("[DEFAULT]\ncompute_driver = ironic.IronicDriver\n")
+    done = subprocess.run([sys.executable, "-m", "ironic_shard_operator.cli", "preflight", "--skip-image",
+                           "--clouds-yaml", str(tmp_path / "clouds.yaml"), "--cloud", "c",
+                           "--nova-conf", str(tmp_path / "nova.conf")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    row = next(i for i, line in enumerate(lines) if "ironic-reachable" in line)
+    assert lines[row].split()[0] == "FAIL" and f"Keystone at {UNRESOLVABLE_KEYSTONE}" in lines[row]
+    fix = lines[row + 1].strip()
+    assert fix.startswith("fix:") and "auth.auth_url" in fix and "resolv" in fix and "Ironic runs" not in fix
+    assert lines[-1].endswith("failed")  # the table's last line is the last thing printed
+    assert done.stderr == ""

@@ -42,7 +42,11 @@ WIDGET_CRD = {
             'schema': {'openAPIV3Schema': {'type': 'object', 'properties': {
                 'spec': {'type': 'object', 'properties': {
                     'replicas': {'type': 'integer', 'minimum': 0, 'default': 1},
-                    'size': {'type': 'string', 'enum': ['small', 'large']}}},
+                    'size': {'type': 'string', 'enum': ['small', 'large']},
+                    'tags': {'type': 'array', 'x-kubernetes-list-type': 'set', 'items': {'type': 'string'}},
+                    'ports': {'type': 'array', 'x-kubernetes-list-type': 'map', 'x-kubernetes-list-map-keys': ['name'],
+                              'items': {'type': 'object', 'required': ['name'], 'properties': {
+                                  'name': {'type': 'string'}, 'port': {'type': 'integer'}}}}}},
                 'status': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}},
         }],
     },
@@ -241,6 +245,21 @@ def test_patch_kinds_and_their_failures(kube_api: KubeAPI, kube_namespace: str, 
     assert unsupported.value.status == 415
     client.patch(f'{path}/p', [{'op': 'remove', 'path': '/metadata/finalizers'}], 'json')
     assert made['metadata']['uid'] == client.get(f'{path}/p')['metadata']['uid']
+
+
+def test_set_and_map_lists_refuse_an_item_twice(kube_api: KubeAPI, kube_namespace: str, widgets: str) -> None:
+    """`x-kubernetes-list-type: set` and `map` lists are checked as a real server checks them."""
+    client = kube_api.client
+    path = resource_path(WIDGETS, widgets, kube_namespace)
+    client.create(path, widget('lists', tags=['a', 'b'], ports=[{'name': 'http', 'port': 80}, {'name': 'https'}]))
+    for name, spec, field, value in (
+            ('twice', {'tags': ['a', 'b', 'a']}, 'spec.tags[2]', 'Duplicate value: "a"'),
+            ('ports', {'ports': [{'name': 'http', 'port': 80}, {'name': 'http', 'port': 8080}]}, 'spec.ports[1]',
+             'Duplicate value: map[string]interface {}{"name":"http"}')):
+        with pytest.raises(KubeAPIError) as refused:
+            client.create(path, widget(name, **spec))
+        assert (refused.value.status, refused.value.reason) == (422, 'Invalid')
+        assert f'{field}: {value}' in refused.value.body['message']
 
 
 def test_scale_subresource_reads_and_writes_the_replicas(kube_api: KubeAPI, kube_namespace: str, widgets: str) -> None:

@@ -1,29 +1,40 @@
 """`kubectl ics` typed as a user types it: the real kubectl finds the `kubectl-ics` plugin on
-PATH and runs it with the user's kubeconfig (here the test session's API server). `status`
-shows one screen; `pause`/`resume` change spec.paused and nothing else; `preflight` checks
-the pool's Secrets against the real Ironic; the read-only commands write nothing."""
+PATH and runs it with the user's kubeconfig (here the test session's API server), and
+`kubectl_complete-ics` for its shell completion. `status` shows one pool's screen (conditions in
+full, the operator's Lease, the last cycle) or every pool, as text, JSON or YAML; `pause`/`resume`
+change spec.paused and nothing else; `report` writes a debug bundle with no Secret value;
+`retire`, `fence` and `unfence` are honoured by the real operator; `preflight` checks the pool's
+Secrets against the real Ironic; the read-only commands write nothing."""
 
 from __future__ import annotations
 
 import base64
+import datetime
+import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import uuid
+import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from testbed import service_account_tokens as tokens
 from testbed.ironic_service import IronicService, enrol_nodes, unique_resource_class
+from testbed.kube_emulator import kubeconfig_text
+from testbed.kubelet import RunOutcome, hand_in_log
 from testbed.operator_objects import create_secrets, install_crd
 from testbed.ports import free_port
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_rbac import helm as project_helm
 from tests.support.operator_harness import (
-    POOLS, REPO, OperatorProcess, get_pool, http_get, lease_holder, pool_manifest)
+    POOLS, REPO, OperatorProcess, get_pool, http_get, lease_holder, member_pods, pool_manifest, ready_members,
+    settle)
+from tests.support.switchable_proxy import SwitchableProxy
 
 pytestmark = pytest.mark.integration
 
@@ -35,16 +46,27 @@ auth_type = http_basic
 username = nova
 password = pw
 """
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+A_LONG_FIX = ("Ironic at https://ironic.example.internal:6385 (cloud 'ironic') cannot be asked: the token request "
+              "to Keystone at https://keystone.example.internal:5000/v3 failed: Name or service not known; is "
+              "Keystone running, and is the cloud's auth_url right? (the end of the fix)")
 
 
-def kubectl_ics(api: KubeAPI, *args: str) -> subprocess.CompletedProcess[str]:
+def kubectl_ics(api: KubeAPI, *args: str, env: dict[str, str] | None = None,
+                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`kubectl ics ARGS` with the plugin's directory first on PATH, as after `pip install`."""
+    return _through_kubectl(api, ["ics", *args], env=env, cwd=cwd)
+
+
+def _through_kubectl(api: KubeAPI, args: list[str], *, env: dict[str, str] | None = None,
+                     cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not on PATH: the plugin is run through the real kubectl")
     plugin_dir = Path(sys.executable).parent
-    assert (plugin_dir / "kubectl-ics").exists(), "the package's console script kubectl-ics is not installed"
-    env = dict(api.env, PATH=f"{plugin_dir}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run(["kubectl", "ics", *args], capture_output=True, text=True, env=env, timeout=120)
+    for script in ("kubectl-ics", "kubectl_complete-ics"):
+        assert (plugin_dir / script).exists(), f"the package's console script {script} is not installed"
+    env = dict(env or api.env, PATH=f"{plugin_dir}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(["kubectl", *args], capture_output=True, text=True, env=env, timeout=120, cwd=cwd)
 
 
 def versions(api: KubeAPI, ns: str) -> dict[str, str]:
@@ -53,6 +75,47 @@ def versions(api: KubeAPI, ns: str) -> dict[str, str]:
     return {"pool": client.get(f"{POOLS.format(ns=ns)}/{POOL}")["metadata"]["resourceVersion"],
             **{name: client.get(f"/api/v1/namespaces/{ns}/secrets/{name}")["metadata"]["resourceVersion"]
                for name in ("nova-config", "openstack-cloud")}}
+
+
+def micro_time(seconds_ago: float = 0.0) -> str:
+    """A Lease's MicroTime, as client-go writes renewTime."""
+    moment = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=seconds_ago)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def create_lease(api: KubeAPI, ns: str, holder: str) -> None:
+    """The Lease an operator replica holds (core/lease.py), renewed just now."""
+    api.client.create(LEASES.format(ns=ns), {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "ironic-shard-operator"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "acquireTime": micro_time(60),
+                 "renewTime": micro_time(1), "leaseTransitions": 0}})
+
+
+def pool_event(api: KubeAPI, ns: str, pool: str, name: str, reason: str, message: str, when: str) -> None:
+    uid = api.client.get(f"{POOLS.format(ns=ns)}/{pool}")["metadata"]["uid"]
+    api.client.create(f"/api/v1/namespaces/{ns}/events", {
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": name}, "type": "Normal",
+        "reason": reason, "message": message,
+        "involvedObject": {"apiVersion": "ironicshards.io/v1alpha1", "kind": "IronicComputeShard",
+                           "name": pool, "namespace": ns, "uid": uid},
+        "lastTimestamp": when, "source": {"component": "ironic-shard-operator"}})
+
+
+def reported_status(**extra: object) -> dict:
+    """A status as the operator writes it: two members, one replaced, Ironic not answering."""
+    return {"observedGeneration": 1, "lastCycleTime": "2026-01-01T00:00:05Z",
+            "readyReplicas": 1, "desiredReplicas": 2, "desiredReason": "spec.replicas: 2",
+            "members": [{"name": f"{POOL}-0", "ready": True, "phase": "Ready", "nodes": 1, "pinnedNodes": 0},
+                        {"name": f"{POOL}-1", "ready": False, "phase": "Replacing", "nodes": 0, "pinnedNodes": 0}],
+            "nodes": {"total": 1, "free": 1, "pinned": 0, "unassigned": 0, "pendingMoves": 0, "misplaced": 0},
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": "IronicUnavailable", "message": A_LONG_FIX,
+                 "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1},
+                {"type": "Degraded", "status": "True", "reason": "IronicUnavailable", "message": A_LONG_FIX,
+                 "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}],
+            "nova": {"state": "Enabled", "message": "in sync", "findings": {},
+                     "forcedDown": [f"{POOL}-0", f"{POOL}-1"], "waiting": [], "retired": [],
+                     "clearWhenReady": [f"{POOL}-1"]}, **extra}
 
 
 def test_status_pause_resume_and_preflight_as_a_user_types_them(
@@ -64,30 +127,29 @@ def test_status_pause_resume_and_preflight_as_a_user_types_them(
     enrol_nodes(ironic_service, 1, resource_class=resource_class)
     client.create(POOLS.format(ns=ns), pool_manifest(POOL, cloud_name=ironic_service.cloud_name,
                                                      resource_class=resource_class, replicas=2))
-    # The status an operator would have written, and one of its Events.
-    client.patch(f"{POOLS.format(ns=ns)}/{POOL}/status", {"status": {
-        "readyReplicas": 1, "desiredReplicas": 2, "desiredReason": "spec.replicas: 2",
-        "members": [{"name": f"{POOL}-0", "ready": True, "phase": "Ready", "nodes": 1, "pinnedNodes": 0},
-                    {"name": f"{POOL}-1", "ready": False, "phase": "Replacing", "nodes": 0, "pinnedNodes": 0}],
-        "nodes": {"total": 1, "free": 1, "pinned": 0, "unassigned": 0, "pendingMoves": 0, "misplaced": 0},
-        "nova": {"state": "Enabled", "message": "in sync", "findings": {}, "forcedDown": [f"{POOL}-0", f"{POOL}-1"],
-                 "waiting": [], "retired": [], "clearWhenReady": [f"{POOL}-1"]}}})
-    pool_uid = client.get(f"{POOLS.format(ns=ns)}/{POOL}")["metadata"]["uid"]
-    client.create(f"/api/v1/namespaces/{ns}/events", {
-        "apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{POOL}.moved"}, "type": "Normal",
-        "reason": "MovedNodes", "message": "Set the Ironic shard of 1 of 1 nodes (1 to rack-k-0)",
-        "involvedObject": {"apiVersion": "ironicshards.io/v1alpha1", "kind": "IronicComputeShard",
-                           "name": POOL, "namespace": ns, "uid": pool_uid},
-        "lastTimestamp": "2026-01-01T00:00:00Z", "source": {"component": "ironic-shard-operator"}})
+    client.patch(f"{POOLS.format(ns=ns)}/{POOL}/status", {"status": reported_status()})
+    pool_event(kube_api, ns, POOL, f"{POOL}.moved", "MovedNodes", "Set the Ironic shard of 1 of 1 nodes (1 to rack-k-0)",
+               "2026-01-01T00:00:00Z")
+    create_lease(kube_api, ns, "iso-ironic-shard-operator-7d4b9c6f5-x1")
     before = versions(kube_api, ns)
 
-    shown = kubectl_ics(kube_api, "status", POOL, "-n", ns)
+    shown = kubectl_ics(kube_api, "status", POOL, "-n", ns, "--operator-namespace", ns)
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if line.startswith(f"{POOL}-1"))
     assert row.split()[:6] == [f"{POOL}-1", "no", "Replacing", "0", "0", "yes"]  # forced down in Nova
     ready_row = next(line for line in shown.stdout.splitlines() if line.startswith(f"{POOL}-0"))
     assert ready_row.split()[:7] == [f"{POOL}-0", "yes", "Ready", "1", "0", "yes", "(kept)"]  # someone else's flag
     assert "Set the Ironic shard of 1 of 1 nodes" in shown.stdout.split("LAST MOVES")[1]
+    flat = " ".join(shown.stdout.split())
+    assert flat.count(A_LONG_FIX) == 2  # Ready's and Degraded's fix, each in full
+    assert f"leader iso-ironic-shard-operator-7d4b9c6f5-x1 (Lease {ns}/ironic-shard-operator, renewed" in flat
+    assert "last cycle: 2026-01-01T00:00:05Z" in flat and "spec generation 1 observed" in flat
+
+    # `kubectl get ics`, without -o wide, shows conditions Ready and Degraded.
+    listed = kube_api.kubectl("get", "ics", "-n", ns).stdout.splitlines()
+    header, (row,) = listed[0].split(), [line.split() for line in listed[1:]]
+    assert header[:5] == ["NAME", "DESIRED", "READY", "MEMBERS", "READY"] and "DEGRADED" in header
+    assert row[:5] == [POOL, "2", "1", "False", "True"]
 
     checked = kubectl_ics(kube_api, "preflight", POOL, "-n", ns, "--skip-image")
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -106,6 +168,196 @@ def test_status_pause_resume_and_preflight_as_a_user_types_them(
 
     missing = kubectl_ics(kube_api, "status", "no-such-pool", "-n", ns)
     assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+def proxied_env(api: KubeAPI, proxy: SwitchableProxy, tmp_path: Path) -> dict[str, str]:
+    """The user's environment with a kubeconfig whose server is reached through `proxy`."""
+    config = yaml.safe_load(api.kubeconfig.read_text())
+    server = config["clusters"][0]["cluster"]["server"]
+    path = tmp_path / "kubeconfig-proxied"
+    path.write_text(kubeconfig_text(proxy.url(server)))
+    return dict(api.env, KUBECONFIG=str(path))
+
+
+def test_status_of_every_pool_as_text_json_and_yaml_with_events_selected_by_the_server(
+        kube_api: KubeAPI, kube_namespace: str, tmp_path: Path) -> None:
+    """No POOL: every pool of the namespace, one line each; -o json|yaml: the same facts. A
+    pool's Events are selected by the API server (fieldSelector), not picked out of every Event
+    of the namespace by the plugin."""
+    if not kube_api.is_emulator:
+        pytest.skip("the request log needs the local API server (plain HTTP behind a forwarder)")
+    client, ns = kube_api.client, kube_namespace
+    install_crd(client)
+    for name in (POOL, "rack-j"):
+        client.create(POOLS.format(ns=ns), pool_manifest(name, cloud_name="ironic", resource_class="gold"))
+    client.patch(f"{POOLS.format(ns=ns)}/{POOL}/status", {"status": reported_status()})
+    pool_event(kube_api, ns, POOL, "k.1", "MovedNodes", "moved 1 node of rack-k", "2026-01-01T00:00:01Z")
+    pool_event(kube_api, ns, "rack-j", "j.1", "MovedNodes", "moved 9 nodes of rack-j", "2026-01-01T00:00:02Z")
+
+    with SwitchableProxy(str(yaml.safe_load(kube_api.kubeconfig.read_text())["clusters"][0]["cluster"]["server"])) \
+            as proxy:
+        env = proxied_env(kube_api, proxy, tmp_path)
+        every = kubectl_ics(kube_api, "status", "-n", ns, env=env)
+        as_json = kubectl_ics(kube_api, "status", "-n", ns, "-o", "json", env=env)
+        one = kubectl_ics(kube_api, "status", POOL, "-n", ns, "-o", "yaml", env=env)
+    assert every.returncode == 0, every.stderr
+    rows = {line.split()[0]: line.split() for line in every.stdout.splitlines()[1:] if line.startswith("rack-")}
+    assert rows[POOL][:4] == [POOL, "False", "True", "(IronicUnavailable)"] and rows[POOL][4] == "1/2"
+    assert rows["rack-j"][:3] == ["rack-j", "-", "-"] and rows["rack-j"][-2:] == ["never", "no"]  # not reported yet
+    pools = {p["name"]: p for p in json.loads(as_json.stdout)["pools"]}
+    assert pools[POOL]["conditions"][1]["message"] == A_LONG_FIX and pools[POOL]["lastCycleTime"]
+    assert pools["rack-j"]["observedGeneration"] is None
+    facts = yaml.safe_load(one.stdout)
+    assert [e["message"] for e in facts["events"]] == ["moved 1 node of rack-k"]
+    event_lists = [line for line in proxy.request_lines if f"/namespaces/{ns}/events" in line]
+    assert event_lists and all("fieldSelector=involvedObject.kind%3DIronicComputeShard%2CinvolvedObject.name%3D"
+                               f"{POOL}" in line for line in event_lists), event_lists
+
+
+def test_report_writes_a_bundle_with_what_support_needs_and_no_secret_value(
+        kube_api: KubeAPI, kube_namespace: str, kubelet, tmp_path: Path) -> None:
+    """`kubectl ics report POOL`: the CR, Events, member pods, handover Jobs with their logs' last
+    lines, the operator leader's last log lines, the Secrets by name; no Secret value, no
+    password seen in a log."""
+    client, ns = kube_api.client, kube_namespace
+    install_crd(client)
+    password = f"pw-{uuid.uuid4().hex}"
+    create_secrets(client, ns, yaml.safe_dump({"clouds": {"ironic": {"auth": {"password": password}}}}),
+                   NOVA_CONF.replace("password = pw", f"password = {password}"))
+    client.create(POOLS.format(ns=ns), pool_manifest(POOL, cloud_name="ironic", resource_class="gold"))
+    client.patch(f"{POOLS.format(ns=ns)}/{POOL}/status", {"status": reported_status()})
+    pool_event(kube_api, ns, POOL, "k.1", "MovedNodes", "moved 1 node", "2026-01-01T00:00:01Z")
+    labels = {"ironicshards.io/pool": POOL, "ironicshards.io/member": f"{POOL}-0"}
+    member = client.create(f"/api/v1/namespaces/{ns}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{POOL}-0", "labels": labels},
+        "spec": {"containers": [{"name": "nova-compute", "image": "registry.example/nova-compute:1"}]}})
+    operator_pod = client.create(f"/api/v1/namespaces/{ns}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "iso-operator-0"},
+        "spec": {"containers": [{"name": "operator", "image": "registry.example/ironic-shard-operator:1"}]}})
+    kube_api.wait_for(lambda: set(ready_members(client, ns, POOL)) == {f"{POOL}-0"}, timeout=30, what="member pod Ready")
+    kube_api.wait_for(lambda: (p := client.get(f"/api/v1/namespaces/{ns}/pods/iso-operator-0"))
+                      and p["status"].get("phase") == "Running" and p, timeout=30, what="operator pod running")
+    hand_in_log(client, member, "nova-compute",
+                "".join(f"line {i}\n" for i in range(500)) + f"transport rabbit://nova:{password}@mq:5672/\n")
+    hand_in_log(client, operator_pod, "operator", "pool ops/rack-k: cycle done\n")
+    create_lease(kube_api, ns, "iso-operator-0")
+    job = f"{POOL}-handover-{POOL}-0-1"
+    kubelet.run_outcomes(job, RunOutcome(1, "Destination compute is forced down!\n"))
+    job_labels = {**labels, "ironicshards.io/component": "handover"}
+    client.create(f"/apis/batch/v1/namespaces/{ns}/jobs", {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job, "labels": job_labels},
+        "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": job_labels}, "spec": {
+            "restartPolicy": "Never", "containers": [{"name": "nova-manage", "image": "registry.example/n:1"}]}}}})
+    kube_api.wait_for(lambda: any(c.get("type") == "Failed" and c.get("status") == "True" for c in
+                                  (client.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{job}").get("status") or {})
+                                  .get("conditions") or ()), timeout=60, what="the handover Job failed")
+    before = versions(kube_api, ns)
+
+    done = kubectl_ics(kube_api, "report", POOL, "-n", ns, "--tail-lines", "50", "--operator-namespace", ns,
+                       cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (bundle,) = tmp_path.glob(f"report-ics-{POOL}-*.zip")
+    assert f"wrote {bundle.name}" in done.stdout
+    with zipfile.ZipFile(bundle) as archive:
+        files = {Path(name).relative_to(Path(name).parts[0]).as_posix(): archive.read(name).decode()
+                 for name in archive.namelist()}
+    everything = "\n".join(files.values())
+    assert password not in everything and base64.b64encode(password.encode()).decode()[:16] not in everything
+    assert yaml.safe_load(files["pool.yaml"])["status"]["conditions"][1]["message"] == A_LONG_FIX
+    assert {s["name"] for s in yaml.safe_load(files["secrets.yaml"]).values()} == {"nova-config", "openstack-cloud"}
+    assert "moved 1 node" in files["events.yaml"]
+    assert {p["metadata"]["name"] for p in yaml.safe_load(files["pods.yaml"])} >= {f"{POOL}-0"}
+    assert [j["metadata"]["name"] for j in yaml.safe_load(files["jobs.yaml"])] == [job]
+    member_log = files[f"logs/{POOL}-0.nova-compute.log"].splitlines()
+    assert len(member_log) == 50 and member_log[-1] == "transport rabbit://nova:***@mq:5672/"
+    job_logs = [text for name, text in files.items() if name.startswith(f"logs/{job}")]
+    assert job_logs == ["Destination compute is forced down!\n"]
+    assert files[f"operator/{ns}.iso-operator-0.log"] == "pool ops/rack-k: cycle done\n"
+    assert "Not readable" not in files["README.txt"]
+    assert versions(kube_api, ns) == before  # a report writes nothing to the cluster
+
+
+def test_retire_fence_and_unfence_are_honoured_by_the_operator(
+        kube_api: KubeAPI, kube_namespace: str, kubelet, ironic_service: IronicService, tmp_path: Path) -> None:
+    """`kubectl ics retire rack-k-1`: rack-k-1 (not the highest ordinal) hands its nodes over and
+    goes, rack-k-2 stays untouched. `fence rack-k-2`: its pod goes and stays gone, phase Fenced;
+    `unfence`: it comes back. The status says when it was last written, and a quiet pool is not
+    rewritten for it (invariant 6)."""
+    client, ns = kube_api.client, kube_namespace
+    install_crd(client)
+    create_secrets(client, ns, ironic_service.clouds_yaml, NOVA_CONF)
+    resource_class = unique_resource_class("kubectl-ics-retire")
+    enrol_nodes(ironic_service, 6, resource_class=resource_class)
+    operator = OperatorProcess(kube_api, ns, "op-a", tmp_path).start()
+    try:
+        client.create(POOLS.format(ns=ns), pool_manifest(POOL, cloud_name=ironic_service.cloud_name,
+                                                         resource_class=resource_class,
+                                                         failover={"rebalanceAfterSeconds": 5}))
+        members3 = [f"{POOL}-{i}" for i in range(3)]
+        kube_api.wait_for(lambda: ready_members(client, ns, POOL) == members3
+                          and (get_pool(client, ns, POOL).get("status") or {}).get("readyReplicas") == 3,
+                          timeout=60, what="three Ready members, reported")
+        kept_uid = member_pods(client, ns, POOL)[f"{POOL}-2"]["metadata"]["uid"]
+
+        retired = kubectl_ics(kube_api, "retire", f"{POOL}-1", "-n", ns)
+        assert retired.returncode == 0, retired.stderr
+        assert f"{POOL}-1 retires (spec.replicas 3 -> 2" in retired.stdout
+        assert get_pool(client, ns, POOL)["spec"]["retireMembers"] == [f"{POOL}-1"]
+        kube_api.wait_for(lambda: sorted(member_pods(client, ns, POOL)) == [f"{POOL}-0", f"{POOL}-2"]
+                          and [m["name"] for m in get_pool(client, ns, POOL)["status"].get("members", ())]
+                          == [f"{POOL}-0", f"{POOL}-2"], timeout=90, what="rack-k-1 retired, rack-k-2 kept")
+        assert member_pods(client, ns, POOL)[f"{POOL}-2"]["metadata"]["uid"] == kept_uid
+
+        fenced = kubectl_ics(kube_api, "fence", f"{POOL}-2", "-n", ns)
+        assert fenced.returncode == 0 and f"{POOL}-2 fenced" in fenced.stdout, fenced.stderr
+        phase = lambda: {m["name"]: m["phase"] for m in get_pool(client, ns, POOL)["status"]["members"]}.get(f"{POOL}-2")
+        kube_api.wait_for(lambda: f"{POOL}-2" not in member_pods(client, ns, POOL) and phase() == "Fenced",
+                          timeout=60, what="rack-k-2 stopped, phase Fenced")
+        settle(6)  # more than a poll interval: still no pod
+        assert f"{POOL}-2" not in member_pods(client, ns, POOL) and phase() == "Fenced"
+        shown = kubectl_ics(kube_api, "status", POOL, "-n", ns, "--operator-namespace", ns)
+        assert f"fenced (spec.fencedMembers): {POOL}-2" in shown.stdout and "leader op-a" in shown.stdout
+
+        unfenced = kubectl_ics(kube_api, "unfence", f"{POOL}-2", "-n", ns)
+        assert unfenced.returncode == 0, unfenced.stderr
+        kube_api.wait_for(lambda: ready_members(client, ns, POOL) == [f"{POOL}-0", f"{POOL}-2"]
+                          and phase() == "Ready", timeout=60, what="rack-k-2 back")
+
+        pool = kube_api.wait_for(lambda: (p := get_pool(client, ns, POOL))
+                                 and all(c["status"] == "True" for c in p["status"]["conditions"] if c["type"] == "Ready")
+                                 and p["status"]["nodes"]["pendingMoves"] == 0 and p, timeout=60, what="converged")
+        written = datetime.datetime.strptime(pool["status"]["lastCycleTime"], "%Y-%m-%dT%H:%M:%SZ")
+        assert abs(written.replace(tzinfo=datetime.UTC).timestamp() - datetime.datetime.now(datetime.UTC).timestamp()) < 300
+        settle(2)
+        quiet = get_pool(client, ns, POOL)["metadata"]["resourceVersion"]
+        settle(11)  # two poll intervals: the time of a cycle that changed nothing is not written
+        assert get_pool(client, ns, POOL)["metadata"]["resourceVersion"] == quiet
+    finally:
+        pools = POOLS.format(ns=ns)
+        for item in client.get(pools)["items"]:
+            client.delete(f"{pools}/{item['metadata']['name']}")
+        operator.stop()
+        print(f"----- operator -----\n{operator.log()[-20000:]}")
+
+
+def test_kubectl_completes_commands_pools_and_members_through_kubectl_complete_ics(
+        kube_api: KubeAPI, kube_namespace: str) -> None:
+    """kubectl's own completion (`kubectl __complete ics ...`, what a shell's kubectl completion
+    runs) asks kubectl_complete-ics: commands, the namespace's pools, their members."""
+    client, ns = kube_api.client, kube_namespace
+    install_crd(client)
+    client.create(POOLS.format(ns=ns), pool_manifest(POOL, cloud_name="ironic", resource_class="gold"))
+    client.patch(f"{POOLS.format(ns=ns)}/{POOL}/status", {"status": reported_status()})
+
+    def offered(*words: str) -> list[str]:
+        done = _through_kubectl(kube_api, ["__complete", "ics", *words])
+        assert done.returncode == 0, done.stderr
+        return [line.split("\t")[0] for line in done.stdout.splitlines() if line and not line.startswith(":")]
+
+    assert offered("re") == ["report", "retire", "resume"]
+    assert offered("status", "-n", ns, "") == [POOL]
+    assert offered("retire", "-n", ns, f"{POOL}-") == [f"{POOL}-0", f"{POOL}-1"]
+    assert "--tail-lines" in offered("report", "--t")
 
 
 def test_preflight_of_a_pool_whose_secret_has_a_bad_nova_conf_fails(

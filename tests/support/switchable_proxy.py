@@ -10,7 +10,8 @@ when a server closes an idle keep-alive connection just as a request is sent on 
 sees "Connection aborted"). `before_once(marker, action)`: the next request whose first bytes
 hold `marker` waits until `action()` has run, then goes on: something happens to the service
 exactly between a client's earlier request and this one (a build claiming a node between the
-read before a write and the write). Everything it forwards is the real service's answer.
+read before a write and the write). `request_lines` keeps what was asked (method, path and
+query of each request). Everything it forwards is the real service's answer.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class SwitchableProxy:
         self.cuts = 0  # requests cut by cut_once
         self._before: tuple[bytes, object] | None = None
         self.befores = 0  # actions run by before_once
+        self.request_lines: list[str] = []  # the request line of every HTTP request forwarded, in order
 
     def url(self, upstream_url: str) -> str:
         """`upstream_url` with its host and port replaced by the proxy's."""
@@ -122,6 +124,7 @@ class SwitchableProxy:
                     break
                 if requests:
                     self._run_before(data)
+                    self._note_request(data)
                 target.sendall(data)
         except OSError:
             pass
@@ -143,6 +146,13 @@ class SwitchableProxy:
             self._before = None
             self.befores += 1
         action()
+    def _note_request(self, data: bytes) -> None:
+        """Keep the request line of a chunk that starts an HTTP request (`GET /path?query HTTP/1.1`)."""
+        line = data.split(b"\r\n", 1)[0].decode("latin-1")
+        method, _, rest = line.partition(" ")
+        if method.isalpha() and method.isupper() and rest.endswith(("HTTP/1.1", "HTTP/1.0")):
+            with self._lock:
+                self.request_lines.append(line)
 
     def _cut(self, data: bytes) -> bool:
         with self._lock:

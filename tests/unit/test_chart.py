@@ -15,6 +15,7 @@ import contextlib
 import http.server
 import inspect
 import os
+import re
 import ssl
 import subprocess
 import sys
@@ -597,3 +598,38 @@ def test_a_bundle_without_a_certificate_stops_the_pod_with_the_reason(tools, tmp
     assert result.returncode != 0
     assert "extraCABundle: Secret corp-ca, key ca.crt holds no PEM certificate" in result.stderr
     assert not merged.exists()
+
+
+OPERATING = REPO / "docs" / "operating.md"
+VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
+
+
+def documented_permissions() -> dict[str, set[tuple[str, str]]]:
+    """docs/operating.md's permissions table as {role suffix: {(resource, verb)}}: a row's
+    "where" names the role (`-pools` in the watched namespaces, `-secrets`, the cluster, the
+    release namespace's Lease); an empty "where" continues the row above."""
+    section = OPERATING.read_text().split("### Permissions", 1)[1].split("\n\n**", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ")][1:]
+    found: dict[str, set[tuple[str, str]]] = {}
+    scope = ""
+    for where, resources, verbs, _why in ([cell.strip() for cell in row] for row in rows if "---" not in row[0]):
+        if where:
+            scope = ("pools" if where.startswith("watched namespaces") else "secrets" if "`-secrets`" in where
+                     else "election" if where.startswith("release namespace") else
+                     "cluster" if where.startswith("cluster") else where)
+        for resource in re.sub(r" \(group [^)]*\)", "", resources).replace("`", "").split(","):
+            found.setdefault(scope, set()).update(
+                (resource.strip(), verb) for verb in verbs.replace(";", " ").split() if verb in VERBS)
+    return found
+
+
+def test_the_permissions_table_of_the_operating_guide_is_the_charts_rbac(tools):
+    """What docs/operating.md tells a user to grant (rbac.create=false) is what the chart grants,
+    in both modes, no more and no less."""
+    granted: dict[str, set[tuple[str, str]]] = {}
+    for settings in (["--set", "rbac.secretNamespaces={pools-a}"], ["--set", "watchNamespaces={pools-a}"]):
+        for suffix, roles in roles_by_suffix(rendered(tools, *settings)).items():
+            for role in roles:
+                granted.setdefault(suffix, set()).update((resource, verb) for _, resource, verb in
+                                                         rules_as_set(role["rules"]))
+    assert documented_permissions() == granted

@@ -15,7 +15,7 @@ CRD decides, in the API server's order:
    object schema that lists properties, and neither preserves unknown fields nor declares
    additionalProperties, gets `additionalProperties: false`. `metadata` is checked by the
    API server's own ObjectMeta rules and stays open here.
-4. List types: `x-kubernetes-list-type: map` refuses two items with the same key.
+4. List types: `x-kubernetes-list-type: map` refuses two items with the same key, `set` the same item twice.
 5. CEL: every `x-kubernetes-validations` rule is evaluated for real with cel-python
    (`celpy`), `self` and `oldSelf` bound as the API server binds them. A rule using
    `oldSelf` (a transition rule) runs only on an update where the old value exists. The
@@ -190,6 +190,9 @@ def list_map_errors(obj: dict[str, Any]) -> list[str]:
             seen = [_map_key(item, keys) for item in value]
             errors += [f"{path or '<root>'}: duplicate entries for key {key}"
                        for key in sorted({k for k in seen if seen.count(k) > 1})]
+        if node.get("x-kubernetes-list-type") == "set" and isinstance(value, list):
+            errors += [f"{path or '<root>'}: duplicate value {item!r}"
+                       for item in sorted({i for i in value if value.count(i) > 1})]
     return errors
 
 
@@ -292,7 +295,9 @@ def test_crd_names_scale_subresource_and_printer_columns():
                if c.get("priority", 0) == 0}
     assert columns == {
         "Desired": ".spec.replicas",
-        "Ready": ".status.readyReplicas",
+        "Ready Members": ".status.readyReplicas",
+        "Ready": '.status.conditions[?(@.type=="Ready")].status',
+        "Degraded": '.status.conditions[?(@.type=="Degraded")].status',
         "Nodes": ".status.nodes.total",
         "Pinned": ".status.nodes.pinned",
         "Pending": ".status.nodes.pendingMoves",
@@ -301,7 +306,8 @@ def test_crd_names_scale_subresource_and_printer_columns():
     # every column points at a field the schema declares
     declared = {path for path, _ in schema_fields(schema(), "")}
     for column in version()["additionalPrinterColumns"]:
-        assert column["jsonPath"] in declared | {".metadata.creationTimestamp"}, column
+        path = re.sub(r"\[\?\(@\.type==\"\w+\"\)\]", "[]", column["jsonPath"])  # a condition's field
+        assert path in declared | {".metadata.creationTimestamp"}, column
 
 
 def test_every_field_has_a_description():
@@ -330,7 +336,7 @@ def test_every_cel_rule_compiles_and_has_a_message():
 
 def test_pool_name_rule_is_the_models_pattern():
     """The CRD refuses exactly the names the operator refuses (model.POOL_NAME)."""
-    (rule,) = schema()["x-kubernetes-validations"]
+    (rule,) = [r for r in schema()["x-kubernetes-validations"] if r["rule"].startswith("self.metadata.name")]
     assert f"'{model.POOL_NAME.pattern}'" in rule["rule"]
 
 
@@ -487,6 +493,10 @@ REFUSED = {
                                                       "secretKeyRef": {"name": "s", "key": "k"}}}]),
         "exactly one of"),
     "paused as a string": (_set("spec.paused", "yes"), "is not of type 'boolean'"),
+    "retiring another pool's member": (_set("spec.retireMembers", ["rack-b-1"]), "name members of this pool"),
+    "retiring a member with a leading zero": (_set("spec.retireMembers", ["rack-a-01"]), "name members of this pool"),
+    "fencing a name that is no member": (_set("spec.fencedMembers", ["rack-a"]), "name members of this pool"),
+    "retiring one member twice": (_set("spec.retireMembers", ["rack-a-1", "rack-a-1"]), "duplicate"),
     "negative scale-down stabilization": (
         _both(_delete("spec.replicas"), _set("spec.autoscale", {"scaleDownStabilizationSeconds": -1})),
         "less than the minimum of 0"),
@@ -667,7 +677,25 @@ def test_kubectl_get_wide_shows_a_value_in_every_status_column():
     status_columns = [c["name"] for c in version()["additionalPrinterColumns"] if c["jsonPath"].startswith(".status.")]
     assert "Target" in status_columns
     assert [name for name in status_columns if cells[name] is None] == []
-    assert (cells["Target"], cells["Ready"], cells["Nodes"]) == (2, 2, 600)
+    assert (cells["Target"], cells["Ready Members"], cells["Nodes"]) == (2, 2, 600)
+
+
+def test_kubectl_get_shows_the_ready_and_degraded_conditions_without_wide():
+    """`kubectl get ics` (no -o wide) shows conditions Ready and Degraded as the operator wrote
+    them: a pool that is not Ready, and why it is Degraded, is seen in the list of pools."""
+    (resource_type,) = custom_resource_types(crd())
+    members = (model.Member("rack-a-0", True, 1.7e9), model.Member("rack-a-1", False, 1.7e9))
+    status, _ = build_status(CycleFacts(
+        generation=1, pool="rack-a", members=members, plan=_converged_plan(), pods_existing=2, pods_ready=1,
+        selector="ironicshards.io/pool=rack-a", now=1.8e9, error="Ironic at http://x is not answering",
+        error_reason="IronicUnavailable"), None)
+    pool = {**defaulted(example_pool("minimal")), "status": status}
+    pool["metadata"] = {**pool["metadata"], "creationTimestamp": "2025-01-01T00:00:00Z"}
+    printed = table(resource_type, [pool], {})
+    shown = [c["name"] for c in printed["columnDefinitions"] if c["priority"] == 0]
+    cells = dict(zip((c["name"] for c in printed["columnDefinitions"]), printed["rows"][0]["cells"]))
+    assert {"Ready", "Degraded"} <= set(shown)
+    assert (cells["Ready"], cells["Degraded"], cells["Ready Members"]) == ("False", "True", 1)
 
 
 # --- kubectl ----------------------------------------------------------------------------

@@ -113,3 +113,38 @@ def test_the_dashboard_configmap_is_off_by_default_and_carries_the_sidecar_label
                                      "--set", "dashboard.sidecarLabel=dash")
                    if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]
     assert elsewhere["metadata"]["namespace"] == "monitoring" and elsewhere["metadata"]["labels"]["dash"] == "1"
+
+
+DOC = REPO / "docs" / "dashboard.md"
+
+
+def _split_titles(cell: str) -> list[str]:
+    """A doc cell's panel titles: split at commas outside parentheses."""
+    titles, depth, current = [], 0, ""
+    for char in cell:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            titles.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [*titles, current.strip()]
+
+
+def test_the_dashboard_page_lists_every_panel_with_the_metrics_it_queries_and_every_variable() -> None:
+    """docs/dashboard.md is what the dashboard is: its panels in order, each row's metrics those
+    its panels query, and its variables."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    text = DOC.read_text()
+    rows = [line.split("|")[1:-1] for line in text.split("| panel |", 1)[1].splitlines()[2:] if line.startswith("| ")]
+    documented_titles = [title for row in rows for title in _split_titles(row[0])]
+    assert documented_titles == [panel["title"] for panel in dashboard["panels"]]
+    by_title = {panel["title"]: panel for panel in dashboard["panels"]}
+    for row in rows:
+        queried = {re.sub(r"_bucket$", "", name)
+                   for title in _split_titles(row[0]) for target in by_title[title].get("targets", ())
+                   for name in re.findall(r"ironic_shard_\w+", target["expr"])}
+        documented = {"ironic_shard_" + re.sub(r"\{.*", "", name) for name in re.findall(r"`([^`]+)`", row[2])}
+        assert documented == queried, row[0]
+    variables = re.findall(r"`(\w+)`", text.split("Variables:", 1)[1].split(".", 1)[0])
+    assert variables == [v["name"] for v in dashboard["templating"]["list"]]

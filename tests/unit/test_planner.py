@@ -170,6 +170,23 @@ def test_scale_down_drains_then_deletes_the_highest_ordinals():
     assert drained.moves == ()
 
 
+def test_the_member_spec_retire_members_names_retires_instead_of_the_highest_ordinal():
+    """`kubectl ics retire p-1` (replicas 3 -> 2, spec.retireMembers [p-1]): p-1's nodes move to
+    p-0 and p-2, then p-1 goes; p-2 stays. A named member counts only for the surplus."""
+    names = ["p-0", "p-1", "p-2"]
+    state = converged(names, 300)
+    down = dataclasses.replace(pool(names, state.nodes, replicas=2),
+                               spec=PoolSpec("p", replicas=2, rebalance_after_seconds=GRACE, retire_first=("p-1",)))
+    result = plan(down)
+    assert result.ring_members == ("p-0", "p-2") and result.retiring == ("p-1",)
+    assert {m.source for m in result.moves} == {"p-1"}
+    assert plan(applied(down, result)).members_to_delete == ("p-1",)
+    steady = dataclasses.replace(down, spec=dataclasses.replace(down.spec, replicas=3))
+    assert plan(steady).retiring == () and plan(steady).moves == ()  # named, but no member too many
+    two_down = dataclasses.replace(down, spec=dataclasses.replace(down.spec, replicas=1))
+    assert plan(two_down).retiring == ("p-1", "p-2")  # the named one, then the highest ordinal
+
+
 def test_scale_down_is_blocked_by_pinned_nodes_and_says_how_many():
     names = ["p-0", "p-1", "p-2"]
     state = converged(names, 90)

@@ -141,6 +141,25 @@ def test_scale_down_deletes_retired_pods_then_their_configmaps():
     assert gone.configmap_deletes == ("p-2",)
 
 
+def test_a_fenced_member_has_its_pod_stopped_and_none_created_until_unfenced():
+    """`kubectl ics fence p-2` (spec.fencedMembers): its pod is deleted gracefully, no pod is
+    created for it while it stays fenced, its ConfigMap (its identity) stays; unfenced, it is
+    a kept member again and gets its pod."""
+    decision = decide(keep=["p-0", "p-1"], retire=[], pods={p.member: p for p in healthy()},
+                      nodes={"k1": NodeView("k1")}, configmaps_current={"p-0": True, "p-1": True},
+                      wanted_hash=HASH, failover=Failover(), now=NOW, fenced=["p-2"])
+    assert [(d.member, d.reason, d.kind, d.force) for d in decision.deletes] == [
+        ("p-2", "StoppingFencedMember", PodActionKind.STOP, False)]
+    assert decision.creates == () and decision.configmap_deletes == ()
+    assert {s.name: s.phase for s in decision.states}["p-2"] == "Fenced"
+    gone = decide(keep=["p-0", "p-1"], retire=[], pods={p.member: p for p in healthy()[:2]},
+                  nodes={}, configmaps_current={"p-0": True, "p-1": True}, wanted_hash=HASH,
+                  failover=Failover(), now=NOW, fenced=["p-2"])
+    assert gone.writes == 0 and {s.name: s.phase for s in gone.states}["p-2"] == "Fenced"
+    unfenced = run(healthy()[:2])
+    assert [c.member for c in unfenced.creates] == ["p-2"]
+
+
 pod_states = st.builds(
     PodView,
     name=st.just(""), member=st.sampled_from(["p-0", "p-1", "p-2"]), uid=st.text(min_size=1, max_size=3),

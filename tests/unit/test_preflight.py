@@ -76,6 +76,11 @@ def test_ironic_answers_become_checks_with_fixes() -> None:
     assert [c.verdict for c in down] == [Verdict.FAIL] and "reachable" in down[0].fix
     no_token = preflight.ironic_checks(ServiceAnswer(failure="keystone", message="the token request failed"), None)
     assert [c.verdict for c in no_token] == [Verdict.FAIL] and "auth.auth_url" in no_token[0].fix
+    assert "Ironic" not in no_token[0].fix
+    unresolved = preflight.ironic_checks(ServiceAnswer(failure="keystone", message=(
+        "cannot reach Keystone at http://keystone.invalid/v3 (cloud 'c'), asked for the baremetal endpoint in "
+        "its catalog: Temporary failure in name resolution")), None)
+    assert "does not resolve" in unresolved[0].fix and "auth.auth_url" in unresolved[0].fix
     refused = preflight.ironic_checks(ServiceAnswer(version=(1, 99)), HttpAnswer(403, "forbidden"))
     assert verdicts(refused)["ironic-shard-list"] is Verdict.FAIL
 

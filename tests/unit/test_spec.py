@@ -77,11 +77,21 @@ def test_rebalance_grace_reaches_the_planner_spec():
     ({"command": "nova-compute"}, "spec.command"),
     ({"paused": "yes"}, "spec.paused"),
     ({"imagePullPolicy": "Sometimes"}, "spec.imagePullPolicy"),
+    ({"retireMembers": ["rack-b-1"]}, "spec.retireMembers"),
+    ({"retireMembers": "rack-a-1"}, "spec.retireMembers"),
+    ({"fencedMembers": ["rack-a-x"]}, "spec.fencedMembers"),
 ])
 def test_bad_values_name_the_field(spec, field):
     with pytest.raises(InvalidSpec) as caught:
         read_pool(body(**spec))
     assert str(caught.value).startswith(field + ":")
+
+
+def test_members_to_retire_first_and_fenced_members_are_read():
+    pool = read_pool(body(retireMembers=["rack-a-2", "rack-a-0"], fencedMembers=["rack-a-1"]))
+    assert pool.spec.retire_first == ("rack-a-2", "rack-a-0")  # the planner's, in the order given
+    assert pool.fenced_members == ("rack-a-1",)
+    assert read_pool(body()).spec.retire_first == () and read_pool(body()).fenced_members == ()
 
 
 def test_bad_pool_name_is_refused():

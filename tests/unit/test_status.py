@@ -173,6 +173,9 @@ def test_desired_replicas_and_why_are_written_for_replicas_and_autoscale():
     status, _ = build_status(facts(), None)
     assert (status["desiredReplicas"], status["desiredReason"]) == (2, "spec.replicas: 2")
 
+    status, _ = build_status(facts(plan=plan(desired_replicas=1, retiring=("p-0",))), None)
+    assert status["desiredReason"] == "spec.replicas: 1; retiring p-0"  # kubectl ics retire p-0 shows here
+
     status, _ = build_status(facts(plan=autoscaled(1234)), None)
     assert status["desiredReplicas"] == 3
     assert status["desiredReason"] == "autoscale: 1,234 nodes / 500 per member -> 3 (min 1, max 10)"

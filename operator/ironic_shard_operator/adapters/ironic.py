@@ -301,7 +301,7 @@ class IronicAdapter:
         """The Ironic API base URL (without /v1), from the clouds.yaml or the catalog."""
         url = endpoint_for(self.connection, self._session, "baremetal", self.cloud,
                            missing=IronicEndpointError, refused=IronicAuthError,
-                           unreachable=IronicKeystoneUnavailable)  # the catalog is Keystone's
+                           unreachable=IronicKeystoneUnavailable)  # only Keystone is asked here
         return url[:-3] if url.endswith("/v1") else url
 
     @redacting

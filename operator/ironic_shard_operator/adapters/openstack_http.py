@@ -76,7 +76,8 @@ def endpoint_for(connection: Any, session: Any, service_type: str, cloud: str, *
 
     Raises `missing` when neither the clouds.yaml nor the catalog names one, `refused`
     when Keystone refuses the credentials or the auth_url is not Keystone
-    (`refuse_auth_url_that_is_not_keystone`), `unreachable` when Keystone does not answer.
+    (`refuse_auth_url_that_is_not_keystone`), `unreachable` when Keystone does not answer
+    (the message names Keystone and its auth_url: the service itself was never asked).
     """
     from keystoneauth1 import exceptions as ks
 
@@ -93,7 +94,9 @@ def endpoint_for(connection: Any, session: Any, service_type: str, cloud: str, *
         except ks.EndpointNotFound:
             url = None
         except (ks.ConnectionError, ks.DiscoveryFailure) as error:
-            raise unreachable(f"cannot reach Keystone for cloud '{cloud}': {short_reason(error)}") from None
+            auth_url = getattr(getattr(session, "auth", None), "auth_url", None) or "its auth_url"
+            raise unreachable(f"cannot reach Keystone at {redact(auth_url)} (cloud '{cloud}'), asked for the "
+                              f"{service_type} endpoint in its catalog: {short_reason(error)}") from None
     if not url:
         raise missing(f"cloud '{cloud}' has no {service_type} endpoint: neither "
                       f"{service_type}_endpoint_override in its clouds.yaml nor one in its catalog")

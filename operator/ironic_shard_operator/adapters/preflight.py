@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import re
 import ssl
 import time
@@ -59,6 +60,21 @@ class Inputs:
     handover_nova_conf: str | None = None
     image: str | None = None
     check_image: bool = True
+
+
+# The client libraries preflight asks through; they log their own view of what preflight's
+# table already says (keystoneauth: "Failed to discover available identity versions ...").
+CLIENT_LOGGERS = ("keystoneauth", "keystoneauth1", "openstack", "os_client_config", "stevedore", "urllib3")
+
+
+def quiet_client_logs() -> None:
+    """For a command run by a person (not the operator, whose log keeps them, redacted): the
+    client libraries' own log lines are dropped, so nothing trails after preflight's table,
+    which already says what failed and where."""
+    for name in CLIENT_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
 
 
 def run_checks(inputs: Inputs) -> list[Check]:

@@ -126,8 +126,9 @@ class _Cycle:
         status, events = build_status(replace(facts, secrets=facts.secrets | KNOWN.of(self.key),
                                               preflight=facts.preflight or self.runtime.preflight.verdict),
                                       self.previous)
-        if status != _comparable(self.previous, status):
-            await self.op.kube.patch_pool_status(self.namespace, self.name, status)
+        if status != _comparable(self.previous, status):  # lastCycleTime goes with a write, never makes one
+            await self.op.kube.patch_pool_status(self.namespace, self.name,
+                                                 {**status, "lastCycleTime": format_time(self.now)})
         status_written(self.op.metrics, self.key, self.body, status, self.runtime.last_status)
         self.runtime.last_status = status
         self.runtime.generation = facts.generation
@@ -351,8 +352,10 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
     away = handover.kept_away(plan, pool.handover, members.readiness, members.pods.keys(), cycle.now,
                               held=members.held, recorded=cycle.previous.get("handover"))
     stop = set(away) & set(members.identities) - retire
-    keep = [m for m in members.identities if m not in retire and m not in stop]
-    keep += [m for m in (plan.members_to_create if plan else ()) if m not in members.identities]
+    fenced = set(pool.fenced_members) & set(members.identities) - retire - stop
+    keep = [m for m in members.identities if m not in retire and m not in stop and m not in fenced]
+    keep += [m for m in (plan.members_to_create if plan else ())
+             if m not in members.identities and m not in pool.fenced_members]
     node_names = {p.node_name for p in members.pods.values() if p.node_name and (p.deleting or not p.ready)}
     nodes_raw = await asyncio.gather(*(cycle.op.kube.get_node(n) for n in sorted(node_names)))
     decision = pods.decide(
@@ -360,7 +363,7 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
         nodes={n["metadata"]["name"]: pods.read_node(n) for n in nodes_raw if n},
         configmaps_current={m: members.overlays.get(m) == podspec.member_conf(pool, m) for m in keep},
         wanted_hash={m: podspec.config_hash(pool, m, secrets.nova_digest) for m in keep},
-        failover=pool.failover, now=cycle.now, stop=sorted(stop), held_why=away)
+        failover=pool.failover, now=cycle.now, stop=sorted(stop), fenced=sorted(fenced), held_why=away)
     return _PodPlan(keep, retire, decision)
 
 

@@ -11,7 +11,8 @@ Environment:
                     so that the kubelet's liveness probe restarts the replica
   LOG_FORMAT        text (default: "[time] logger [LEVEL] message") or json (one JSON object
                     per line: message, timestamp, severity, exc_info)
-  OPERATOR_DEBUG    any value: kopf's verbose log, and every pod event kopf handles
+  OPERATOR_DEBUG    any non-empty value: the log at DEBUG (kopf's steps and every pod event it
+                    handles, the OpenStack libraries' requests; credentials still masked)
 
 Leader election uses a coordination.k8s.io/v1 Lease named `ironic-shard-operator` in
 POD_NAMESPACE, the Kubernetes standard (client-go's leaderelection, kube-controller-

@@ -135,12 +135,15 @@ class PoolSpec:
     """What the planner needs of an IronicComputeShard's spec.
 
     `replicas` is the member count unless `autoscale` is set, which then decides it.
+    `retire_first` (spec.retireMembers): members that go before the highest ordinals when the
+    pool has more members than that count.
     """
 
     name: str
     replicas: int = 1
     autoscale: Autoscale | None = None
     rebalance_after_seconds: float = 120.0
+    retire_first: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +211,7 @@ class Plan:
     a retiring member to its nodes in the middle of an operation (uuid, provision state ->
     target), which its nova-compute may be driving: its pod stays until they settle.
     `autoscale` says how autoscale chose `desired_replicas`; None: spec.replicas did.
+    `retiring`: every member chosen to retire (owning nodes or not), by ordinal.
     """
 
     desired_replicas: int
@@ -220,6 +224,7 @@ class Plan:
     counts: NodeCounts
     autoscale: AutoscaleDecision | None = None
     busy: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    retiring: tuple[str, ...] = ()
 
 
 def mid_operation(node: Node) -> str | None:

@@ -6,6 +6,8 @@ The member count is spec.replicas, or autoscale's (autoscale.py: up at once, dow
 the lower count has held for the stabilization window).
 
 The rules it keeps (invariants 1-4, docs/invariants.md):
+- the members that retire when there are too many are those spec.retireMembers names, then
+  the highest ordinals;
 - a pinned node never changes owner;
 - every free node ends up owned by a ring member (a non-retiring member that counts as
   ready by the grace rule, fencing.py), unless there is none, in which case nothing moves;
@@ -47,7 +49,7 @@ def plan(observation: Observation) -> Plan:
         scale = autoscale.decide(spec.autoscale, len(nodes), observation.autoscale_history, observation.now)
     desired = scale.desired if scale is not None else spec.replicas
     members = sorted_members(spec.name, observation.members)
-    retiring = {m.name for m in members[desired:]} if len(members) > desired else set()
+    retiring = set(retiring_members(members, desired, spec.retire_first))
     ring_members = tuple(
         m.name for m in members
         if m.name not in retiring
@@ -119,6 +121,7 @@ def plan(observation: Observation) -> Plan:
         counts=counts,
         autoscale=scale,
         busy={owner: tuple(sorted(found)) for owner, found in busy.items()},
+        retiring=tuple(m.name for m in members if m.name in retiring),
     )
 
 
@@ -127,6 +130,17 @@ def sorted_members(pool: str, members: Iterable[Member]) -> list[Member]:
     ordinals = {m.name: member_ordinal(pool, m.name) for m in members}
     return sorted((m for m in members if ordinals[m.name] is not None),
                   key=lambda m: ordinals[m.name])
+
+
+def retiring_members(members: list[Member], desired: int, first: Iterable[str]) -> list[str]:
+    """The members that go when there are more than `desired` (`members` by ordinal): those
+    named in `first` (spec.retireMembers) before the others, then the highest ordinals."""
+    surplus = len(members) - desired
+    if surplus <= 0:
+        return []
+    named = set(first)
+    order = [m for m in members if m.name in named] + [m for m in reversed(members) if m.name not in named]
+    return [m.name for m in order[:surplus]]
 
 
 def members_to_create(pool: str, members: list[Member], desired: int) -> tuple[str, ...]:

@@ -147,7 +147,9 @@ class PodActionKind(enum.Enum):
     follows once it is gone). FENCE: a pod on a lost node is forgotten (force-deleted) as
     the fencing mode allows. ROLL: a stale pod restarts with the new configuration.
     SCALE_DOWN: a retired member's pod goes. HANDOVER: a member whose nodes with instances are
-    handed over (core/handover.py) has its pod stopped, and none created meanwhile.
+    handed over (core/handover.py) has its pod stopped, and none created meanwhile. STOP: a
+    member an administrator fenced (spec.fencedMembers, `kubectl ics fence`) has its pod
+    stopped, and none created until it is unfenced.
     """
 
     CREATE = "Create"
@@ -156,6 +158,7 @@ class PodActionKind(enum.Enum):
     ROLL = "Roll"
     SCALE_DOWN = "ScaleDown"
     HANDOVER = "Handover"
+    STOP = "Stop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +192,7 @@ class MemberState:
     """A member's phase for status.members[].phase, and a sentence explaining it."""
 
     name: str
-    phase: str  # Ready, Starting, Creating, Replacing, Terminating, Fencing, Rolling, Retiring
+    phase: str  # Ready, Starting, Creating, Replacing, Terminating, Fencing, Rolling, Retiring, Fenced
     message: str = ""
 
 
@@ -256,6 +259,7 @@ def decide(
     failover: Failover,
     now: float,
     stop: Iterable[str] = (),
+    fenced: Iterable[str] = (),
     held_why: Mapping[str, str] | None = None,
 ) -> Decision:
     """Pod actions that move the pool's pods toward one healthy pod per kept member.
@@ -267,7 +271,9 @@ def decide(
     whether its ConfigMap exists with the wanted content. `wanted_hash`: member -> the
     config hash its pod should carry. `stop`: members (not in `keep`) whose pod must be gone
     while their nodes with instances are handed over: deleted if there, never created; their
-    ConfigMap stays. `held_why`: why a member of `stop` is held, for its state's message.
+    ConfigMap stays. `fenced`: members (not in `keep`) an administrator took out of service
+    (spec.fencedMembers): the same, phase Fenced. `held_why`: why a member of `stop` is kept
+    from its pod, for its state's message.
     """
     out = _Builder()
     keep = list(keep)
@@ -299,20 +305,21 @@ def decide(
     _roll(roll_candidates, unsettled, out)
 
     for member in stop:
-        pod = pods.get(member)
-        if pod is None:
-            why = (held_why or {}).get(member)
-            out.states.append(MemberState(member, "HandingOver", f"no pod while held: {why}" if why else
-                                          "pod gone; its nodes with instances are handed over"))
-        elif pod.deleting:
-            verdict = fence_verdict(pod, nodes, failover.fencing, now)
-            out.states.append(_fence(pod, verdict, out) if verdict is not None else
-                              MemberState(member, "HandingOver", "waiting for the pod to be gone"))
-        else:
-            out.delete(pod, "HandoverStoppingPod",
-                       f"Deleting pod {member}: its nodes with instances are handed over to other members "
-                       "(its pod must be gone first)", kind=PodActionKind.HANDOVER, warning=False)
-            out.states.append(MemberState(member, "HandingOver", "pod is being deleted (handover)"))
+        why = (held_why or {}).get(member)
+        _stop(pods.get(member), member, "HandingOver", nodes, failover, now, out,
+              gone=f"no pod while held: {why}" if why else "pod gone; its nodes with instances are handed over",
+              waiting="waiting for the pod to be gone",
+              deleting="pod is being deleted (handover)", reason="HandoverStoppingPod", kind=PodActionKind.HANDOVER,
+              event=f"Deleting pod {member}: its nodes with instances are handed over to other members "
+                    "(its pod must be gone first)")
+    for member in fenced:
+        _stop(pods.get(member), member, "Fenced", nodes, failover, now, out,
+              gone="no pod: fenced by spec.fencedMembers (kubectl ics unfence starts it again)",
+              waiting="waiting for the pod to be gone (spec.fencedMembers)",
+              deleting="pod is being deleted (spec.fencedMembers)", reason="StoppingFencedMember",
+              kind=PodActionKind.STOP,
+              event=f"Deleting pod {member}: fenced by spec.fencedMembers; no pod is created for it until it is "
+                    "unfenced")
 
     for member in retire:
         pod = pods.get(member)
@@ -330,6 +337,21 @@ def decide(
                        kind=PodActionKind.SCALE_DOWN, warning=False)
             out.states.append(MemberState(member, "Retiring", "pod is being deleted (scale-down)"))
     return out.build()
+
+
+def _stop(pod: PodView | None, member: str, phase: str, nodes: Mapping[str, NodeView], failover: Failover,
+          now: float, out: _Builder, *, gone: str, waiting: str, deleting: str, reason: str, kind: PodActionKind,
+          event: str) -> None:
+    """A member that must have no pod (`phase` says why): its pod deleted gracefully if there,
+    fenced as the verdict says while it is being deleted on a lost node, never created."""
+    if pod is None:
+        out.states.append(MemberState(member, phase, gone))
+    elif pod.deleting:
+        verdict = fence_verdict(pod, nodes, failover.fencing, now)
+        out.states.append(_fence(pod, verdict, out) if verdict is not None else MemberState(member, phase, waiting))
+    else:
+        out.delete(pod, reason, event, kind=kind, warning=False)
+        out.states.append(MemberState(member, phase, deleting))
 
 
 def _handle_pod(pod: PodView, nodes: Mapping[str, NodeView], failover: Failover, now: float,

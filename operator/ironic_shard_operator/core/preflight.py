@@ -99,6 +99,10 @@ def ironic_checks(answer: ServiceAnswer, shard_list: HttpAnswer | None) -> list[
         return [passed("ironic-reachable", "Ironic answers"),
                 failed("ironic-api-version", answer.message,
                        "upgrade Ironic to 2023.1 (21.4) or newer: node shards need API 1.82")]
+    if answer.failure == "keystone" and _unresolved(answer.message):
+        return [failed("ironic-reachable", answer.message,
+                       "the host name in the cloud's auth.auth_url (Keystone's Identity endpoint) does not resolve "
+                       "here: correct auth.auth_url, or make the name resolvable from here (DNS, /etc/hosts)")]
     if answer.failure is not None:
         return [failed("ironic-reachable", answer.message, fixes.get(answer.failure, fixes["request"]))]
     version = answer.version or (0, 0)
@@ -112,6 +116,15 @@ def ironic_checks(answer: ServiceAnswer, shard_list: HttpAnswer | None) -> list[
                              f"a node list filtered by shard was refused: {_http(shard_list)}",
                              "allow baremetal:node:list for these credentials at API 1.82"))
     return checks
+
+
+# How a resolver says a host name has no address (glibc's gai_strerror, musl's, Python's own).
+_UNRESOLVED = ("Name or service not known", "Temporary failure in name resolution", "No address associated",
+               "nodename nor servname", "Name does not resolve", "getaddrinfo failed")
+
+
+def _unresolved(message: str) -> bool:
+    return any(text.lower() in message.lower() for text in _UNRESOLVED)
 
 
 def shard_summary_check(answer: HttpAnswer) -> Check:

@@ -127,6 +127,7 @@ class Pool:
     paused: bool = False
     handover: Handover | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    fenced_members: tuple[str, ...] = ()  # spec.fencedMembers: no pod runs for them (core/pods.py)
 
     @property
     def key(self) -> str:
@@ -157,6 +158,7 @@ def read_pool(body: Mapping[str, Any]) -> Pool:
             replicas=replicas,
             autoscale=autoscale,
             rebalance_after_seconds=failover.rebalance_after_seconds,
+            retire_first=_members(spec.get("retireMembers"), "spec.retireMembers", name),
         ),
         pod=_pod_settings(spec),
         nova_config=_secret_ref(spec, "novaConfig", default_key="nova.conf"),
@@ -173,6 +175,7 @@ def read_pool(body: Mapping[str, Any]) -> Pool:
         paused=_bool(spec.get("paused", False), "spec.paused"),
         labels=dict(meta.get("labels") or {}),
         handover=_handover(spec, failover),
+        fenced_members=_members(spec.get("fencedMembers"), "spec.fencedMembers", name),
     )
 
 
@@ -311,6 +314,21 @@ def _ironic(raw: Mapping[str, Any]) -> IronicSettings:
         full_resync_seconds=_number(raw.get("fullResyncSeconds", 600),
                                     "spec.ironic.fullResyncSeconds", minimum=1),
     )
+
+
+def _members(value: Any, path: str, pool: str) -> tuple[str, ...]:
+    """A list of this pool's member names (`<pool>-<ordinal>`), each once, in the order given."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidSpec(f"{path}: must be a list of member names, got {type(value).__name__}")
+    names: list[str] = []
+    for item in value:
+        if not isinstance(item, str) or model.member_ordinal(pool, item) is None:
+            raise InvalidSpec(f"{path}: {item!r} is no member of pool {pool} (members are {pool}-0, {pool}-1, ...)")
+        if item not in names:
+            names.append(item)
+    return tuple(names)
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:

@@ -133,10 +133,12 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
 
 def desired_reason(plan: model.Plan) -> str:
     """Why the pool steers towards `plan.desired_replicas` members, in one line
-    (status.desiredReason): spec.replicas, or autoscale's arithmetic and its bounds."""
+    (status.desiredReason): spec.replicas, or autoscale's arithmetic and its bounds; then the
+    members retiring (spec.retireMembers first, then the highest ordinals)."""
+    retiring = f"; retiring {', '.join(plan.retiring)}" if plan.retiring else ""
     scale = plan.autoscale
     if scale is None:
-        return f"spec.replicas: {plan.desired_replicas}"
+        return f"spec.replicas: {plan.desired_replicas}{retiring}"
     bounds = scale.settings
     text = f"autoscale: {scale.nodes:,} nodes / {bounds.max_nodes_per_member:,} per member -> "
     if scale.by_nodes > bounds.max_replicas:
@@ -149,7 +151,7 @@ def desired_reason(plan: model.Plan) -> str:
         text += (f"; held at {scale.desired} until {_time_up(scale.held_until)}: scale-down waits until "
                  f"the lower count has held for {bounds.scale_down_stabilization_seconds:g}s "
                  "(scaleDownStabilizationSeconds)")
-    return text
+    return text + retiring
 
 
 def _autoscale(history: model.AutoscaleHistory) -> dict[str, Any]:
