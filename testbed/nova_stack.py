@@ -150,6 +150,20 @@ class NovaStack:
             raise StackError(f"seed_instance failed: {done.stderr[-2000:] or done.stdout}")
         return done.stdout.strip().splitlines()[-1]
 
+    def half_move(self, node: str, destination: str) -> None:
+        """FAULT INJECTION: what `nova-manage db ironic_compute_node_move` leaves when it is killed
+        between its two saves: the compute node of `node` moved to `destination`'s service, its
+        instance still on the old host (written in the cell database, as nova-manage writes it)."""
+        database = self.state["databases"]["nova"]
+        nova_starter.sql(
+            f"UPDATE `{database}`.compute_nodes cn JOIN `{database}`.services s ON s.host = '{destination}' "
+            "AND s.`binary` = 'nova-compute' AND s.deleted = 0 "
+            f"SET cn.host = '{destination}', cn.service_id = s.id WHERE cn.uuid = '{node}' AND cn.deleted = 0")
+
+    def cell_sql(self, statement: str) -> str:
+        """Run `statement` in the cell database (what an administrator does to finish a half move)."""
+        return nova_starter.sql(f"USE `{self.state['databases']['nova']}`; {statement}")
+
     def delete_seeded_instance(self, instance: str) -> None:
         """TEST SETUP SHORTCUT: mark an instance `seed_instance` made deleted in Nova's
         database (hack/nova/seed_instance.py --delete), whatever its host's state."""

@@ -5,6 +5,8 @@ the report and clean-up at their end (tests/nova/test_handover_*.py)."""
 from __future__ import annotations
 
 import base64
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -118,3 +120,36 @@ def report_and_delete(kube_api: KubeAPI, ns: str, pool: str, operator: OperatorP
     finally:
         print(f"----- operator -----\n{operator.log()[-20000:]}")
         operator.stop()
+
+
+class PodSightings:
+    """Every time a pod of `names` was seen (polled every `period` s in a thread): name ->
+    [time.monotonic()]. Pods of a held member must never be seen while it is held."""
+
+    def __init__(self, client, ns: str, names: set[str], period: float = 0.3) -> None:
+        self.client, self.ns, self.names, self.period = client, ns, names, period
+        self.seen: dict[str, list[float]] = {name: [] for name in names}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="pod-sightings")
+
+    def __enter__(self) -> PodSightings:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def between(self, name: str, start: float, end: float) -> list[float]:
+        return [t for t in self.seen[name] if start <= t <= end]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                items = self.client.get(f"/api/v1/namespaces/{self.ns}/pods")["items"]
+            except Exception:  # noqa: BLE001 - a missed poll is a missing sample, not a finding
+                continue
+            at = time.monotonic()
+            for pod in items:
+                if pod["metadata"]["name"] in self.names:
+                    self.seen[pod["metadata"]["name"]].append(at)

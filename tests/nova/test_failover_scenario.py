@@ -44,12 +44,13 @@ CLOUD = "nova-and-ironic"
 
 
 
-def clouds_yaml(stack: NovaStack, noauth_ironic: IronicService, compute_url: str) -> str:
-    """One cloud with both endpoints, as a Keystone catalog would give them."""
+def clouds_yaml(stack: NovaStack, noauth_ironic: IronicService, compute_url: str, ironic_url: str | None = None) -> str:
+    """One cloud with both endpoints, as a Keystone catalog would give them (Ironic's at
+    `ironic_url` when given: a forwarder in front of it)."""
     cloud = stack.cloud_config()
     cloud.pop("compute_api_version")  # the adapter sets its microversion per request
     cloud["auth"]["endpoint"] = cloud["compute_endpoint_override"] = compute_url
-    cloud["baremetal_endpoint_override"] = noauth_ironic.url
+    cloud["baremetal_endpoint_override"] = ironic_url or noauth_ironic.url
     return yaml.safe_dump({"clouds": {CLOUD: cloud}})
 
 

@@ -10,7 +10,8 @@ when a server closes an idle keep-alive connection just as a request is sent on 
 sees "Connection aborted"). `before_once(marker, action)`: the next request whose first bytes
 hold `marker` waits until `action()` has run, then goes on: something happens to the service
 exactly between a client's earlier request and this one (a build claiming a node between the
-read before a write and the write). `request_lines` keeps what was asked (method, path and
+read before a write and the write). `delay(seconds)`: every request waits that long before it
+is forwarded (a slow service: its answers come late). `request_lines` keeps what was asked (method, path and
 query of each request). Everything it forwards is the real service's answer.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from urllib.parse import urlsplit, urlunsplit
 
 
@@ -41,6 +43,7 @@ class SwitchableProxy:
         self._cut_marker: bytes | None = None
         self.cuts = 0  # requests cut by cut_once
         self._before: tuple[bytes, object] | None = None
+        self._delay = 0.0
         self.befores = 0  # actions run by before_once
         self.request_lines: list[str] = []  # the request line of every HTTP request forwarded, in order
 
@@ -86,6 +89,11 @@ class SwitchableProxy:
         with self._lock:
             self._cut_marker = marker
 
+    def delay(self, seconds: float) -> None:
+        """Hold every request `seconds` before forwarding it (0: forward at once)."""
+        with self._lock:
+            self._delay = seconds
+
     def before_once(self, marker: bytes, action) -> None:
         """Run `action()` right before the next request whose first bytes hold `marker` is
         forwarded (on the proxy's thread: the request waits for it)."""
@@ -123,6 +131,10 @@ class SwitchableProxy:
                 if requests and self._cut(data):
                     break
                 if requests:
+                    with self._lock:
+                        delay = self._delay
+                    if delay:
+                        time.sleep(delay)  # a slow service: the request reaches it late
                     self._run_before(data)
                     self._note_request(data)
                 target.sendall(data)

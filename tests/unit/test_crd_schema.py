@@ -665,6 +665,49 @@ def test_status_as_build_status_writes_it_is_admitted_and_every_field_declared(p
     assert set(status) <= set(schema()["properties"]["status"]["properties"])
 
 
+def _undeclared(value: Any, node: dict[str, Any], path: str) -> Iterator[str]:
+    """Paths in `value` the schema `node` does not declare below a preserve-unknown-fields
+    level: what a real API server prunes, silently, from what the operator writes."""
+    if isinstance(value, dict):
+        if node.get("x-kubernetes-preserve-unknown-fields") and not node.get("properties"):
+            return
+        for key, child in value.items():
+            declared = node.get("properties", {}).get(key) or node.get("additionalProperties")
+            if not isinstance(declared, dict):
+                yield f"{path}.{key}"
+            else:
+                yield from _undeclared(child, declared, f"{path}.{key}")
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        for item in value:
+            yield from _undeclared(item, node["items"], f"{path}[]")
+
+
+def test_no_field_of_a_status_with_members_handovers_and_guard_holds_is_pruned():
+    """Every field of a busy pool's status (a member held by a handover, with its reason; a
+    source waiting for a busy node; nodes the guard holds) is declared in the CRD, down to the
+    leaves: an undeclared nested field would be pruned by the API server and never seen."""
+    from ironic_shard_operator.core import handover
+    from ironic_shard_operator.core.guard_holds import guard_section
+    from ironic_shard_operator.core.pods import MemberState
+    from ironic_shard_operator.core.shard_write import GuardHold
+    from ironic_shard_operator.core.status import handover_section
+
+    members = (model.Member("rack-a-0", True, 1.7e9), model.Member("rack-a-1", False, 1.7e9))
+    step = handover.HandoverPlan(progress=(handover.SourceProgress(
+        "rack-a-1", handover.SCALE_DOWN, handover.MOVING_FREE, nodes=3, waiting=3, message="busy", held=False,
+        busy=(handover.BusyNode("n-1", "deploying -> active", 1.7e9),)),),
+        problems=(handover.Problem(handover.SCALE_DOWN, "HandoverWaitingForBusyNodes", "n-1"),))
+    guard, _ = guard_section(None, [GuardHold("n-2", ("consumer-1",))], {"n-2"}, 1.8e9, 600)
+    status, _ = build_status(CycleFacts(
+        generation=1, pool="rack-a", members=members, plan=_converged_plan(), pods_existing=1, pods_ready=1,
+        selector="ironicshards.io/pool=rack-a", now=1.8e9, handover=handover_section(step), handover_enabled=True,
+        guard=guard, states=(MemberState("rack-a-0", "Ready"),
+                             MemberState("rack-a-1", "HandingOver", "no pod while held: its Job runs"))), None)
+    assert status["members"][1]["message"] and status["handover"]["sources"][0]["busyNodes"]
+    assert admit({**example_pool("minimal"), "status": status}) == []
+    assert list(_undeclared(status, schema()["properties"]["status"], ".status")) == []
+
+
 def test_kubectl_get_wide_shows_a_value_in_every_status_column():
     """`kubectl get ics -o wide`, as the fake API server's Table prints it: every column read
     from .status shows what the operator wrote (Target, status.desiredReplicas, stayed empty)."""

@@ -47,11 +47,12 @@ LOG_LINES = 20
 @dataclass(frozen=True, slots=True)
 class HandoverOutcome:
     """`section`: the new status.handover (None: leave the last one); `events`: one per write
-    done and per problem seen."""
+    done and per problem seen; `next_step_soon`: the next cycle is due at once."""
 
     section: dict[str, Any] | None
     events: tuple[Event, ...] = ()
     resharded: int = 0
+    next_step_soon: bool = False  # core/handover.py HandoverPlan.next_step_soon
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +111,7 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
     resharded = 0
     if step.writes and not pool.paused and work.may_write():
         resharded = await _act(work, pool, step, ironic, nova, view, nodes, events, jobs)
-    return HandoverOutcome(handover_section(step), tuple(events), resharded)
+    return HandoverOutcome(handover_section(step), tuple(events), resharded, step.next_step_soon)
 
 
 def _unseen(recorded: Mapping[str, Any] | None, found: Mapping[str, str], reason: str, message: str) -> HandoverOutcome:

@@ -54,7 +54,7 @@ from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.guard_holds import guard_section
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
 from ironic_shard_operator.core.refusals import Refusal, news, refused
-from ironic_shard_operator.core.schedule import RETRY_SECONDS, handover_retry_in, next_delay
+from ironic_shard_operator.core.schedule import AFTER_MOVES_SECONDS, RETRY_SECONDS, handover_retry_in, next_delay
 from ironic_shard_operator.core.spec import InvalidSpec, Pool, SecretKeyRef, read_pool
 from ironic_shard_operator.core.status import (
     CycleFacts, autoscale_history_of, build_status, format_time, moves_event, since_of,
@@ -88,7 +88,9 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     moving = cloud.result.handover if cloud.result is not None else None
     handover_status = moving.section if moving is not None and moving.section is not None else \
         (cycle.previous or {}).get("handover")
-    wakes = [w for w in (chosen.decision.wake_after, handover_retry_in(handover_status, cycle.now)) if w is not None]
+    soon = AFTER_MOVES_SECONDS if moving is not None and moving.next_step_soon else None
+    wakes = [w for w in (chosen.decision.wake_after, handover_retry_in(handover_status, cycle.now), soon)
+             if w is not None]
     return next_delay(poll_seconds=pool.ironic.poll_interval_seconds, members=members.readiness,
                       grace_seconds=pool.spec.rebalance_after_seconds, now=cycle.now, failed=failed,
                       wake_after=min(wakes, default=None), moves_applied=cloud.applied)

@@ -199,6 +199,12 @@ class HandoverPlan:
     def writes(self) -> int:
         return len(self.force_down) + len(self.delete_jobs) + len(self.create_jobs) + len(self.shard_writes)
 
+    @property
+    def next_step_soon(self) -> bool:
+        """Whether the next step has something to do at once: this one wrote, or a held source
+        has nodes waiting and no Job (its first Job follows once its hold is on record)."""
+        return bool(self.writes) or any(p.held and p.waiting and not p.job for p in self.progress)
+
 
 # --- who hands over, and who is held: readable from the pod side too ----------------------
 
