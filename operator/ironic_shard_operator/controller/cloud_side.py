@@ -30,7 +30,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Mapping, Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
@@ -50,6 +50,9 @@ PATIENCE_SECONDS = 2.0
 # A side that has not planned after this long is reported as Ironic not answering, before its
 # own requests time out (one request's timeout).
 SILENT_SECONDS = 30.0
+# A side that has sent no request for this long is hung (10 request timeouts of 30 s: a request
+# that gets no answer times out, and the next one is sent): it is abandoned (CloudSide.hung).
+HUNG_AFTER_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,15 +103,49 @@ class CloudWork:
 class CloudSide:
     """One run of a pool's Ironic and Nova side (the module doc): its plan once known
     (`planned`: a result without writes, or the error that stopped the observation), its
-    result once it ended (`task`), and whether a cycle reported that result (`reported`)."""
+    result once it ended (`task`), and whether a cycle reported that result (`reported`).
 
-    def __init__(self, work: CloudWork, interrupt: threading.Event) -> None:
+    A side whose requests all hang for good (a library deadlock: keystoneauth waiting on a lock
+    for ever) would hold its pool's Ironic and Nova work for good. `hung(now)` says when it has
+    sent no request for `hung_after` seconds (many request timeouts: no answer is that slow);
+    `abandon()` then stops every write it could still make (its interrupt, and `may_write`
+    False for it alone) so the next cycle can start a new side on a new connection. Its thread
+    may never end; it can no longer write."""
+
+    def __init__(self, work: CloudWork, interrupt: threading.Event, *,
+                 requests_made: Callable[[], int] = lambda: 0, hung_after: float = HUNG_AFTER_SECONDS) -> None:
         loop = asyncio.get_running_loop()
         self.started = loop.time()
         self.planned: CloudResult | None = None
         self.reported = False
+        self.abandoned = threading.Event()
+        self._interrupt = interrupt
+        self._requests_made, self._hung_after = requests_made, hung_after
+        self._last_requests, self._progressed_at = requests_made(), self.started
         self._planned = asyncio.Event()
+        self._may_write = work.may_write
+        work = replace(work, may_write=self.may_write)
         self.task: asyncio.Task[CloudResult] = loop.create_task(self._run(work, interrupt))
+
+    def may_write(self) -> bool:
+        """The writers' check for this side: the operator's (the Lease), and not abandoned."""
+        return not self.abandoned.is_set() and self._may_write()
+
+    def hung(self, now: float) -> bool:
+        """Whether this side, not ended, has sent no request for `hung_after` seconds (`now`:
+        the loop's time; each call samples its request count)."""
+        if self.task.done():
+            return False
+        count = self._requests_made()
+        if count != self._last_requests:
+            self._last_requests, self._progressed_at = count, now
+        return now - self._progressed_at >= self._hung_after
+
+    def abandon(self) -> None:
+        """No write of this side from now on; its pool's next cycle starts a new one."""
+        self.abandoned.set()
+        self._interrupt.set()
+        self.reported = True
 
     @property
     def deadline(self) -> float:

@@ -45,7 +45,8 @@ from ironic_shard_operator.adapters.ironic import (
 )
 from ironic_shard_operator.adapters.kube import KubeError, KubeRefused
 from ironic_shard_operator.adapters.preflight import Inputs
-from ironic_shard_operator.controller.cloud_side import CloudResult, CloudSide, CloudWork
+from ironic_shard_operator.controller.cloud_side import HUNG_AFTER_SECONDS, CloudResult, CloudSide, CloudWork
+from ironic_shard_operator.controller.ironic_cycle import AdapterCache
 from ironic_shard_operator.controller.log_redaction import KNOWN
 from ironic_shard_operator.controller.signals import status_written
 from ironic_shard_operator.core import handover, handover_job, model, pods, podspec
@@ -321,7 +322,13 @@ async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets
     if secrets.clouds_yaml is None:
         return _Cloud()
     side = runtime.cloud_side
-    if side is None or (side.task.done() and side.reported):
+    if side is not None and side.hung(asyncio.get_running_loop().time()):
+        log.error("pool %s: the Ironic and Nova side has sent no request for %.0fs: abandoned (it writes nothing "
+                  "more), a new one starts on a new connection", cycle.key, HUNG_AFTER_SECONDS)
+        side.abandon()
+        runtime.ironic = AdapterCache()  # a new connection: the hung one keeps its locks
+        runtime.nova.adapter = None
+    if side is None or (side.task.done() and side.reported) or side.abandoned.is_set():
         try:
             adapter = _adapter(runtime, pool, secrets.clouds_yaml)
         except IronicError as error:
@@ -336,7 +343,7 @@ async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets
             now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
             memory=runtime.ironic.memory, kube=cycle.op.kube, previous_handover=cycle.previous.get("handover"),
             held=frozenset(members.held)),
-            runtime.interrupt)
+            runtime.interrupt, requests_made=lambda: adapter.requests_made + _nova_requests(runtime))
     _remember(runtime, await side.plan_by(side.deadline))
     return _Cloud(side, runtime.ironic_plan, runtime.ironic_error,
                   side.silent_for(asyncio.get_running_loop().time()))
@@ -501,6 +508,11 @@ def _problems(secrets: _Secrets, refusals: Iterable[Refusal], cloud: _Cloud) -> 
         problems.append(("IronicUnavailable", f"Ironic has not answered for {cloud.silent_for:.0f}s: member "
                                               "pods are looked after meanwhile, no node changes owner"))
     return problems
+
+
+def _nova_requests(runtime: PoolRuntime) -> int:
+    """Requests the pool's Nova adapter has sent (0 without one): a side's progress, with Ironic's."""
+    return runtime.nova.adapter.requests_made if runtime.nova.adapter is not None else 0
 
 
 def _remember(runtime: PoolRuntime, seen: CloudResult | None) -> None:
