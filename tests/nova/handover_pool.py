@@ -16,6 +16,7 @@ import pytest
 from testbed.ironic_service import IronicService, available_nodes, shards_of, unique_resource_class
 from testbed.operator_objects import install_crd
 from testbed.nova_stack import NovaStack
+from testbed.waiting import wait_for
 from tests.nova.nova_watch import NovaWatch
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import POOLS, OperatorProcess, get_pool, ready_members
@@ -59,6 +60,26 @@ def create_manage_secret(client, ns: str, name: str, nova_conf: str) -> None:
     client.create(f"/api/v1/namespaces/{ns}/secrets", {
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
         "data": {"nova.conf": base64.b64encode(nova_conf.encode()).decode()}})
+
+
+def seed_instances(nova: NovaStack, ironic: IronicService, owners: dict[str, str | None],
+                   members: tuple[str, ...], per_member: int, *, power_on: bool = True) -> dict[str, str]:
+    """An instance on the first `per_member` nodes (by uuid) each of `members` owns: recorded in
+    Nova first, then in Ironic, as a boot records it, and powered on (waited for) as a deploy
+    leaves the node. node -> instance uuid."""
+    instances = {}
+    for member in members:
+        for node in sorted(n for n, o in owners.items() if o == member)[:per_member]:
+            instances[node] = nova.seed_instance(member, node)
+            ironic.request("PATCH", f"/nodes/{node}", json=[
+                {"op": "add", "path": "/instance_uuid", "value": instances[node]}])
+            if power_on:
+                ironic.request("PUT", f"/nodes/{node}/states/power", json={"target": "power on"})
+    if power_on:
+        wait_for(lambda: all(ironic.request("GET", f"/nodes/{n}?fields=power_state").json()["power_state"]
+                             == "power on" for n in instances), timeout=60, interval=0.5,
+                 what="the instance nodes powered on")
+    return instances
 
 
 def nova_agrees(nova: NovaStack, shards: Shards) -> bool:

@@ -62,15 +62,7 @@ def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_and_the_member_re
                 handover={"novaManageConfig": {"secretRef": {"name": "nova-manage"}}, "maxConcurrent": 1}))
             handover_pool.wait_for_members(kube_api, ns, nova_stack, pool, (m0, m1, m2), shards)
             owners = shards()
-            instances = {}
-            for member in (m0, m1, m2):
-                for node in sorted(n for n, o in owners.items() if o == member)[:3]:
-                    instances[node] = nova_stack.seed_instance(member, node)
-                    ironic.request("PATCH", f"/nodes/{node}", json=[
-                        {"op": "add", "path": "/instance_uuid", "value": instances[node]}])
-                    ironic.request("PUT", f"/nodes/{node}/states/power", json={"target": "power on"})
-            wait(lambda: all(power(n) == "power on" for n in instances), timeout=60, interval=0.5,
-                 what="the instance nodes powered on")
+            instances = handover_pool.seed_instances(nova_stack, ironic, owners, (m0, m1, m2), 3)
             on_m2 = sorted(n for n in instances if owners[n] == m2)
 
             with NovaWatch(nova_stack, set(nodes), {m0, m1, m2}, period=0.5) as watch, \

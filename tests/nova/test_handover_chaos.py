@@ -66,10 +66,8 @@ def test_handovers_keep_their_invariants_under_random_faults(
     rng = random.Random(seed)
     client, ns, wait, ironic = kube_api.client, kube_namespace, kube_api.wait_for, noauth_ironic
     started = time.monotonic()
-    interval = nova_stack.timings["update_resources_interval"]
     names = handover_pool.fresh_pool(kube_api, ironic, "hx", NODES)
-    pool, (m0, m1, m2), resource_class, nodes, shards = \
-        names.pool, names.members, names.resource_class, names.nodes, names.shards
+    pool, (m0, m1, m2), resource_class, shards = names.pool, names.members, names.resource_class, names.shards
     manage_conf = nova_stack.nova_conf.read_text()
 
     def set_manage_conf(text: str) -> None:
@@ -92,13 +90,7 @@ def test_handovers_keep_their_invariants_under_random_faults(
                 handover={"novaManageConfig": {"secretRef": {"name": SECRET}}, "maxConcurrent": 1,
                           "afterFailureSeconds": AFTER}))
             handover_pool.wait_for_members(kube_api, ns, nova_stack, pool, (m0, m1, m2), shards)
-            owners = shards()
-            instances = {}
-            for member in (m0, m1, m2):
-                for node in sorted(n for n, o in owners.items() if o == member)[:2]:
-                    instances[node] = nova_stack.seed_instance(member, node)
-                    ironic.request("PATCH", f"/nodes/{node}", json=[
-                        {"op": "add", "path": "/instance_uuid", "value": instances[node]}])
+            instances = handover_pool.seed_instances(nova_stack, ironic, shards(), (m0, m1, m2), 2, power_on=False)
             checker.instances = dict(instances)
 
             with checker:

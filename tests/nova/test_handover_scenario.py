@@ -95,18 +95,8 @@ def test_retire_hands_over_every_instance_node_through_busy_nodes_half_moves_and
                 handover={"novaManageConfig": {"secretRef": {"name": "nova-manage"}}, "maxConcurrent": 2}))
             handover_pool.wait_for_members(kube_api, ns, nova_stack, pool, (m0, m1, m2), shards)
 
-            # Half the nodes carry an instance (Nova first, then Ironic, as a boot records it,
-            # and powered on, as a deploy leaves the node).
-            owners = shards()
-            instances = {}
-            for member in (m0, m1, m2):
-                for node in sorted(n for n, o in owners.items() if o == member)[:5]:
-                    instances[node] = nova_stack.seed_instance(member, node)
-                    ironic.request("PATCH", f"/nodes/{node}", json=[
-                        {"op": "add", "path": "/instance_uuid", "value": instances[node]}])
-                    ironic.request("PUT", f"/nodes/{node}/states/power", json={"target": "power on"})
-            wait(lambda: all(power(n) == "power on" for n in instances), timeout=60, interval=0.5,
-                 what="the instance nodes powered on")
+            owners = shards()  # half the nodes carry an instance
+            instances = handover_pool.seed_instances(nova_stack, ironic, owners, (m0, m1, m2), 5)
             on_m2 = sorted(n for n in instances if owners[n] == m2)
             servers_of = {instances[n]: n for n in instances}
             # Jobs take a source's nodes by uuid, two at a time: [0, 1], [2, 3]; [4] is half moved.
