@@ -1,7 +1,8 @@
 """The race guard with the real Placement (issue 11, item 5): a build in flight claims its node
 in Placement before Ironic shows an instance_uuid. While Placement holds an allocation on a
 node's resource provider, that free node does not move away from its live owner when a member
-joins; once the allocation is gone, it moves. A move away from a dead owner asks nothing.
+joins (the consumer holding it reported, for status.guard); once the allocation is gone, it
+moves. A move away from a dead owner asks nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import yaml
 from ironic_shard_operator.adapters.ironic import IronicAdapter
 from ironic_shard_operator.controller.ironic_cycle import run_cycle
 from ironic_shard_operator.core.model import Member, PoolSpec, Selector
+from ironic_shard_operator.core.shard_write import GuardHold
 from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, shards_of, unique_resource_class
 from testbed.nova_stack import NovaStack
 
@@ -80,6 +82,8 @@ def test_a_node_held_in_placement_stays_with_its_live_owner_until_released(
     assert shards_of(noauth_ironic, resource_class)[held] == "pool-0"
     assert first.applied.skipped_claimed == 1
     assert first.applied.applied == len(paused.plan.moves) - 1
+    # what status.guard lists, and a LeakedAllocation names once it is old (core/guard_holds.py)
+    assert first.applied.held == [GuardHold(held, (consumer,))]
 
     placement.release(consumer)
     second = run_cycle(adapter, spec, joined, now=time.time())
@@ -117,8 +121,8 @@ def test_a_placement_that_does_not_answer_leaves_the_guard_to_ironic(
     joined = [Member("pool-0", ready=True, since=now - 600), Member("pool-1", ready=True, since=now - 5)]
     report = run_cycle(adapter, PoolSpec(name="pool", replicas=2), joined, now=now)
     assert report.moves_planned and report.applied.applied == report.moves_planned
-    # one listing, one bulk re-read, and per move its own read and its write
-    assert report.ironic_requests == 2 + 2 * report.moves_planned
+    # one listing, one bulk re-read, and per move its own read, its write and the read after it
+    assert report.ironic_requests == 2 + 3 * report.moves_planned
 
 
 def _closed_url() -> str:

@@ -78,3 +78,16 @@ def test_settings_from_environment():
     assert (settings.pod_namespace, settings.identity) == ("ops", "op-1")
     assert (settings.metrics_port, settings.health_port) == (0, 8081)
     assert Settings.from_env({}).namespaces == ()
+
+
+def test_handover_and_repair_shard_writes_ask_the_lease_before_each_write():
+    """Invariant 10 for the writes of pinned nodes' shards (issue 19, item 10): the stop flag the
+    Ironic adapter asks before each PATCH turns on the moment the Lease check fails, not once per
+    handover step."""
+    from ironic_shard_operator.controller.handover import HandoverWork
+
+    holds = [True]
+    stop = HandoverWork(kube=None, may_write=lambda: holds[0]).write_stop()
+    assert not stop.is_set()
+    holds[0] = False
+    assert stop.is_set()
