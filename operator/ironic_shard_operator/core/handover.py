@@ -656,31 +656,7 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
         return _SourceStep(replace(base, phase=FORCING_DOWN, waiting=len(pinned), held=True,
                                    message=_join(f"forcing Nova compute service {source} down", base.message)))
     count = _Count()
-    attempts: dict[str, int] = {}
-    next_retry: float | None = None
-    last_attempt: int | None = None
-    for job in own_jobs:
-        moved = [uuid for uuid, dest in job.moves if ctx.nova.compute_host.get(uuid) == dest]
-        if job.state == ACTIVE or ctx.pods_alive(job.name):
-            continue
-        if job.state == SUCCEEDED or moved:
-            if ctx.settled(job):
-                steps.delete_jobs.append(job.name)
-            continue
-        tail = failure_text(job.log_tail)
-        retry_at = (job.finished or ctx.now) + retry_delay(job.attempt)
-        steps.problems.append(Problem(trigger, "HandoverFailed",
-                                      f"Job {job.name} (handover of {source}, attempt {job.attempt}) failed: {tail}"))
-        if ctx.now >= retry_at and ctx.blocker is None:
-            steps.delete_jobs.append(job.name)
-            steps.retried.append((job.name, job_failure_reason(job.log_tail)))
-            attempts.update((uuid, job.attempt) for uuid, _ in job.moves)
-            count.reasons.append(f"Job {job.name} failed (attempt {job.attempt}), tried again now")
-        else:
-            next_retry = retry_at if next_retry is None else min(next_retry, retry_at)
-            last_attempt = max(last_attempt or 0, job.attempt)
-            count.reasons.append(f"Job {job.name} failed (attempt {job.attempt}), tried again "
-                                 f"{retry_delay(job.attempt):g}s after it failed (nextRetryAt)")
+    retries = _ended_jobs(source, trigger, own_jobs, ctx, steps, count)
     failed_job_nodes = {uuid for j in own_jobs if j.state == FAILED and j.name not in steps.delete_jobs
                         for uuid, _ in j.moves}
     candidates = [node for node in pinned if _classify(node, source, trigger, ctx, steps, count, failed_job_nodes)]
@@ -700,12 +676,53 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
     progress = replace(base, phase=phase, done=count.done, in_flight=count.in_flight,
                        waiting=count.waiting + len(candidates), failed=count.failed + len(count.refused),
                        job=remaining[0].name if remaining else None,
-                       message=_join(*count.reasons[:5], base.message), attempts=last_attempt,
-                       next_retry_at=next_retry, held=held)
+                       message=_join(*count.reasons[:5], base.message), attempts=retries.last_attempt,
+                       next_retry_at=retries.next_retry, held=held)
     # A Job only once the hold is on record: no cycle, with or without a plan, can then give
     # the source a pod while the Job runs.
     may_batch = not remaining and ctx.blocker is None and ctx.recorded_held(source)
-    return _SourceStep(progress, candidates, may_batch=may_batch, attempts=attempts)
+    return _SourceStep(progress, candidates, may_batch=may_batch, attempts=retries.attempts)
+
+
+@dataclass
+class _Retries:
+    """What a source's ended Jobs say of its next ones: the attempt of each node's failed Job
+    tried again now, and when the next failed batch is tried again (and its attempt)."""
+
+    attempts: dict[str, int] = field(default_factory=dict)
+    next_retry: float | None = None
+    last_attempt: int | None = None
+
+
+def _ended_jobs(source: str, trigger: str, own_jobs: Sequence[JobView], ctx: _Context, steps: _Steps,
+                count: _Count) -> _Retries:
+    """A source's Jobs that ended (none of their pods may still run): one that moved nodes goes
+    once Ironic shows the moves (`settled`); one that failed with nothing moved is reported, and
+    deleted to be tried again once its backoff is over (unless a blocker stops new Jobs)."""
+    retries = _Retries()
+    for job in own_jobs:
+        moved = [uuid for uuid, dest in job.moves if ctx.nova.compute_host.get(uuid) == dest]
+        if job.state == ACTIVE or ctx.pods_alive(job.name):
+            continue
+        if job.state == SUCCEEDED or moved:
+            if ctx.settled(job):
+                steps.delete_jobs.append(job.name)
+            continue
+        tail = failure_text(job.log_tail)
+        retry_at = (job.finished or ctx.now) + retry_delay(job.attempt)
+        steps.problems.append(Problem(trigger, "HandoverFailed",
+                                      f"Job {job.name} (handover of {source}, attempt {job.attempt}) failed: {tail}"))
+        if ctx.now >= retry_at and ctx.blocker is None:
+            steps.delete_jobs.append(job.name)
+            steps.retried.append((job.name, job_failure_reason(job.log_tail)))
+            retries.attempts.update((uuid, job.attempt) for uuid, _ in job.moves)
+            count.reasons.append(f"Job {job.name} failed (attempt {job.attempt}), tried again now")
+        else:
+            retries.next_retry = retry_at if retries.next_retry is None else min(retries.next_retry, retry_at)
+            retries.last_attempt = max(retries.last_attempt or 0, job.attempt)
+            count.reasons.append(f"Job {job.name} failed (attempt {job.attempt}), tried again "
+                                 f"{retry_delay(job.attempt):g}s after it failed (nextRetryAt)")
+    return retries
 
 
 @dataclass
