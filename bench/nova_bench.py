@@ -147,6 +147,7 @@ class Run:
     logs: Logs
     clock: float = field(default_factory=lambda: time.time() - time.monotonic())  # epoch = at + clock
     instance_host: dict[str, str] = field(default_factory=dict)   # node -> its instance's host
+    seeded_at: float = math.inf                                    # monotonic: the first instances seeded
     servers: dict[str, str] = field(default_factory=dict)          # server -> node
 
     def epoch(self, at: float) -> float:
@@ -189,6 +190,7 @@ class Run:
         """An instance on each of `nodes`, on the host Nova lists it under (Nova first, then Ironic,
         powered on, as a boot leaves it)."""
         listed = self.listed()
+        self.seeded_at = min(self.seeded_at, time.monotonic())
         by_host: dict[str, list[str]] = {}
         for node in nodes:
             (host,) = listed[node]
@@ -210,15 +212,24 @@ class Run:
     def cycle(self, hosts: list[str], after: float) -> dict:
         """The first `passes` steady passes of each of `hosts` that started after `after` (epoch)."""
         wanted = self.settings.passes
+        cpu_before, wall_before = self.compute_cpu(hosts), time.monotonic()
         wait_for(lambda: all(len(self.logs.passes(h).steady(after)) >= wanted for h in hosts),
                  timeout=(wanted + 2) * self.settings.slow + 120, interval=2,
                  what=f"{wanted} resource-tracker passes of {hosts}")
+        cores = (self.compute_cpu(hosts) - cpu_before) / (time.monotonic() - wall_before)
         passes = [p for h in hosts for p in self.logs.passes(h).steady(after)[:wanted]]
         return {"passes": [{"host": h, "seconds": round(p.seconds, 2), "nodes": p.nodes}
                            for h in hosts for p in self.logs.passes(h).steady(after)[:wanted]],
                 "median_seconds": median([p.seconds for p in passes]),
                 "median_nodes": median([p.nodes for p in passes]),
-                "seconds_per_node": seconds_per_node(passes)}
+                "seconds_per_node": seconds_per_node(passes),
+                "compute_cores_busy": round(cores, 2)}
+
+    def compute_cpu(self, hosts: list[str]) -> float:
+        """CPU seconds the nova-compute processes of `hosts` have used so far (the OS's count:
+        how much of the machine the computes took while their passes were measured)."""
+        used = nova_starter.cpu_seconds(self.stack.run_dir)
+        return sum(used.get(h, 0.0) for h in hosts)
 
     def recovery(self, victim: str, kill: Callable[[], None], timeout: float) -> dict:
         """SIGKILL `victim` with `kill()` (which may also restart it); seconds until every free node
@@ -261,10 +272,12 @@ class Run:
         churn = provider_churn(samples, self.nodes)
         after = self.listed()
         ideal = round(len(self.nodes) / len(hosts_after))
+        loads = Counter(hosts[0] for hosts in after.values() if len(hosts) == 1)
         return {"new_host": new_host, "ideal": ideal,
                 "moved": len(moved), "moved_to_new": sum(1 for n in moved if after.get(n) == (new_host,)),
                 "changes": sum(changes.values()), "free_nodes": len(free),
-                "new_host_nodes": sum(1 for hosts in after.values() if hosts == (new_host,)),
+                "new_host_nodes": loads[new_host],
+                "balance_after": round(max(loads.values()) / (len(self.nodes) / len(hosts_after)), 3),
                 "nodes_before": dict(Counter(h for hosts in before.values() for h in hosts)),
                 "nodes_after": dict(Counter(h for hosts in after.values() for h in hosts)),
                 "double": summarise(windows, "double"), "missing": summarise(windows, "missing"),
@@ -274,7 +287,8 @@ class Run:
                 "observed_seconds": round(ended_at - started_at, 1)}
 
     def instance_moves(self, until: float = math.inf) -> list[str]:
-        return sorted(moved_instance_nodes(between(self.watch.samples, end=until), self.instance_host))
+        """Instance nodes listed under another host than their instance's, from the seeding on."""
+        return sorted(moved_instance_nodes(between(self.watch.samples, self.seeded_at, until), self.instance_host))
 
 
 def summarise(windows: list[Window], kind: str) -> dict:
@@ -593,12 +607,15 @@ def table(results: dict) -> str:
         row("nodes per compute (a pass's Final resource views, median)", lambda r: f"{r['cycle']['median_nodes']:.0f}"),
         row("resource-tracker pass, s (median per compute)", lambda r: seconds(r["cycle"]["median_seconds"])),
         row("seconds per node", lambda r: f"{r['cycle']['seconds_per_node'] * 1000:.0f} ms"),
+        row("cores the computes kept busy meanwhile (of the machine's)",
+            lambda r: f"{r['cycle']['compute_cores_busy']:.2f} of {settings['cores']}"),
         row("recovery after SIGKILL of one compute, s", lambda r: seconds(r["recovery"]["seconds"])),
         row("recovery, the replacement held (a lost node), s", lambda r: seconds(_get(r, "recovery_held", "seconds")),
             {"a": "n/a", "b": "(as above: nothing restarts it)"}),
         row(f"join ({k} -> {k + 1}): nodes that changed hypervisor / ideal N/(k+1)",
             lambda r: f"{r['join']['moved']} / {r['join']['ideal']} ({r['join']['moved'] / r['join']['ideal']:.2f}x)"),
         row("join: hypervisor changes (a node moved once changes once)", lambda r: f"{r['join']['changes']}"),
+        row("join: busiest compute after / N/(k+1)", lambda r: f"{r['join']['balance_after']:.2f}"),
         row("join: windows listed under two hypervisors", windows("double")),
         row("join: windows listed under none", windows("missing")),
         row("join: resource providers deleted or re-created", lambda r: f"{r['join']['churn']}"),

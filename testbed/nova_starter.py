@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 
 from testbed.ports import free_port
-from testbed.procgroup import group_members, start_time_of
+from testbed.procgroup import cpu_seconds as group_cpu_seconds, group_members, start_time_of
 
 REPO = Path(__file__).resolve().parents[1]
 PEER_FILES = REPO / "hack" / "nova"
@@ -275,6 +275,16 @@ def rss_bytes(run_dir: Path) -> dict[str, int]:
                 pass
         usage[name] = total
     return usage
+
+
+def cpu_seconds(run_dir: Path) -> dict[str, float]:
+    """CPU time used so far per running recorded process group (bench/nova_bench.py)."""
+    used = {}
+    for name in process_names(run_dir):
+        pid = pid_of(run_dir, name)
+        if pid is not None:
+            used[name] = group_cpu_seconds(pid)
+    return used
 
 
 def spawn_compute(state: dict, name: str, config_files: list[str | Path]) -> int:
