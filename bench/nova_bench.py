@@ -251,9 +251,13 @@ class Run:
         samples = between(self.watch.samples, killed_at, at)
         listed_at = first(samples, lambda s: listed_live(s, free, killed_wall))
         offered_at = first(samples, lambda s: offered(s, free))
+        restarted = [p for p in self.logs.passes(victim).passes if p.startup and p.started >= killed_wall]
         return {"victim": victim, "free_nodes": len(free), "seconds": round(at - killed_at, 1),
                 "listed_live_seconds": round(listed_at - killed_at, 1),
-                "offered_seconds": round(offered_at - killed_at, 1)}
+                "offered_seconds": round(offered_at - killed_at, 1),
+                # a restarted process (same host): when it started and how long its first pass took
+                "restart_started_seconds": restarted and round(restarted[0].started - killed_wall, 1) or None,
+                "restart_first_pass_seconds": restarted and round(restarted[0].seconds, 1) or None}
 
     def join(self, start: Callable[[], None], new_host: str, hosts_after: list[str], mapped_by_bench: bool) -> dict:
         """Start one more compute with `start()`; what changed in Nova and Placement until the
