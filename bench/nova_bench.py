@@ -51,9 +51,7 @@ import os
 import signal
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -73,7 +71,7 @@ from bench.nova_measures import (  # noqa: E402
 )
 from testbed import nova_starter  # noqa: E402
 from testbed.ironic_service import (  # noqa: E402
-    IronicService, assign_shards_directly_in_db, running_ironic, seed_nodes_directly_in_db, shards_of,
+    IronicService, assign_shards_directly_in_db, running_ironic, seed_nodes_directly_in_db,
 )
 from testbed.nova_stack import NovaStack  # noqa: E402
 from testbed.waiting import wait_for  # noqa: E402
@@ -225,6 +223,13 @@ class Run:
                 "seconds_per_node": seconds_per_node(passes),
                 "compute_cores_busy": round(cores, 2)}
 
+    def seed_then_cycle(self, label: str, hosts: list[str]) -> dict:
+        """Instances on the chosen nodes, then `cycle` of `hosts` from there on."""
+        self.seed_instances(self.instance_nodes)
+        seeded = time.time()
+        self.say(f"{label} {len(self.instance_nodes)} instances seeded; measuring {self.settings.passes} passes")
+        return self.cycle(hosts, seeded)
+
     def compute_cpu(self, hosts: list[str]) -> float:
         """CPU seconds the nova-compute processes of `hosts` have used so far (the OS's count:
         how much of the machine the computes took while their passes were measured)."""
@@ -319,10 +324,7 @@ def single(run: Run, workdir: Path) -> dict:
     stack.start_compute(SINGLE, host_conf(run, workdir, SINGLE))
     run.map_hosts_when_up([SINGLE], timeout=300)
     run.wait_settled([SINGLE], "every node listed under the one compute")
-    run.seed_instances(run.instance_nodes)
-    seeded = time.time()
-    run.say(f"(a) {len(run.instance_nodes)} instances seeded; measuring {run.settings.passes} passes")
-    out["cycle"] = run.cycle([SINGLE], seeded)
+    out["cycle"] = run.seed_then_cycle("(a)", [SINGLE])
 
     def crash_and_restart() -> None:
         nova_starter.terminate(stack.run_dir, SINGLE, sig=signal.SIGKILL)
@@ -341,10 +343,7 @@ def ring(run: Run, workdir: Path) -> dict:
         stack.start_compute(host, host_conf(run, workdir, host))
     run.map_hosts_when_up(hosts, timeout=300)
     run.wait_settled(hosts, f"the ring of {k} settled", timeout=20 * run.settings.slow + 600)
-    run.seed_instances(run.instance_nodes)
-    seeded = time.time()
-    run.say(f"(b) {len(run.instance_nodes)} instances seeded; measuring {run.settings.passes} passes")
-    out["cycle"] = run.cycle(hosts, seeded)
+    out["cycle"] = run.seed_then_cycle("(b)", hosts)
 
     victim = hosts[1]
     run.say(f"(b) SIGKILL of {victim}, not restarted: the ring re-maps its nodes")
@@ -402,10 +401,7 @@ def operator(run: Run, workdir: Path) -> dict:
         wait_for(lambda: ready_members(client, ns, POOL) == members, timeout=settings.slow + 300, interval=1,
                  what=f"{k} Ready members")
         run.wait_settled(members, f"the pool of {k} settled", timeout=10 * settings.slow + 600)
-        run.seed_instances(run.instance_nodes)
-        seeded = time.time()
-        run.say(f"(c) {len(run.instance_nodes)} instances seeded; measuring {settings.passes} passes")
-        out["cycle"] = run.cycle(members, seeded)
+        out["cycle"] = run.seed_then_cycle("(c)", members)
 
         victim = members[1]
         run.say(f"(c) SIGKILL of {victim}'s nova-compute; the operator does the rest")
@@ -516,6 +512,7 @@ def run_setup(key: str, settings: Settings, ironic: IronicService, nodes: list[s
             result = body(run, setup_dir)
             gaps = sample_gaps(watch.samples)
             result["sampling"] = {"samples": len(watch.samples), "failed_reads": len(watch.errors),
+                                  "errors": dict(Counter(type(e).__name__ for e in watch.errors)),
                                   "median_gap_seconds": gaps[0] and round(gaps[0], 2),
                                   "longest_gap_seconds": gaps[1] and round(gaps[1], 1)}
     finally:
@@ -560,6 +557,7 @@ def main() -> int:
             reset_ironic(ironic, nodes, instance_nodes)
             results["setups"][key] = run_setup(key, settings, ironic, nodes, instance_nodes, workdir)
             write(args.out, results)
+    results["fit"] = fit(results)
     write(args.out, results)
     print()
     print(table(results))
@@ -634,6 +632,16 @@ def table(results: dict) -> str:
     return render_table([SETUPS[key][0] for key in keys], rows)
 
 
+def fit(results: dict) -> dict | None:
+    """Pass seconds against nodes per compute, least squares over the passes of (a) and (c) (their
+    computes list only the nodes they serve; (b)'s list every node)."""
+    points = [(p["nodes"], p["seconds"]) for key in "ac"
+              for p in _get(results["setups"], key, "cycle", "passes") or ()]
+    line = linear_fit(points)
+    return line and {"seconds_per_node": round(line[0], 4), "intercept_seconds": round(line[1], 1),
+                     "passes": len(points)}
+
+
 def claims(results: dict) -> list[str]:
     """The goals of the issue as ratios of this run."""
     s = results["setups"]
@@ -644,6 +652,10 @@ def claims(results: dict) -> list[str]:
         out.append(f"cycle per member: (c) {c_cycle:.1f} s = {c_cycle / a_cycle:.2f}x (a)'s {a_cycle:.1f} s "
                    f"(1/k = {1 / k:.2f}); the ring's {b_cycle or float('nan'):.1f} s = "
                    f"{(b_cycle or float('nan')) / a_cycle:.2f}x")
+    line = results.get("fit")
+    if line:
+        out.append(f"fit over the passes of (a) and (c): {line['seconds_per_node'] * 1000:.0f} ms per node + "
+                   f"{line['intercept_seconds']:.1f} s ({line['passes']} passes)")
     b_rec, c_rec = _get(s, "b", "recovery", "seconds"), _get(s, "c", "recovery", "seconds")
     if b_rec and c_rec:
         held = _get(s, "c", "recovery_held", "seconds")
