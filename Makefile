@@ -2,7 +2,7 @@
 PY      ?= .venv/bin/python
 PYTEST  ?= $(PY) -m pytest
 
-.PHONY: setup test test-unit test-integration test-nova chart-check e2e bench bench-reconcile bench-scale demo release lock clean
+.PHONY: setup test test-unit test-integration test-nova chart-check e2e bench bench-reconcile bench-scale bench-nova demo release lock clean
 
 setup:            ## project venv with the package and its test dependencies
 	bash hack/setup.sh
@@ -34,6 +34,9 @@ bench-reconcile: setup  ## 10,000 nodes against real Ironic, vs a tooz ring (~8 
 
 bench-scale: setup  ## 100,000 nodes x 200 members against real Ironic: steady polls, failure, adoption, RSS (~15 min)
 	$(PY) bench/scale_bench.py
+
+bench-nova: setup  ## on real Nova: one nova-compute, Nova's hash ring, this operator; same 1,000 nodes (~1.5 h)
+	$(PY) bench/nova_bench.py $(ARGS)
 
 demo: setup
 	bash hack/demo.sh

@@ -197,17 +197,28 @@ def available_nodes(ironic: IronicService, count: int, resource_class: str,
 
 
 def seed_nodes_directly_in_db(service: IronicService, count: int, *, resource_class: str,
-                              conductor_group: str = "", shard: str | None = None) -> list[str]:
+                              conductor_group: str = "", shard: str | None = None,
+                              powered_off: bool = False) -> list[str]:
     """SETUP SHORTCUT: `count` available fake-hardware nodes, cloned in Ironic's database.
 
     The first node is created and made `available` through the API (enroll -> manageable
     -> available, driven by Ironic's conductor); the rest are copies of its row with new
     uuids. `conductor_group` may name a group no conductor serves (the API would refuse to
     create such nodes): they exist, are listed and filtered, but nothing can act on them.
+    `powered_off`: the first node is powered off through the API before it is copied, so every
+    node has a power state (Nova's resource tracker reserves a node whose power state is
+    unknown: Placement offers it to no one).
     """
     template = enrol_nodes(service, 1, resource_class=resource_class)[0]
     set_provision_state(service, template, "manage", "manageable")
     set_provision_state(service, template, "provide", "available")
+    if powered_off:
+        service.request("PUT", f"/nodes/{template}/states/power", json={"target": "power off"})
+        deadline = time.monotonic() + 30
+        while service.request("GET", f"/nodes/{template}?fields=power_state").json()["power_state"] != "power off":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"node {template} not powered off within 30 s")
+            time.sleep(0.1)
     wait_unlocked(service, template)  # else the copies would carry the conductor's lock
     uuids = [template] + [str(uuid.uuid4()) for _ in range(count - 1)]
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")

@@ -142,13 +142,21 @@ class NovaStack:
         compute node `node` through Nova's own objects, as a boot would have; returns its UUID.
         Nothing here can boot a real one (no Glance/Neutron/scheduler). The compute node must
         exist, i.e. `host`'s nova-compute has listed `node` once."""
+        return self.seed_instances(host, [node])[0]
+
+    def seed_instances(self, host: str, nodes: list[str]) -> list[str]:
+        """`seed_instance` for many nodes of one host in one run of the script (its imports
+        cost seconds); the instance UUIDs in the order of `nodes`."""
         done = subprocess.run(
             [str(Path(self.state["venv"]) / "bin" / "python"),
-             str(nova_starter.PEER_FILES / "seed_instance.py"), str(self.nova_conf), host, node],
-            capture_output=True, text=True, timeout=120)
+             str(nova_starter.PEER_FILES / "seed_instance.py"), str(self.nova_conf), host, *nodes],
+            capture_output=True, text=True, timeout=120 + 2 * len(nodes))
         if done.returncode != 0:
             raise StackError(f"seed_instance failed: {done.stderr[-2000:] or done.stdout}")
-        return done.stdout.strip().splitlines()[-1]
+        instances = done.stdout.strip().splitlines()[-len(nodes):]
+        if len(instances) != len(nodes):
+            raise StackError(f"seed_instance printed {len(instances)} UUIDs for {len(nodes)} nodes: {done.stdout}")
+        return instances
 
     def half_move(self, node: str, destination: str) -> None:
         """FAULT INJECTION: what `nova-manage db ironic_compute_node_move` leaves when it is killed
@@ -203,6 +211,26 @@ class NovaStack:
             owners.setdefault(hypervisor["hypervisor_hostname"], []).append(
                 hypervisor["service"]["host"])
         return owners
+
+    def resource_providers(self) -> dict[str, int]:
+        """Placement's resource providers: {uuid: generation}. A provider deleted and created
+        again (same uuid: an Ironic node's) starts again at generation 0."""
+        status, body = nova_starter.http_json(f"{self.placement_url}/resource_providers", self.token,
+                                              microversion="1.14", service="placement", timeout=60)
+        if status != 200:
+            raise StackError(f"GET /resource_providers: HTTP {status} {body}")
+        return {p["uuid"]: p["generation"] for p in body["resource_providers"]}
+
+    def allocation_candidates(self, resource_class: str) -> set[str]:
+        """The providers Placement offers for one unit of `resource_class` (an Ironic node's
+        class, e.g. "bench-nova": CUSTOM_BENCH_NOVA), what the scheduler starts from."""
+        custom = "CUSTOM_" + "".join(c if c.isalnum() else "_" for c in resource_class.upper())
+        status, body = nova_starter.http_json(
+            f"{self.placement_url}/allocation_candidates?resources={custom}:1", self.token,
+            microversion="1.14", service="placement", timeout=60)
+        if status != 200:
+            raise StackError(f"GET /allocation_candidates: HTTP {status} {body}")
+        return set(body["provider_summaries"])
 
     def server_actions(self, server: str) -> list[dict]:
         """The actions recorded on `server`, oldest first, each with its `events` (an action a

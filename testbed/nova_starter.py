@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 
 from testbed.ports import free_port
-from testbed.procgroup import group_members, start_time_of
+from testbed.procgroup import cpu_seconds as group_cpu_seconds, group_members, start_time_of
 
 REPO = Path(__file__).resolve().parents[1]
 PEER_FILES = REPO / "hack" / "nova"
@@ -87,11 +87,12 @@ def render_ini(sections: dict[str, dict[str, object]]) -> str:
 
 def _common_sections(state: dict) -> dict[str, dict[str, object]]:
     """Options every Nova process of this stack shares (bus, placement, timings)."""
+    shared = {k: v for k, v in state["timings"].items() if k != "update_resources_interval"}
     return {
         "DEFAULT": {
             "transport_url": state["transport_url"],
             "state_path": state["state_path"],
-            **TIMINGS,
+            **shared,
         },
         "placement": {
             "auth_type": "admin_token",
@@ -128,7 +129,8 @@ def render_compute_conf(state: dict, ironic_url: str, ironic_username: str | Non
     sections["DEFAULT"] = {
         "compute_driver": "ironic.IronicDriver",
         **sections["DEFAULT"],
-        "update_resources_interval": UPDATE_RESOURCES_INTERVAL,
+        "update_resources_interval": state["timings"]["update_resources_interval"],
+        **({"debug": True} if state.get("compute_debug") else {}),
     }
     url = ironic_url.rstrip("/")
     if ironic_username:
@@ -275,6 +277,16 @@ def rss_bytes(run_dir: Path) -> dict[str, int]:
     return usage
 
 
+def cpu_seconds(run_dir: Path) -> dict[str, float]:
+    """CPU time used so far per running recorded process group (bench/nova_bench.py)."""
+    used = {}
+    for name in process_names(run_dir):
+        pid = pid_of(run_dir, name)
+        if pid is not None:
+            used[name] = group_cpu_seconds(pid)
+    return used
+
+
 def spawn_compute(state: dict, name: str, config_files: list[str | Path]) -> int:
     """Start one real `nova-compute --config-file F1 --config-file F2 ...` (files in that order).
 
@@ -359,13 +371,15 @@ def _create_storage(stack_id: str) -> None:
 # ----------------------------------------------------------------------------- HTTP checks
 
 def http_json(url: str, token: str | None = ADMIN_TOKEN, microversion: str | None = None,
-              method: str = "GET", body: dict | None = None, timeout: float = 10) -> tuple[int, dict]:
-    """One HTTP call with the test token; returns (status, decoded JSON body or {})."""
+              method: str = "GET", body: dict | None = None, timeout: float = 10,
+              service: str = "compute") -> tuple[int, dict]:
+    """One HTTP call with the test token; returns (status, decoded JSON body or {}).
+    `microversion` is `service`'s (compute, or placement)."""
     headers = {"Accept": "application/json"}
     if token:
         headers["X-Auth-Token"] = token
     if microversion:
-        headers["OpenStack-API-Version"] = f"compute {microversion}"
+        headers["OpenStack-API-Version"] = f"{service} {microversion}"
     data = None
     if body is not None:
         data = json.dumps(body).encode()
@@ -448,12 +462,19 @@ def reap_stale() -> list[str]:
     return reaped
 
 
-def start(run_dir: Path | None = None, owner_pid: int | None = None) -> dict:
+def start(run_dir: Path | None = None, owner_pid: int | None = None, timings: dict | None = None,
+          compute_debug: bool = False) -> dict:
     """Start a fresh stack and return its state (also written to `<run>/stack.json`).
 
     `owner_pid`: the process that owns the stack (a test session); when it dies, the next
     `start` anywhere in this checkout reaps the stack. None = lives until `stop` (demo).
+    `timings`: other values for TIMINGS' keys and `update_resources_interval` (bench/nova_bench.py
+    runs Nova's defaults); `compute_debug`: computes log at DEBUG (the resource tracker's pass,
+    start to "Final resource view", is logged at DEBUG only).
     """
+    unknown = sorted(set(timings or {}) - {*TIMINGS, "update_resources_interval"})
+    if unknown:
+        raise StackError(f"unknown timings {unknown}: known are {sorted(TIMINGS)} and update_resources_interval")
     t0 = time.monotonic()
     install()
     reap_stale()
@@ -483,7 +504,8 @@ def start(run_dir: Path | None = None, owner_pid: int | None = None) -> dict:
         "connections": {role: DB_URL.format(name=db) for role, db in databases.items()},
         "state_path": str(run_dir / "state"),
         "nova_conf": str(run_dir / "etc" / "nova.conf"),
-        "timings": {**TIMINGS, "update_resources_interval": UPDATE_RESOURCES_INTERVAL},
+        "timings": {**TIMINGS, "update_resources_interval": UPDATE_RESOURCES_INTERVAL, **(timings or {})},
+        "compute_debug": compute_debug,
         "start_phases": phases,
     }
     REGISTRY.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,16 @@ def group_members(pgid: int) -> list[int]:
             if entry.name.isdigit() and (fields := _live_stat(entry.name)) and int(fields[2]) == pgid]
 
 
+def cpu_seconds(pgid: int) -> float:
+    """CPU time (user + system) the live processes of group `pgid` have used so far."""
+    ticks = 0
+    for pid in group_members(pgid):
+        fields = _live_stat(pid)
+        if fields:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (stat fields 14, 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def start_time_of(pid: int) -> str | None:
     """The kernel's start time of `pid` (tells it apart from a later process with the same PID);
     None when it is gone or a zombie."""

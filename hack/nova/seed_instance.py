@@ -8,9 +8,10 @@ as Nova requires), with what the API and the compute's power actions read of a b
 instance (its flavor in instance_extra, an InstanceInfoCache with an empty network_info, so
 /servers/detail renders it; launched_at; an empty image_ref), and its InstanceMapping in the
 API database. It prints the instance UUID; the caller sets the same UUID as the Ironic node's
-instance_uuid (and powers the node on, as a deploy leaves it).
+instance_uuid (and powers the node on, as a deploy leaves it). Several nodes of one host are
+seeded by one run (one UUID printed per node, in order): Nova's imports cost seconds per run.
 
-    .tools/nova-venv/bin/python hack/nova/seed_instance.py NOVA_CONF HOST NODE_UUID
+    .tools/nova-venv/bin/python hack/nova/seed_instance.py NOVA_CONF HOST NODE_UUID [NODE_UUID ...]
     .tools/nova-venv/bin/python hack/nova/seed_instance.py NOVA_CONF --delete INSTANCE_UUID
 """
 
@@ -30,13 +31,17 @@ def _flavor() -> "objects.Flavor":
                           is_public=True, extra_specs={}, description=None)
 
 
-def main(nova_conf: str, host: str, node: str) -> str:
+def main(nova_conf: str, host: str, nodes: list[str]) -> list[str]:
     config.parse_args(["seed-instance", "--config-file", nova_conf])
     objects.register_all()
     admin = context.get_admin_context()
     cell = next((c for c in objects.CellMappingList.get_all(admin) if c.name == "cell1"), None)
     if cell is None:
         raise SystemExit("seed_instance: no cell 'cell1' in this stack")
+    return [_seed(admin, cell, host, node) for node in nodes]
+
+
+def _seed(admin, cell, host: str, node: str) -> str:
     instance_uuid = str(uuid.uuid4())
     with context.target_cell(admin, cell) as cell_context:
         compute_node = objects.ComputeNode.get_by_host_and_nodename(cell_context, host, node)
@@ -68,7 +73,7 @@ def delete(nova_conf: str, instance_uuid: str) -> str:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[2] == "--delete":
         print(delete(sys.argv[1], sys.argv[3]))
-    elif len(sys.argv) == 4:
-        print(main(*sys.argv[1:]))
+    elif len(sys.argv) >= 4:
+        print("\n".join(main(sys.argv[1], sys.argv[2], sys.argv[3:])))
     else:
         raise SystemExit(__doc__)

@@ -4,7 +4,8 @@
 them; independent of the operator's adapter) about once a second in a background thread and
 keeps, for the pool's nodes and members, every sample. The scenario asserts on the history:
 how long a node was listed under two computes, where pinned nodes were, when a service was
-forced down and cleared.
+forced down and cleared. With `placement_class` it also samples Placement (bench/nova_bench.py):
+each node's resource provider generation and whether Placement offers it for that class.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class Sample:
     at: float
     hosts: dict[str, tuple[str, ...]]       # node uuid -> hosts listing it (sorted)
     services: dict[str, dict]                # member -> its os-services entry
+    providers: dict[str, int] = field(default_factory=dict)   # node -> its provider's generation
+    candidates: frozenset[str] = frozenset()  # nodes GET /allocation_candidates offers
 
 
 @dataclass
@@ -33,6 +36,7 @@ class NovaWatch:
     nodes: set[str]
     members: set[str]
     period: float = 1.0
+    placement_class: str | None = None       # also sample Placement for this resource class
     samples: list[Sample] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
 
@@ -59,9 +63,14 @@ class NovaWatch:
     def sample(self) -> Sample:
         listed = self.stack.hypervisor_hosts()
         services = self.stack.compute_services()
+        providers: dict[str, int] = {}
+        candidates: frozenset[str] = frozenset()
+        if self.placement_class:
+            providers = {n: g for n, g in self.stack.resource_providers().items() if n in self.nodes}
+            candidates = frozenset(self.stack.allocation_candidates(self.placement_class) & self.nodes)
         return Sample(time.monotonic(),
                       {n: tuple(sorted(listed.get(n, ()))) for n in self.nodes},
-                      {m: services[m] for m in self.members if m in services})
+                      {m: services[m] for m in self.members if m in services}, providers, candidates)
 
     # -- questions about the history -------------------------------------------------------
 
