@@ -5,21 +5,22 @@ pod as a REAL `nova-manage db ironic_compute_node_move` (testbed/process_kubelet
 3 members, 15 nodes; member 1 carries 3 instance nodes, one of them with a second instance in
 Nova. `spec.handover.afterFailureSeconds` is short (and above `rebalanceAfterSeconds`), fencing
 is Wait. Member 1's process is killed and its Kubernetes node goes away: its pod cannot be
-proven gone, so nothing is handed over however long it stays (only its free nodes move). The
-node comes back: the pod goes, and the member, failed for longer than afterFailureSeconds,
-becomes a handover source; its pod is not recreated while it owns instance nodes.
+proven gone, so nothing is handed over however long it stays (only its free nodes move).
 
-Refusals, each with a clear condition and nothing changed in Nova or Ironic:
-- the novaManageConfig Secret holds a nova.conf without [database]: Degraded /
-  HandoverConfigInvalid naming the Secret;
-- once it is fixed, the node with two instances: Degraded / HandoverRefused naming the node,
-  while the other two instance nodes are moved in Nova, then re-sharded, and their servers'
-  hosts follow.
-An administrator forces down both staying members' services: the operator leaves those flags
-alone, and the node freed of its second instance finds no destination (Degraded /
-HandoverNoDestination naming each member; nothing changed). The flags cleared, that node moves
-too; member 1 then comes back, its own forced_down (a failure's) is cleared, and it serves free
-nodes only: the handed-over nodes stay where they are.
+The node comes back: the pod goes, and the member, failed for longer than afterFailureSeconds,
+becomes a handover source, refused at once for the Secret's nova.conf without [database]
+(Degraded / HandoverConfigInvalid naming the Secret; nothing changed in Nova or Ironic). A
+handover that cannot start holds nothing: the member is not kept from its pod, comes back Ready
+with its nodes, and its forced_down (a failure's) is cleared.
+
+Member 1 then fails for good (its pod cannot start again), and the handover runs into the next
+refusals, each with a clear condition and nothing changed in Nova or Ironic:
+- database access that fails: the Job's nova-manage fails, Degraded / HandoverFailed led by the
+  error, the Job tried again at once once the Secret is fixed and the failed Job deleted;
+- the node with two instances: HandoverRefused naming the node, while the other two instance
+  nodes are moved in Nova, then re-sharded, and their servers' hosts follow.
+Its pod starts again: member 1 is back with the refused node and free nodes; the nodes handed
+over stay where they are.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
         try:
             client.create(POOLS.format(ns=ns), pool_manifest(
                 pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
-                failover={"rebalanceAfterSeconds": GRACE, "fencing": {"mode": "Wait"}},
+                failover={"rebalanceAfterSeconds": GRACE, "fencing": {"mode": "Wait"}, "podPendingTimeoutSeconds": 10},
                 ironic={"pollIntervalSeconds": POLL},
                 handover={"novaManageConfig": {"secretRef": {"name": SECRET}}, "afterFailureSeconds": AFTER,
                           "maxConcurrent": 3}))
@@ -128,8 +129,9 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                 assert {n: shards()[n] for n in instance_nodes} == {n: m1 for n in instance_nodes}
                 assert m1 in member_pods(client, ns, pool)
 
-                # 2. The node comes back: the pod goes, the handover starts, and is refused
-                # first for the Secret's nova.conf without [database]. Nothing changes.
+                # 2. The node comes back: the pod goes, the handover starts, and is refused at once for
+                # the Secret's nova.conf without [database]. Nothing changes, and the member, which no
+                # handover can help now, is not kept from its pod: it is back.
                 kubelet.set_node_reachable(kube_node, True)
                 back_at = time.monotonic()
                 refused_conf = wait(lambda: (d := degraded()).get("reason") == "HandoverConfigInvalid" and d,
@@ -137,97 +139,74 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                 assert refused_conf["status"] == "True"
                 assert SECRET in refused_conf["message"] and "[database] connection" in refused_conf["message"]
                 assert events(client, ns, "HandoverConfigInvalid")
-                assert m1 not in member_pods(client, ns, pool)  # no pod while it owns instance nodes
+                wait(lambda: m1 in ready_members(client, ns, pool), timeout=120, interval=1,
+                     what="member 1 back and Ready (no handover can run)")
+                returned_at = time.monotonic()
+                wait(lambda: not nova_stack.compute_services()[m1]["forced_down"], timeout=6 * POLL,
+                     what="member 1's forced_down cleared")
                 assert not jobs()
                 assert {n: shards()[n] for n in instance_nodes} == {n: m1 for n in instance_nodes}
-                assert {n: nova_stack.hypervisor_hosts()[n] for n in instance_nodes} == \
-                    {n: [m1] for n in instance_nodes}
+                assert {n: nova_stack.hypervisor_hosts()[n] for n in instance_nodes} == {n: [m1] for n in instance_nodes}
 
-                # 3. Database access that fails: the Job's nova-manage fails (each pod), the
-                # condition carries the tail of its log, nothing moved.
+                # 3. Member 1 fails for good (its pod cannot start again), and the database access of
+                # the Secret fails: the Job's nova-manage fails (each pod), the condition carries the
+                # tail of its log, nothing moved.
                 set_manage_conf(unreachable_databases(nova_stack.nova_conf.read_text()))
+                kubelet.hold(m1)
+                kubelet.kill(m1)
                 failed = wait(lambda: (d := degraded()).get("reason") == "HandoverFailed" and d,
-                              timeout=120, interval=0.5, what="Degraded HandoverFailed")
+                              timeout=AFTER + 120, interval=0.5, what="Degraded HandoverFailed")
                 # Led by the error its traceback ends in, so the Event (cut to 1 KiB) carries it.
                 assert "Can't connect to MySQL server" in failed["message"].split("(log tail:")[0], failed
                 assert "Can't connect to MySQL server" in events(client, ns, "HandoverFailed")[-1]["message"]
                 (failed_job,) = [j["metadata"]["name"] for j in jobs()]
+                assert m1 not in member_pods(client, ns, pool)  # held while its handover has a Job
                 assert {n: shards()[n] for n in instance_nodes} == {n: m1 for n in instance_nodes}
-                assert {n: nova_stack.hypervisor_hosts()[n] for n in instance_nodes} == \
-                    {n: [m1] for n in instance_nodes}
+                assert {n: nova_stack.hypervisor_hosts()[n] for n in instance_nodes} == {n: [m1] for n in instance_nodes}
 
-                # 4. The Secret fixed and the failed Job deleted (try again now, not after its
-                # backoff): the two single-instance nodes move (Nova, then Ironic); the node
-                # with two instances is refused, named, and left as it is.
+                # 4. The Secret fixed and the failed Job deleted (try again now, not after its backoff):
+                # the two single-instance nodes move (Nova, then Ironic); the node with two instances is
+                # refused, named, and left as it is.
                 set_manage_conf(nova_stack.nova_conf.read_text())
                 client.delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{failed_job}", propagationPolicy="Background")
                 fixed_at = time.monotonic()
                 wait(lambda: {shards()[n] for n in movable} <= {m0, m2}, timeout=120, interval=1,
                      what="the single-instance nodes handed over")
                 resharded_at = time.monotonic()
-                refused = wait(lambda: (d := degraded()).get("reason") == "HandoverRefused" and d,
-                               timeout=4 * POLL, interval=0.5, what="Degraded HandoverRefused")
-                assert doubled in refused["message"] and "more than one instance" in refused["message"]
+                refused = wait(lambda: [e for e in events(client, ns, "HandoverRefused") if doubled in e["message"]],
+                               timeout=6 * POLL, interval=0.5, what="the node with two instances refused, by name")
+                assert "more than one instance" in refused[-1]["message"]
                 wait(nova_agrees, timeout=3 * interval, interval=1, what="Nova agreeing with Ironic")
                 assert {instances[n]: server_host(instances[n]) for n in movable} == \
                     {instances[n]: shards()[n] for n in movable}
                 assert shards()[doubled] == m1 and nova_stack.hypervisor_hosts()[doubled] == [m1]
                 assert server_host(instances[doubled]) == m1 and server_host(extra) == m1
-                assert m1 not in member_pods(client, ns, pool)
 
-                # 5. An administrator forces down the services of both staying members (keeping
-                # Nova off them): the operator leaves those flags alone (it clears only a flag
-                # seen during a failure), and the node freed of its second instance finds no
-                # destination: named, nothing changed. Once the administrator clears the flags,
-                # it moves.
-                for host in (m0, m2):
-                    nova_stack.set_forced_down(host, True)
-                wait(lambda: len(events(client, ns, "ForcedDownLeftAlone")) >= 2, timeout=6 * POLL,
-                     interval=0.5, what="an Event for each flag left alone")
-                nova_stack.delete_seeded_instance(extra)
-                no_destination = wait(lambda: (d := degraded()).get("reason") == "HandoverNoDestination" and d,
-                                      timeout=6 * POLL, interval=0.5, what="Degraded HandoverNoDestination")
-                assert all(f"{host}'s Nova service is forced down" in no_destination["message"]
-                           for host in (m0, m2)), no_destination
-                time.sleep(2 * POLL)  # cycles later: still left alone, still nothing moved
-                assert all(nova_stack.compute_services()[host]["forced_down"] for host in (m0, m2))
-                assert shards()[doubled] == m1 and nova_stack.hypervisor_hosts()[doubled] == [m1]
-                assert not jobs()
-                nova_status = get_pool(client, ns, pool)["status"]["nova"]
-                assert {m0, m2} <= set(nova_status["forcedDown"]) and \
-                    not {m0, m2} & set(nova_status["clearWhenReady"]), nova_status
-                for host in (m0, m2):
-                    nova_stack.set_forced_down(host, False)
-
-                # 6. That node moves too; then member 1 comes back and gets free nodes only.
-                wait(lambda: shards()[doubled] in (m0, m2), timeout=120, interval=1,
-                     what="the formerly refused node handed over")
-                handed = {n: shards()[n] for n in instance_nodes}
-                wait(lambda: m1 in ready_members(client, ns, pool), timeout=120, interval=1,
-                     what="member 1 back and Ready")
-                returned_at = time.monotonic()
-                wait(lambda: not nova_stack.compute_services()[m1]["forced_down"], timeout=4 * POLL,
-                     what="member 1's forced_down cleared")
-                wait(lambda: any(o == m1 for o in shards().values()), timeout=6 * POLL, interval=1,
-                     what="free nodes on member 1 again")
+                # 5. Its pod starts again: member 1 is back with the refused node and free nodes; the
+                # nodes handed over stay where they are.
+                handed = {n: shards()[n] for n in movable}
+                kubelet.release(m1)
+                wait(lambda: m1 in ready_members(client, ns, pool), timeout=180, interval=1,
+                     what="member 1 back and Ready again")
+                wait(lambda: not nova_stack.compute_services()[m1]["forced_down"], timeout=6 * POLL,
+                     what="member 1's forced_down cleared again")
+                wait(lambda: any(o == m1 for n, o in shards().items() if n not in instance_nodes),
+                     timeout=6 * POLL, interval=1, what="free nodes on member 1 again")
                 wait(nova_agrees, timeout=3 * interval, interval=1, what="Nova agreeing at the end")
                 final = shards()
-                assert {n: final[n] for n in instance_nodes} == handed
-                mine = [n for n, o in final.items() if o == m1]
-                assert not any(ironic.request("GET", f"/nodes/{n}?fields=instance_uuid").json()["instance_uuid"]
-                               for n in mine)
-                wait(lambda: degraded().get("status") != "True", timeout=4 * POLL, interval=0.5,
+                assert {n: final[n] for n in movable} == handed and final[doubled] == m1
+                wait(lambda: degraded().get("status") != "True", timeout=6 * POLL, interval=0.5,
                      what="Degraded cleared")
-            handover_pool.assert_each_moved_once(watch, instance_nodes, m1, final)
+            handover_pool.assert_each_moved_once(watch, movable, m1, final)
             # The chart's identity used every handover grant (jobs, and pods/log for the failure).
             unused = [g for g in kube_api.authz.unused_grants(ns, operator.service_account) if is_handover_grant(g)]
             assert not unused, unused
             for reason in ("HandoverJobCreated", "HandedOverNodes"):
                 assert events(client, ns, reason), f"no {reason} Event"
             print(f"handover failure scenario: free nodes moved, then nothing handed over while the pod could "
-                  f"not be proven gone ({AFTER}s afterFailureSeconds); node back -> config refusal; "
-                  f"fixed -> 2 nodes re-sharded {resharded_at - fixed_at:.1f}s later; member back "
-                  f"{returned_at - back_at:.1f}s after its node returned; whole scenario "
+                  f"not be proven gone ({AFTER}s afterFailureSeconds); node back -> config refusal, member back "
+                  f"{returned_at - back_at:.1f}s after its node returned; failed for good -> database refusal; "
+                  f"fixed -> 2 nodes re-sharded {resharded_at - fixed_at:.1f}s later; whole scenario "
                   f"{time.monotonic() - started:.0f}s")
         finally:
             handover_pool.report_and_delete(kube_api, ns, pool, operator)
