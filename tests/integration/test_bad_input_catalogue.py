@@ -88,6 +88,9 @@ REFUSED: dict[str, tuple[Callable[[dict[str, Any]], None], tuple[str, ...]]] = {
                              ("spec.ironic.pollIntervalSeconds", "should be greater than or equal to 5")),
     "65 concurrent writes": (_set("spec.ironic", {"maxConcurrentWrites": 65}),
                              ("spec.ironic.maxConcurrentWrites", "should be less than or equal to 64")),
+    # An exclusive bound (writesPerSecond > 0) is worded without "or equal to", as a real server words it.
+    "zero writes per second": (_set("spec.ironic", {"writesPerSecond": 0}),
+                               ("spec.ironic.writesPerSecond", "in body should be greater than 0")),
     "uppercase conductor group": (_set("spec.selector", {"conductorGroup": "Rack-A"}),
                                   ("spec.selector.conductorGroup", "should match")),
     "env value and valueFrom": (
