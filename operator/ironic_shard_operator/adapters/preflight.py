@@ -103,7 +103,8 @@ def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selecto
                                                  request_timeout=REQUEST_TIMEOUT, retry_attempts=1)
     except IronicError as error:
         return [preflight.failed("ironic-reachable", str(error),
-                                 "fix the cloud's entry in clouds.yaml (auth_type, auth, endpoint override)")]
+                                 f"fix the clouds.yaml so that 'clouds:' maps cloud '{cloud_name}' to its "
+                                 "settings (auth_type, auth, endpoint override)")]
     answer = _ironic_answer(adapter)
     if answer.failure is not None:
         return preflight.ironic_checks(answer, None)

@@ -169,13 +169,15 @@ class _Secrets:
     cannot be used: then neither Ironic nor Nova is asked); `unusable` is the reason and message
     of why one cannot be used (ConfigurationMissing: a Secret or its key is missing;
     CloudConfigInvalid: the clouds.yaml names no usable cloud), `refusals` which reads the API
-    server refused."""
+    server refused, `cloud_text` the clouds.yaml as the Secret holds it, usable or not (preflight
+    says what is wrong with it)."""
 
     nova_secret: Mapping[str, Any] | None
     nova_digest: str
     clouds_yaml: str | None
     unusable: tuple[str, str] | None = None
     refusals: tuple[Refusal, ...] = ()
+    cloud_text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +299,8 @@ async def _read_secrets(cycle: _Cycle, pool: Pool) -> _Secrets:
         except InvalidSpec as error:
             unusable, clouds_yaml = unusable or ("CloudConfigInvalid", str(error)), None
     return _Secrets(nova_secret, podspec.secret_digest(nova_secret, pool.nova_config.key), clouds_yaml,
-                    unusable, tuple(r for r in (nova_refused, cloud_refused) if r is not None))
+                    unusable, tuple(r for r in (nova_refused, cloud_refused) if r is not None),
+                    _secret_text(cloud_secret, pool.cloud.key))
 
 
 async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members,
@@ -568,7 +571,7 @@ def _follow_preflight(cycle: _Cycle, pool: Pool, secrets: _Secrets) -> None:
     a failed verdict; every status write carries its latest verdict as the Preflight condition
     (_Cycle.write)."""
     cycle.runtime.preflight.follow(Inputs(
-        clouds_yaml=secrets.clouds_yaml, cloud_name=pool.cloud_name,
+        clouds_yaml=secrets.cloud_text, cloud_name=pool.cloud_name,
         nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key), selector=pool.selector,
         image=pool.pod.image), cycle.runtime.wake, cycle.now)
 
