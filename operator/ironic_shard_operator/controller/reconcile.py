@@ -49,7 +49,7 @@ from ironic_shard_operator.controller.cloud_side import CloudResult, CloudSide, 
 from ironic_shard_operator.controller.log_redaction import KNOWN
 from ironic_shard_operator.controller.signals import status_written
 from ironic_shard_operator.core import handover, handover_job, model, pods, podspec
-from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, find_conflict
+from ironic_shard_operator.core.claims import Conflict, PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.guard_holds import guard_section
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
@@ -77,9 +77,10 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
         return pool.delay
     members = await _observe_members(cycle, pool)
     secrets = await _read_secrets(cycle, pool)
-    _follow_preflight(cycle, pool, secrets)
-    if conflict := await _refuse_on_conflict(cycle, pool, members, claims):
-        return conflict.delay
+    conflict = find_conflict(PoolClaim(cycle.key, pool.created, pool.selector, cycle.runtime.cloud), claims)
+    _follow_preflight(cycle, pool, secrets, may_probe=conflict is None)
+    if conflict is not None:
+        return (await _refuse_on_conflict(cycle, pool, members, conflict)).delay
     cloud = await _ironic_and_nova(cycle, pool, members, secrets)
     chosen = await _decide_pods(cycle, pool, members, secrets, cloud)
     acted = await _act_on_pods(cycle, pool, chosen, secrets)
@@ -303,13 +304,10 @@ async def _read_secrets(cycle: _Cycle, pool: Pool) -> _Secrets:
                     _secret_text(cloud_secret, pool.cloud.key))
 
 
-async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members,
-                              claims: Iterable[PoolClaim]) -> _Ended | None:
+async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members, found: Conflict) -> _Ended:
     """Conflict reported when an earlier pool on the same cloud selects overlapping Ironic nodes
-    or has the same name (core/claims.py): write nothing."""
-    found = find_conflict(PoolClaim(cycle.key, pool.created, pool.selector, cycle.runtime.cloud), claims)
-    if found is None:
-        return None
+    or has the same name (core/claims.py, found before preflight is followed: its write probe
+    is not sent meanwhile): write nothing."""
     await cycle.write(CycleFacts(**members.facts, conflict=found.message, conflict_reason=found.reason))
     return _Ended(pool.ironic.poll_interval_seconds)
 
@@ -565,15 +563,16 @@ def _adapter(runtime: PoolRuntime, pool: Pool, clouds_yaml: str) -> IronicAdapte
         label=f"pool {pool.key}")
 
 
-def _follow_preflight(cycle: _Cycle, pool: Pool, secrets: _Secrets) -> None:
+def _follow_preflight(cycle: _Cycle, pool: Pool, secrets: _Secrets, *, may_probe: bool) -> None:
     """Preflight (controller/preflight_side.py) runs in the background when the pool starts,
-    whenever its Secrets' texts, cloud name, selector or image change, and again 5 minutes after
-    a failed verdict; every status write carries its latest verdict as the Preflight condition
-    (_Cycle.write)."""
+    whenever its Secrets' texts, cloud name, selector or image change or the pool enters or
+    leaves Conflict (`may_probe`: its write probe is not sent in Conflict), and again 5 minutes
+    after a failed verdict; every status write carries its latest verdict as the Preflight
+    condition (_Cycle.write)."""
     cycle.runtime.preflight.follow(Inputs(
         clouds_yaml=secrets.cloud_text, cloud_name=pool.cloud_name,
         nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key), selector=pool.selector,
-        image=pool.pod.image), cycle.runtime.wake, cycle.now)
+        image=pool.pod.image, pool=pool.name, may_probe=may_probe), cycle.runtime.wake, cycle.now)
 
 
 def _comparable(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
