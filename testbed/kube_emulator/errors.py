@@ -16,9 +16,12 @@ class ApiError(kmock.KubernetesError):
     """A failure answered as a Kubernetes `Status` object, exactly as a real server shapes it."""
 
     def status_body(self) -> dict[str, Any]:
-        return {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure',
+        body = {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure',
                 'message': self.message, 'reason': self.reason, 'details': self.details or {},
                 'code': self.status}
+        if not self.reason:  # a Status without a reason (an eviction's 500) has none in JSON
+            del body['reason'], body['details']
+        return body
 
 
 def status_details(rt: 'ResourceType | None', name: str | None) -> dict[str, Any]:
