@@ -32,7 +32,7 @@ from ironic_shard_operator.adapters.kube import Kube
 from ironic_shard_operator.controller import handlers
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.lease import LEASE_NAME
-from ironic_shard_operator.core.podspec import configmap_name, render_configmap, render_pod
+from ironic_shard_operator.core.podspec import configmap_name, render_budget, render_configmap, render_pod
 from ironic_shard_operator.core.spec import GROUP, KIND, PLURAL, VERSION, read_pool
 from testbed import service_account_tokens as tokens
 from testbed.kube_client import KubeClient
@@ -194,6 +194,11 @@ async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> d
         await kube.create_job(ns, job)
         await kube.delete_job(ns, "sample-job")
 
+    async def create_and_patch_budget() -> None:
+        budget = render_budget(spec, 3)
+        await kube.create_budget(ns, budget)
+        await kube.patch_budget(ns, budget["metadata"]["name"], {"spec": {"minAvailable": 1}})
+
     async def replace_lease() -> None:
         admin.create(leases, dict(lease, metadata={"name": LEASE_NAME}))
         await kube.replace_lease(ns, admin.get(f"{leases}/{LEASE_NAME}"))
@@ -216,6 +221,9 @@ async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> d
         "create_job": create_and_delete_job,
         "delete_job": create_and_delete_job,
         "job_log_tail": job_log_tail,
+        "get_budget": lambda: kube.get_budget(ns, "rack-a"),
+        "create_budget": create_and_patch_budget,
+        "patch_budget": create_and_patch_budget,
     }
 
 

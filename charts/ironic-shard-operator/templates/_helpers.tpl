@@ -51,7 +51,9 @@ operator test on one missing; see docs/operating.md "Permissions"):
   `ironicshards.io/operator` of earlier versions; the operator merge-patches their status;
 - pods: listed (and watched by kopf), created, deleted (with a uid precondition);
 - ConfigMaps (one per member): listed, created, patched when one was changed, deleted;
-- core/v1 Events: created (kopf's own event posting is off).
+- core/v1 Events: created (kopf's own event posting is off);
+- the pool's PodDisruptionBudget (policy): read by name, created, patched when it differs
+  (never deleted: it goes with its pool by owner reference).
 Secrets are not here: iso.secretNamespaces says where they may be read.
 Not ironiccomputeshards/finalizers: the operator's owner references set no
 blockOwnerDeletion (core/podspec.py says why), so clusters enforcing owner-reference
@@ -79,6 +81,9 @@ permissions need no such grant.
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, create, patch]
 {{- end -}}
 
 {{/*

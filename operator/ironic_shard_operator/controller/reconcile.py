@@ -16,8 +16,9 @@ passes on what the next step needs:
    if it has one within PATIENCE_SECONDS of its start, else the last plan known;
 6. decide the pod actions (core/pods.py, core/fencing.py) with that plan: without any, only
    the existing identities are looked after;
-7. act on pods (kube.py) unless paused; a write the API server refuses (403, 422) is
-   reported (`<Kind><Verb>Refused`, core/refusals.py) and the cycle goes on;
+7. act on pods (kube.py) unless paused, and keep the pool's PodDisruptionBudget
+   (disruption_budget.py); a write the API server refuses (403, 422) is reported
+   (`<Kind><Verb>Refused`, core/refusals.py) and the cycle goes on;
 8. the side's result, if it ended within its patience: the moves written, Nova's outcome;
    else the side wakes the pool when it ends, and a later cycle reports it;
 9. report: write `.status` only when it changed, post Events for actions and transitions;
@@ -46,6 +47,7 @@ from ironic_shard_operator.adapters.ironic import (
 from ironic_shard_operator.adapters.kube import KubeError, KubeRefused
 from ironic_shard_operator.adapters.preflight import Inputs
 from ironic_shard_operator.controller.cloud_side import CloudResult, CloudSide, CloudWork
+from ironic_shard_operator.controller.disruption_budget import keep_budget
 from ironic_shard_operator.controller.log_redaction import KNOWN
 from ironic_shard_operator.controller.signals import status_written
 from ironic_shard_operator.core import handover, handover_job, model, pods, podspec
@@ -84,6 +86,7 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     cloud = await _ironic_and_nova(cycle, pool, members, secrets)
     chosen = await _decide_pods(cycle, pool, members, secrets, cloud)
     acted = await _act_on_pods(cycle, pool, chosen, secrets)
+    acted = await _keep_disruption_budget(cycle, pool, chosen, acted)
     cloud = await _cloud_result(cycle, cloud)
     failed = await _report(cycle, pool, members, secrets, chosen, acted, cloud)
     moving = cloud.result.handover if cloud.result is not None else None
@@ -396,6 +399,15 @@ async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Se
         await writes.attempt(kube.delete_configmap(pool.namespace, podspec.configmap_name(member)),
                              "delete", "ConfigMap", podspec.configmap_name(member), "it stays")
     return _Acted(tuple(writes.events), tuple(writes.refusals))
+
+
+async def _keep_disruption_budget(cycle: _Cycle, pool: Pool, chosen: _PodPlan, acted: _Acted) -> _Acted:
+    """The pool's PodDisruptionBudget over the members it keeps (disruption_budget.py: a drain
+    evicts one at a time), unless paused; a refused request is reported with the pod side's."""
+    if pool.paused or not cycle.op.may_write():
+        return acted
+    refusal = await keep_budget(cycle.op.kube, pool, len(chosen.keep))
+    return acted if refusal is None else replace(acted, refusals=(*acted.refusals, refusal))
 
 
 class _Writes:

@@ -21,7 +21,8 @@ from ironic_shard_operator.core.events import Event
 # Every reason a refusal can have: the requests a cycle makes that the API server may refuse
 # (the `reason` label of ironic_shard_kube_api_refusals_total).
 REASONS = ("SecretReadRefused", "PodCreateRefused", "PodDeleteRefused", "ConfigMapWriteRefused",
-           "ConfigMapDeleteRefused")
+           "ConfigMapDeleteRefused", "PodDisruptionBudgetReadRefused", "PodDisruptionBudgetCreateRefused",
+           "PodDisruptionBudgetWriteRefused")
 
 
 @dataclass(frozen=True, slots=True)
