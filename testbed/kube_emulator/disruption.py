@@ -36,7 +36,8 @@ The pod then gets the condition DisruptionTarget (reason EvictionByEvictionAPI) 
 gracefully, as a DELETE would; the answer is 201 with a Status of Success.
 
 Timing: the real controller reacts to each pod and budget change within moments; this one
-looks every CHECK_PERIOD seconds. Tests must wait for the status they need, as clients of a real
+looks every CHECK_PERIOD seconds, and right after each eviction (so the evicted pod, being
+deleted, leaves disruptedPods before a replacement of the same name can appear). Tests must wait for the status they need, as clients of a real
 one do. Not imitated: the Events the controller posts (NoPods, UnmanagedPods,
 CalculateExpectedPodCountFailed), dry-run evictions, the eviction's own deleteOptions
 preconditions beyond what a DELETE checks, policy/v1beta1.

@@ -780,6 +780,9 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
                 dict(EVICTION_CONDITION, lastProbeTime=None, lastTransitionTime=now_timestamp())]
             pod = self._commit(rt, 'MODIFIED', new, pod)
         self._delete(rt, namespace, name, (data or {}).get('deleteOptions') or {}, params)
+        # The controller reacts to the pod's deletion as a real one does to its watch event: the
+        # pod leaves disruptedPods (by name: a replacement of the same name must not inherit it).
+        self.disruption.sync()
         _ANSWER_CREATED.set(True)
         return {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success', 'code': 201}
 
