@@ -86,7 +86,7 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     cloud = await _ironic_and_nova(cycle, pool, members, secrets)
     chosen = await _decide_pods(cycle, pool, members, secrets, cloud)
     acted = await _act_on_pods(cycle, pool, chosen, secrets)
-    acted = await _keep_disruption_budget(cycle, pool, chosen, acted)
+    acted = await _keep_disruption_budget(cycle, pool, chosen, secrets, acted)
     cloud = await _cloud_result(cycle, cloud)
     failed = await _report(cycle, pool, members, secrets, chosen, acted, cloud)
     moving = cloud.result.handover if cloud.result is not None else None
@@ -401,10 +401,13 @@ async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Se
     return _Acted(tuple(writes.events), tuple(writes.refusals))
 
 
-async def _keep_disruption_budget(cycle: _Cycle, pool: Pool, chosen: _PodPlan, acted: _Acted) -> _Acted:
+async def _keep_disruption_budget(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Secrets,
+                                  acted: _Acted) -> _Acted:
     """The pool's PodDisruptionBudget over the members it keeps (disruption_budget.py: a drain
-    evicts one at a time), unless paused; a refused request is reported with the pod side's."""
-    if pool.paused or not cycle.op.may_write():
+    evicts one at a time), when the pod side may act (not paused, a nova.conf: without one
+    member pods are left as they are, and so is their budget); a refused request is reported
+    with the pod side's."""
+    if pool.paused or not secrets.nova_digest or not cycle.op.may_write():
         return acted
     refusal = await keep_budget(cycle.op.kube, pool, len(chosen.keep))
     return acted if refusal is None else replace(acted, refusals=(*acted.refusals, refusal))
