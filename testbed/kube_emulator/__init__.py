@@ -18,6 +18,7 @@ What it emulates, and what it does not, is listed in server.py. The modules, eac
 - authn.py          ServiceAccount tokens (TokenRequest), the check of bearer tokens, the audit of writes
 - authz.py          RBAC: each token holder's request authorized as a real server does; the record
 - pod_gc.py         PodGarbageCollector: the pod GC's force-deletions (out-of-service nodes, deleted nodes)
+- disruption.py     DisruptionController: budgets' status; pods/eviction refused (429) as a real server does
 - job_controller.py JobController: a Job's pods created, counted, replaced; its end (Complete, Failed)
 - pod_logs.py       PodLogs: pods/log as a real server answers it, from what the fake kubelets hand in
 - server.py         FakeKubeAPI: the store, requests, watches, writes, deletion and controllers

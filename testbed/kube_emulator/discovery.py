@@ -56,6 +56,8 @@ def resource_list(types: Iterable[ResourceType], path: str) -> dict[str, Any]:
                 entry.update(group='autoscaling', version='v1', kind='Scale')
             if sub == 'binding':
                 entry.update(kind='Binding', verbs=['create'])
+            if sub == 'eviction':
+                entry.update(group='policy', version='v1', kind='Eviction', verbs=['create'])
             if sub == 'log':
                 entry.update(verbs=['get'])
             if sub == 'token':

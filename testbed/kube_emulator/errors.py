@@ -16,9 +16,12 @@ class ApiError(kmock.KubernetesError):
     """A failure answered as a Kubernetes `Status` object, exactly as a real server shapes it."""
 
     def status_body(self) -> dict[str, Any]:
-        return {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure',
+        body = {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure',
                 'message': self.message, 'reason': self.reason, 'details': self.details or {},
                 'code': self.status}
+        if not self.reason:  # a Status without a reason (an eviction's 500) has none in JSON
+            del body['reason'], body['details']
+        return body
 
 
 def status_details(rt: 'ResourceType | None', name: str | None) -> dict[str, Any]:
@@ -77,8 +80,12 @@ def validation_causes(validator: Any, instance: Any) -> list[tuple[str, str]]:
             allowed = ', '.join(json.dumps(v) for v in error.validator_value)
             message = f'Unsupported value: {json.dumps(error.instance)}: supported values: {allowed}'
         elif error.validator in ('minimum', 'maximum'):
+            # kube-openapi's TooSmall/TooLarge messages; an exclusive bound (OpenAPI v3.0's
+            # boolean exclusiveMinimum/exclusiveMaximum) drops the "or equal to".
             relation = 'greater' if error.validator == 'minimum' else 'less'
-            message = f'Invalid value: {json.dumps(error.instance)}: {path} in body should be {relation} than or equal to {error.validator_value}'
+            exclusive = error.schema.get('exclusiveMinimum' if error.validator == 'minimum' else 'exclusiveMaximum')
+            bound = f'{relation} than' if exclusive is True else f'{relation} than or equal to'
+            message = f'Invalid value: {json.dumps(error.instance)}: {path} in body should be {bound} {error.validator_value}'
         elif error.validator == 'pattern':
             message = f'Invalid value: {json.dumps(error.instance)[:80]}: {path} in body should match {error.validator_value!r}'
         elif error.validator == 'minLength':

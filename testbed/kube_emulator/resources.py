@@ -22,7 +22,7 @@ class ResourceType:
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    subresources: frozenset[str] = frozenset()  # of 'status', 'scale', 'binding', 'log', 'token'
+    subresources: frozenset[str] = frozenset()  # of 'status', 'scale', 'binding', 'log', 'token', 'eviction'
     scale: dict[str, str] | None = None  # a CRD's subresources.scale (the replicas paths)
     schema: dict[str, Any] | None = None  # a CRD's openAPIV3Schema; None for built-in kinds
     printer_columns: tuple[dict[str, Any], ...] = ()
@@ -60,7 +60,7 @@ BUILTIN_TYPES = (
     _builtin('', 'v1', 'nodes', 'Node', namespaced=False, short_names=('no',),
              subresources={'status'}, field_selectors=('spec.unschedulable',)),
     _builtin('', 'v1', 'pods', 'Pod', short_names=('po',), categories=('all',),
-             subresources={'status', 'binding', 'log'},
+             subresources={'status', 'binding', 'log', 'eviction'},
              field_selectors=('spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName',
                               'spec.serviceAccountName', 'status.phase', 'status.podIP',
                               'status.nominatedNodeName')),

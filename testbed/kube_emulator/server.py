@@ -16,8 +16,10 @@ make it answer like a real kube-apiserver (v1.32) where our operator, kopf and k
   text/plain, container, tailLines, limitBytes, the errors of a container not started; the fake
   kubelets hand the output in over a test-only route);
 - apps/v1 Deployments and policy/v1 PodDisruptionBudgets (workloads.py: defaults, refusals, the
-  immutable selector), stored only: no Deployment or disruption controller, so no ReplicaSets,
+  immutable selector); Deployments are stored only: no Deployment controller, so no ReplicaSets,
   no pods, and their status stays as created;
+- the disruption controller (each PodDisruptionBudget's status) and the pods/eviction
+  subresource (disruption.py: 429 while a budget allows no disruption, worded as a real one);
 - server-side apply (`kubectl apply --server-side`, Helm 4's default) of an object that does not
   exist yet (201) or that already holds every value applied (unchanged), after the request's
   checks (fieldManager, apiVersion, name, managedFields);
@@ -42,7 +44,7 @@ What it does not do (answered with a clear error where a client could ask for it
 - server-side apply that would change an existing object (415: no field ownership is kept), protobuf bodies other
   than the Namespace/ConfigMap/Secret that kubectl's `create` generators send and the
   DeleteOptions of a DELETE, deletecollection, the
-  `/finalize`, eviction, exec/attach/portforward subresources, `follow`/`previous`/`sinceTime`
+  `/finalize`, exec/attach/portforward subresources, `follow`/`previous`/`sinceTime`
   of pods/log (400), the Warning header of a Job deleted with the default policy;
 - of Jobs: Indexed completion, podFailurePolicy, successPolicy, backoffLimitPerIndex, suspend
   beyond "no new pods", ttlSecondsAfterFinished, adoption by selector; the controller's backoff
@@ -54,8 +56,8 @@ What it does not do (answered with a clear error where a client could ask for it
   real server); only the kinds listed in BUILTIN_TYPES (resources.py) are served (of apps/v1 only
   Deployments);
 - no controllers but the garbage collector, the namespace and CRD cleanup, the pod garbage
-  collector (pod_gc.py: pods of deleted nodes, terminating pods of out-of-service nodes) and the
-  Job controller (job_controller.py): no scheduler, no kubelet (testbed/kubelet.py plays both;
+  collector (pod_gc.py: pods of deleted nodes, terminating pods of out-of-service nodes), the
+  disruption controller (disruption.py) and the Job controller (job_controller.py): no scheduler, no kubelet (testbed/kubelet.py plays both;
   testbed/process_kubelet.py runs nova-compute and Job pods' nova-manage for real), no node
   lifecycle or taint eviction, no Deployment controller (a `default` ServiceAccount per namespace).
 
@@ -76,7 +78,7 @@ import random
 import re
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import aiohttp.web
@@ -89,6 +91,8 @@ from testbed.kube_emulator.admission import admit, pod_quota_refusal
 from testbed.kube_emulator.authn import Authenticator, IssuedToken
 from testbed.kube_emulator.authz import RBAC_GROUP, Authorizer, bootstrap_policy
 from testbed.kube_emulator.builtin_schema import definition_of
+from testbed.kube_emulator.disruption import (
+    EVICTION_CONDITION, DisruptionController, can_ignore_budgets, eviction_target, selects, take_from_budget)
 from testbed.kube_emulator.errors import (
     ApiError, already_exists, bad_request, conflict, invalid, not_found, status_details, unknown_resource)
 from testbed.kube_emulator.patches import (
@@ -108,8 +112,9 @@ HISTORY_KEPT = 5_000  # watch events kept for resuming watches; older ones answe
 # is synchronous up to the first await, and no reaction here declines a request it matched).
 REQUESTS_KEPT = 1
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024  # a real server's limit of a request body
-# Set by a server-side apply that created its object: its answer is 201 (see _apply).
-_CREATED_BY_APPLY: contextvars.ContextVar[bool] = contextvars.ContextVar('created_by_apply', default=False)
+# Set by a request answered 201 outside kmock's CREATE route: a server-side apply that created its
+# object (see _apply), an eviction (see _evict).
+_ANSWER_CREATED: contextvars.ContextVar[bool] = contextvars.ContextVar('answer_created', default=False)
 
 
 def now_timestamp(delay_seconds: float = 0) -> str:
@@ -150,6 +155,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
     authn: Authenticator = attrs.field(factory=Authenticator, init=False)
     authz: Authorizer = attrs.field(init=False)
     pod_gc: PodGarbageCollector = attrs.field(init=False)
+    disruption: DisruptionController = attrs.field(init=False)
     job_controller: JobController = attrs.field(init=False)
     pod_logs: PodLogs = attrs.field(factory=PodLogs, init=False)
     # The stored RBAC objects by (plural, namespace, name), kept by _commit: authz reads them per request.
@@ -160,10 +166,13 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         self.authz = Authorizer(self._rbac_objects)
         self.pod_gc = PodGarbageCollector(lambda: self._all('', 'pods'), lambda: self._all('', 'nodes'),
                                           self._fail_and_force_delete)
+        self.disruption = DisruptionController(lambda: self._all('policy', 'poddisruptionbudgets'),
+                                               lambda: self._all('', 'pods'), self._scale_of,
+                                               self._status_writer('policy', 'poddisruptionbudgets'))
         self.job_controller = JobController(JobStore(
             version=lambda: self._resource_version, jobs=lambda: self._all('batch', 'jobs'),
             pods=lambda: self._all('', 'pods'), create_pod=self._create_job_pod, delete_pod=self._delete_job_pod,
-            remove_finalizer=self._remove_finalizer_now, write_status=self._write_job_status,
+            remove_finalizer=self._remove_finalizer_now, write_status=self._status_writer('batch', 'jobs'),
             record_event=self._record_event))
         for rt in BUILTIN_TYPES:
             self._types[rt.group, rt.version, rt.plural] = rt
@@ -209,9 +218,9 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             del self._requests[:-REQUESTS_KEPT]
             for reaction in self._payloads:
                 del reaction._requests[:-REQUESTS_KEPT]
-            _CREATED_BY_APPLY.set(False)
+            _ANSWER_CREATED.set(False)
             response = await self._handle(request)
-            if _CREATED_BY_APPLY.get():
+            if _ANSWER_CREATED.get():
                 response.set_status(201)
         except Exception as e:
             response = await self._render_error(e)
@@ -237,6 +246,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
     async def __aenter__(self) -> 'FakeKubeAPI':
         await super().__aenter__()
         self._spawn(self.pod_gc.run())  # the controllers that run on their own, until close()
+        self._spawn(self.disruption.run())
         self._spawn(self.job_controller.run())
         return self
 
@@ -287,7 +297,9 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
 
     async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
         if isinstance(exc, ApiError):
-            return aiohttp.web.json_response(exc.status_body(), status=exc.status)
+            retry_after = (exc.details or {}).get('retryAfterSeconds')  # as responsewriters.ErrorNegotiated
+            return aiohttp.web.json_response(exc.status_body(), status=exc.status,
+                                             headers={'Retry-After': str(retry_after)} if retry_after else None)
         if isinstance(exc, kmock.KubernetesError):  # kmock's own 404 for unknown URLs
             return aiohttp.web.json_response(unknown_resource().status_body(), status=404)
         return await super()._render_error(exc)
@@ -358,6 +370,8 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             return self._table(rt, [obj], request.headers.get('Accept', '')) or self._view(rt, obj)
         if method == 'POST' and path.subresource == 'binding':
             return self._bind(rt, namespace, path.name, data)
+        if method == 'POST' and path.subresource == 'eviction':
+            return self._evict(rt, namespace, path.name, data, params)
         if method == 'POST' and path.subresource == 'token':
             return self.authn.issue(namespace or '', self._get(rt, namespace, path.name), data, self._uid_of)
         if method in ('PUT', 'PATCH'):
@@ -699,7 +713,7 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
         created = self._create(rt, namespace, config, params, dry_run=dry_run)
         # Answered 201 by __call__: a kmock.Response(status=201) returned here would stay the
         # status of every later answer of this reaction (all PATCHes and PUTs turned 201).
-        _CREATED_BY_APPLY.set(True)
+        _ANSWER_CREATED.set(True)
         return created
 
     def _kept_metadata(self, rt: ResourceType, old: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
@@ -746,6 +760,46 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
                                                      'lastProbeTime': None, 'lastTransitionTime': now_timestamp()}]
         self._commit(rt, 'MODIFIED', new, pod)
         return {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success', 'code': 201}
+
+    # -- evictions and the disruption controller (disruption.py) ---------------------------
+
+    def _evict(self, rt: ResourceType, namespace: str | None, name: str, data: Any,
+               params: dict[str, str]) -> dict[str, Any]:
+        """POST pods/NAME/eviction: the pod deleted if no budget forbids it (disruption.py)."""
+        eviction_target(data, name)
+        pod = self._get(rt, namespace, name)
+        if not can_ignore_budgets(pod):
+            budget_type = self._type('policy', 'v1', 'poddisruptionbudgets')
+            budgets = [b for b in self._all('policy', 'poddisruptionbudgets') if selects(b, pod)]
+            taken = take_from_budget(pod, budgets, datetime.datetime.now(datetime.UTC))
+            if taken is not None:
+                self._commit(budget_type, 'MODIFIED', dict(budgets[0], status=taken), budgets[0])
+            new = copy.deepcopy(pod)
+            status = new.setdefault('status', {})
+            status['conditions'] = [c for c in status.get('conditions') or [] if c['type'] != 'DisruptionTarget'] + [
+                dict(EVICTION_CONDITION, lastProbeTime=None, lastTransitionTime=now_timestamp())]
+            pod = self._commit(rt, 'MODIFIED', new, pod)
+        self._delete(rt, namespace, name, (data or {}).get('deleteOptions') or {}, params)
+        # The controller reacts to the pod's deletion as a real one does to its watch event: the
+        # pod leaves disruptedPods (by name: a replacement of the same name must not inherit it).
+        self.disruption.sync()
+        _ANSWER_CREATED.set(True)
+        return {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success', 'code': 201}
+
+    def _scale_of(self, namespace: str, ref: dict[str, Any]) -> int:
+        """The scale of a pod's controller (disruption.ScaleOf): a custom resource's, at its
+        CRD's specReplicasPath; LookupError when it cannot be read."""
+        group, _, version = str(ref.get('apiVersion', '')).rpartition('/')
+        rt = next((t for t in self._types.values() if (t.group, t.version, t.kind) == (group, version, ref.get('kind'))
+                   and t.scale), None)
+        owner = self._objects.get((rt.group, rt.plural, namespace, ref.get('name', ''))) if rt else None
+        if rt is None or owner is None or owner['metadata']['uid'] != ref.get('uid'):
+            raise LookupError('')  # found no controllers for the pod
+        replicas = dig(owner, rt.scale['specReplicasPath'])
+        if not isinstance(replicas, int):  # the scale subresource answers an error then
+            raise LookupError(f'{rt.qualified} "{owner["metadata"]["name"]}": no value at '
+                              f'{rt.scale["specReplicasPath"]}')
+        return replicas
 
     # -- deletion and garbage collection ---------------------------------------------------
 
@@ -970,12 +1024,16 @@ class FakeKubeAPI(kmock.KubernetesScaffold):
             and not self._blocking_finalizers(rt, new)
         self._commit(rt, 'DELETED' if gone else 'MODIFIED', new, current)
 
-    def _write_job_status(self, job: dict[str, Any], status: dict[str, Any]) -> None:
-        rt = self._type('batch', 'v1', 'jobs')
-        meta = job['metadata']
-        current = self._objects.get(('batch', 'jobs', meta['namespace'], meta['name']))
-        if current is not None and current['metadata']['uid'] == meta['uid'] and current.get('status') != status:
-            self._commit(rt, 'MODIFIED', dict(current, status=status), current)
+    def _status_writer(self, group: str, plural: str) -> Callable[[dict[str, Any], dict[str, Any]], None]:
+        """A controller's status write of a `group`/`plural` object (the Job controller's, the
+        disruption controller's): only while it is the same object, and only when it changes."""
+        def write(obj: dict[str, Any], status: dict[str, Any]) -> None:
+            meta = obj['metadata']
+            current = self._objects.get((group, plural, meta['namespace'], meta['name']))
+            if current is not None and current['metadata']['uid'] == meta['uid'] and current.get('status') != status:
+                rt = next(t for t in self._types.values() if t.store_key == (group, plural))
+                self._commit(rt, 'MODIFIED', dict(current, status=status), current)
+        return write
 
     def _record_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
         """A core/v1 Event about `involved`, as a controller of kube-controller-manager posts it."""

@@ -1,8 +1,9 @@
 """apps/v1 Deployments and policy/v1 PodDisruptionBudgets as the real registry admits them
 (pkg/apis/apps/v1/defaults.go, pkg/apis/apps/validation, pkg/registry/apps/deployment/strategy.go,
 pkg/apis/policy/validation, pkg/registry/policy/poddisruptionbudget/strategy.go; Kubernetes
-1.32): what a chart such as ours installs. Stored and served only: no Deployment controller
-(no ReplicaSets, no pods, status stays as created) and no disruption controller.
+1.32): what a chart such as ours installs. Deployments are stored and served only: no
+Deployment controller (no ReplicaSets, no pods, status stays as created); a budget's status is
+the disruption controller's (disruption.py).
 
 - Deployment defaults (`deployment_defaults`): replicas 1, strategy RollingUpdate with
   maxUnavailable and maxSurge 25%, revisionHistoryLimit 10, progressDeadlineSeconds 600 (the

@@ -230,7 +230,7 @@ def scenario(image: str) -> None:
     kubectl("create", "namespace", POOL_NS)
     run("helm", "install", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--create-namespace",
         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-        "--set", f"rbac.secretNamespaces={{{POOL_NS}}}",
+        "--set", f"rbac.poolNamespaces={{{POOL_NS}}}",
         "--set", "image.pullPolicy=Never", "--wait", "--timeout", "180s")
 
     step("every example is accepted by the API server (schema and CEL rules)")

@@ -88,6 +88,9 @@ REFUSED: dict[str, tuple[Callable[[dict[str, Any]], None], tuple[str, ...]]] = {
                              ("spec.ironic.pollIntervalSeconds", "should be greater than or equal to 5")),
     "65 concurrent writes": (_set("spec.ironic", {"maxConcurrentWrites": 65}),
                              ("spec.ironic.maxConcurrentWrites", "should be less than or equal to 64")),
+    # An exclusive bound (writesPerSecond > 0) is worded without "or equal to", as a real server words it.
+    "zero writes per second": (_set("spec.ironic", {"writesPerSecond": 0}),
+                               ("spec.ironic.writesPerSecond", "in body should be greater than 0")),
     "uppercase conductor group": (_set("spec.selector", {"conductorGroup": "Rack-A"}),
                                   ("spec.selector.conductorGroup", "should match")),
     "env value and valueFrom": (
@@ -184,6 +187,7 @@ class Peers:
     ironic: IronicService
     nova: NovaStack
     closed_url: str  # a port where nothing listens
+    kube_url: str  # the Kubernetes API server of the tests
 
     @property
     def cloud(self) -> dict[str, Any]:
@@ -200,7 +204,8 @@ class Reported:
 
     `nova_conf` / `clouds_yaml`: the Secret's key and text (None: no such Secret), built from
     the session's peers. `spec`: changes to the pool's spec. What the operator says:
-    `condition` True (Degraded, or Conflict), its `reason`, and `says` in its message."""
+    `condition` True (Degraded, or Conflict), its `reason`, and `says` in its message;
+    `preflight`: what the Preflight condition's message says too, when it is about the same input."""
 
     condition: str
     reason: str
@@ -208,6 +213,7 @@ class Reported:
     nova_conf: Callable[[Peers], tuple[str, str] | None] = lambda peers: ("nova.conf", "[DEFAULT]\n")
     clouds_yaml: Callable[[Peers], tuple[str, str] | None] = lambda peers: ("clouds.yaml", peers.clouds_yaml())
     spec: dict[str, Any] = field(default_factory=dict)
+    preflight: str = ""
 
 
 def _ironic_password(peers: Peers, password: str) -> str:
@@ -234,7 +240,8 @@ REPORTED: dict[str, Reported] = {
         clouds_yaml=lambda peers: ("cloud.yaml", peers.clouds_yaml())),
     "clouds.yaml that is not YAML": Reported(
         "Degraded", "CloudConfigInvalid", "the clouds.yaml is not valid YAML",
-        clouds_yaml=lambda peers: ("clouds.yaml", "clouds:\n  ironic: {auth: [\n")),
+        clouds_yaml=lambda peers: ("clouds.yaml", "clouds:\n  ironic: {auth: [\n"),
+        preflight="ironic-reachable: the clouds.yaml is not valid YAML"),
     "empty clouds.yaml": Reported(
         "Degraded", "CloudConfigInvalid", "the clouds.yaml is empty",
         clouds_yaml=lambda peers: ("clouds.yaml", "")),
@@ -246,10 +253,12 @@ REPORTED: dict[str, Reported] = {
         clouds_yaml=lambda peers: ("clouds.yaml", yaml.safe_dump({"ironic": peers.cloud}))),
     "clouds: as a list": Reported(
         "Degraded", "CloudConfigInvalid", "'clouds:' in the clouds.yaml is a list",
-        clouds_yaml=lambda peers: ("clouds.yaml", yaml.safe_dump({"clouds": [peers.cloud]}))),
+        clouds_yaml=lambda peers: ("clouds.yaml", yaml.safe_dump({"clouds": [peers.cloud]})),
+        preflight="ironic-reachable: 'clouds:' in the clouds.yaml is a list"),
     "cloud name not in the clouds.yaml": Reported(
         "Degraded", "CloudConfigInvalid", "has no cloud named 'ironic' (clouds there: metal)",
-        clouds_yaml=lambda peers: ("clouds.yaml", yaml.safe_dump({"clouds": {"metal": peers.cloud}}))),
+        clouds_yaml=lambda peers: ("clouds.yaml", yaml.safe_dump({"clouds": {"metal": peers.cloud}})),
+        preflight="ironic-reachable: the clouds.yaml has no cloud named 'ironic' (clouds there: metal)"),
     "cloud entry that is a string": Reported(
         "Degraded", "CloudConfigInvalid", "cloud 'ironic' in the clouds.yaml is a string",
         clouds_yaml=lambda peers: ("clouds.yaml", yaml.safe_dump({"clouds": {"ironic": "http://ironic"}}))),
@@ -262,6 +271,10 @@ REPORTED: dict[str, Reported] = {
     "baremetal endpoint that is Nova": Reported(
         "Degraded", "IronicEndpointWrong", "is not the Ironic API root",
         clouds_yaml=lambda peers: ("clouds.yaml", peers.clouds_yaml(baremetal_endpoint_override=peers.nova.compute_url))),
+    "baremetal endpoint that is the Kubernetes API": Reported(  # it refuses Ironic's credentials: 401
+        "Degraded", "IronicEndpointWrong", "(a Kubernetes API server: ",
+        clouds_yaml=lambda peers: ("clouds.yaml", peers.clouds_yaml(baremetal_endpoint_override=peers.kube_url,
+                                                                    insecure=True))),
     "baremetal endpoint where nothing listens": Reported(
         "Degraded", "IronicUnavailable", "Ironic",
         clouds_yaml=lambda peers: ("clouds.yaml", peers.clouds_yaml(baremetal_endpoint_override=peers.closed_url))),
@@ -309,7 +322,8 @@ def test_unusable_input_is_reported_by_condition_and_event_and_nothing_is_writte
         crd_installed: KubeAPI, kube_namespace: str, tmp_path: Path, ironic_service: IronicService,
         nova_stack: NovaStack) -> None:
     client, ns = crd_installed.client, kube_namespace
-    peers = Peers(ironic_service, nova_stack, _closed_url())
+    server = yaml.safe_load(crd_installed.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    peers = Peers(ironic_service, nova_stack, _closed_url(), server)
     secrets = f"/api/v1/namespaces/{ns}/secrets"
     pools = {f"cat-{i:02}": case for i, case in enumerate(REPORTED.values(), start=1)}
     classes = {pool: unique_resource_class(pool) for pool in pools}
@@ -348,6 +362,9 @@ def test_unusable_input_is_reported_by_condition_and_event_and_nothing_is_writte
             assert said["reason"] == case.reason, (pool, said)
             assert _formatted(case.says, pool=pool, ns=ns) in said["message"], (pool, said)
             assert condition(get_pool(client, ns, pool), "Ready")["status"] == "False", pool
+            if case.preflight:  # the same input named by preflight, not "no clouds.yaml given"
+                crd_installed.wait_for(lambda: case.preflight in condition(get_pool(client, ns, pool), "Preflight")
+                                       .get("message", "") or None, timeout=60, what=f"{pool}: Preflight names it")
         settle(6)  # beyond a poll interval: still nothing written
         events = client.get(f"/api/v1/namespaces/{ns}/events")["items"]
         for pool, case in pools.items():

@@ -36,6 +36,7 @@ from testbed.ironic_service import (
     unique_resource_class,
 )
 from tests.integration.conftest import POOL, ready_members
+from tests.support.kube_api import KubeAPI
 from tests.integration.test_preflight_ironic import preflight
 
 pytestmark = pytest.mark.integration
@@ -91,6 +92,19 @@ def test_an_endpoint_that_is_not_ironic_is_named_so(ironic_service: IronicServic
                              IronicEndpointError)
     assert f"{elsewhere} (baremetal endpoint of cloud 'broken') answered HTTP 404 but is not " \
         "the Ironic API root" in message
+
+
+def test_an_endpoint_that_is_the_kubernetes_api_is_named_not_ironic(ironic_service: IronicService,
+                                                                    kube_api: KubeAPI):
+    """The API server refuses the cloud's credentials (401, or 403 for an anonymous request):
+    that is the wrong service answering, not Ironic refusing the password."""
+    server = yaml.safe_load(kube_api.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    adapter = adapter_for(ironic_service, baremetal_endpoint_override=server,
+                          insecure=True)  # a real cluster's certificate is no concern of this test
+    message = one_line_error(adapter, IronicEndpointError)
+    assert f"{server} (baremetal endpoint of cloud 'broken') answered HTTP 40" in message
+    assert "(a Kubernetes API server: " in message and "but is not the Ironic API root" in message
+    assert "credentials" not in message
 
 
 def test_a_cloud_missing_from_the_clouds_yaml_is_named(ironic_service: IronicService):

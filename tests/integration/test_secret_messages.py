@@ -65,3 +65,37 @@ def test_a_missing_secret_is_named_missing_not_keyless(kube_api: KubeAPI, kube_n
         client.create(secrets, secret("openstack-cloud", "wrong-key", ironic_service.clouds_yaml))
         ready_says("Secret openstack-cloud has no key clouds.yaml (clouds.yaml): the operator cannot reach Ironic")
         assert not operator.refused()
+
+
+def test_preflight_says_what_is_wrong_with_a_clouds_yaml_it_cannot_use(
+        kube_api: KubeAPI, kube_namespace: str, tmp_path: Path, ironic_service: IronicService) -> None:
+    """A clouds.yaml that is not YAML, names no such cloud, or has `clouds:` as a list: the
+    pool's Preflight condition names that, as its Degraded condition does, instead of "no
+    clouds.yaml given" (the Secret and its key are there)."""
+    client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
+    install_crd(client)
+    secrets = f"/api/v1/namespaces/{ns}/secrets"
+    client.create(secrets, secret("nova-config", "nova.conf", "[DEFAULT]\n"))
+    client.create(secrets, secret("openstack-cloud", "clouds.yaml", "clouds:\n  ironic: {auth: [\n"))
+    cases = {  # clouds.yaml -> what both conditions say
+        "clouds:\n  ironic: {auth: [\n": "the clouds.yaml is not valid YAML",
+        "clouds:\n- ironic\n": "'clouds:' in the clouds.yaml is a list",
+        "clouds:\n  metal: {auth_type: none}\n": "the clouds.yaml has no cloud named 'ironic' (clouds there: metal)",
+    }
+
+    def preflight_says(text: str) -> dict:
+        return wait(lambda: (c := condition(get_pool(client, ns, POOL), "Preflight")) and text in c.get("message", "")
+                    and c, timeout=60, what=f"Preflight to say {text!r}")
+
+    with OperatorProcess(kube_api, ns, "op-a", tmp_path) as operator:
+        client.create(POOLS.format(ns=ns), pool_manifest(
+            POOL, cloud_name="ironic", resource_class=unique_resource_class("clouds")))
+        for clouds_yaml, says in cases.items():
+            client.patch(f"{secrets}/openstack-cloud",
+                         {"data": {"clouds.yaml": base64.b64encode(clouds_yaml.encode()).decode()}})
+            said = preflight_says(f"ironic-reachable: {says}")
+            assert said["status"] == "False" and said["reason"] == "ChecksFailed"
+            assert "no clouds.yaml given" not in said["message"]
+            degraded = condition(get_pool(client, ns, POOL), "Degraded")
+            assert degraded["reason"] == "CloudConfigInvalid" and says in degraded["message"]
+        assert not operator.refused()

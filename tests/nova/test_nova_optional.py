@@ -60,7 +60,8 @@ def test_without_a_usable_nova_the_pool_runs_with_nova_features_off(
 
             off = nova_of("ironic-only")
             assert off["state"] == "Disabled"
-            assert "is not the Nova compute API: Nova features are off" in off["message"]
+            assert ("has no compute endpoint: its clouds.yaml sets no compute_endpoint_override, and its "
+                    "auth_type http_basic has no catalog" in off["message"])
             refused = nova_of("basic-to-nova")
             assert refused["state"] == "Disabled"
             assert "refused the credentials of cloud 'basic-to-nova'" in refused["message"]
@@ -68,6 +69,9 @@ def test_without_a_usable_nova_the_pool_runs_with_nova_features_off(
             disabled = events(client, ns, "NovaDisabled")
             assert {e["involvedObject"]["name"] for e in disabled} == set(classes)
             assert len(disabled) == 2  # one Event per pool, not one per cycle
+            (plainly,) = [e["message"] for e in disabled if e["involvedObject"]["name"] == "ironic-only"]
+            assert plainly.startswith("Nova features are off: cloud 'ironic-only' has no compute endpoint")
+            assert "HTTP 404" not in plainly  # Ironic's URL is not asked for Nova's API
 
             # The clouds.yaml changes (Nova's endpoint added to "ironic-only"): Nova is asked
             # again at the pool's next cycle, not after the five-minute recheck of a Disabled cloud.

@@ -48,16 +48,18 @@ class OperatorProcess:
     """One `ironic-shard-operator run` process watching `namespace` (Lease there too).
 
     It authenticates as the chart's ServiceAccount with the chart's RBAC (installed in
-    `namespace` at start), unless `KUBECONFIG` is given in `env`: then as that kubeconfig says.
+    `namespace` at start; `chart`: more `--set` values, `watch_all`: rendered for every
+    namespace), unless `KUBECONFIG` is given in `env`: then as that kubeconfig says.
     """
 
-    def __init__(self, api: KubeAPI, namespace: str, identity: str, log_dir: Path,
-                 **env: str) -> None:
+    def __init__(self, api: KubeAPI, namespace: str, identity: str, log_dir: Path, *,
+                 chart: tuple[str, ...] = (), watch_all: bool = False, **env: str) -> None:
         self.identity = identity
         self.namespace = namespace
         self.log_path = log_dir / f"operator-{identity}.log"
         self._api = api
         self._chart_identity = "KUBECONFIG" not in env
+        self._chart, self._watch_all = chart, watch_all
         self.service_account = ""  # the chart's ServiceAccount it runs as, once started
         self._env = dict(api.env, WATCH_NAMESPACES=namespace, POD_NAMESPACE=namespace,
                          POD_NAME=identity, METRICS_PORT="0", HEALTH_PORT="0",
@@ -67,7 +69,8 @@ class OperatorProcess:
 
     def start(self) -> OperatorProcess:
         if self._chart_identity:
-            self.service_account = install_identity(self._api.client, self.namespace)
+            self.service_account = install_identity(self._api.client, self.namespace, *self._chart,
+                                                    watch_all=self._watch_all)
             kubeconfig = self.log_path.with_name(f"kubeconfig-{self.identity}")
             token = tokens.issue(self._api.client, self.namespace, self.service_account)
             tokens.write_kubeconfig(kubeconfig, self._api.kubeconfig, token)

@@ -9,7 +9,8 @@ one authorizes as a real one does: testbed/kube_emulator/authz.py) refuses anyth
 
 The chart is rendered per test namespace as `helm template NS charts/ironic-shard-operator
 --namespace NS --set watchNamespaces={NS}`: the operator then runs as its harness starts it
-(WATCH_NAMESPACES and POD_NAMESPACE both NS). Its cluster-scoped objects (ClusterRole,
+(WATCH_NAMESPACES and POD_NAMESPACE both NS); `watch_all` renders it as for every namespace
+(ClusterRoles; pools run only in the namespaces of rbac.poolNamespaces). Its cluster-scoped objects (ClusterRole,
 ClusterRoleBinding) are owned by the Namespace object, so they are garbage-collected with it.
 """
 from __future__ import annotations
@@ -52,11 +53,12 @@ def helm() -> Path:
     return HELM
 
 
-def render_identity(namespace: str, *settings: str) -> list[dict[str, Any]]:
+def render_identity(namespace: str, *settings: str, watch_all: bool = False) -> list[dict[str, Any]]:
     """The ServiceAccount and RBAC objects the chart renders for an operator in `namespace`
-    watching `namespace` (release name = namespace); `settings` are more `--set` values."""
+    watching `namespace` (release name = namespace), or with `watch_all` every namespace;
+    `settings` are more `--set` values."""
     args = [str(helm()), "template", namespace, str(CHART), "--namespace", namespace,
-            "--set", f"watchNamespaces={{{namespace}}}"]
+            *(() if watch_all else ("--set", f"watchNamespaces={{{namespace}}}"))]
     for setting in settings:
         args += ["--set", setting]
     for template in IDENTITY_TEMPLATES:
@@ -72,10 +74,10 @@ def service_account_name(documents: list[dict[str, Any]]) -> str:
     return account["metadata"]["name"]
 
 
-def install_identity(client: KubeClient, namespace: str, *settings: str) -> str:
+def install_identity(client: KubeClient, namespace: str, *settings: str, watch_all: bool = False) -> str:
     """Create (or update) the operator's ServiceAccount and RBAC for `namespace` as the chart
-    renders them; return the ServiceAccount's name."""
-    documents = render_identity(namespace, *settings)
+    renders them (`watch_all`: for every namespace); return the ServiceAccount's name."""
+    documents = render_identity(namespace, *settings, watch_all=watch_all)
     owner = client.get(f"/api/v1/namespaces/{namespace}")["metadata"]
     for doc in documents:
         kind, name = doc["kind"], doc["metadata"]["name"]

@@ -32,7 +32,7 @@ from ironic_shard_operator.adapters.kube import Kube
 from ironic_shard_operator.controller import handlers
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.lease import LEASE_NAME
-from ironic_shard_operator.core.podspec import configmap_name, render_configmap, render_pod
+from ironic_shard_operator.core.podspec import configmap_name, render_budget, render_configmap, render_pod
 from ironic_shard_operator.core.spec import GROUP, KIND, PLURAL, VERSION, read_pool
 from testbed import service_account_tokens as tokens
 from testbed.kube_client import KubeClient
@@ -118,8 +118,8 @@ def test_bad_values_are_refused_naming_the_key(tools, helm, setting, named):
      "extraEnv: WATCH_NAMESPACES is set by the chart itself"),
     (["metrics.serviceMonitor.enabled=true", "metrics.service.enabled=false"],
      "metrics.serviceMonitor.enabled needs metrics.service.enabled"),
-    (["watchNamespaces={pools-a}", "rbac.secretNamespaces={pools-b}"],
-     "rbac.secretNamespaces is for watchNamespaces: [] (every namespace) only"),
+    (["watchNamespaces={pools-a}", "rbac.poolNamespaces={pools-b}"],
+     "rbac.poolNamespaces is for watchNamespaces: [] (every namespace) only"),
     (["extraCABundle.configMapName=corp-ca", "extraCABundle.secretName=corp-ca"],
      "extraCABundle: configMapName and secretName are both set"),
     (["extraCABundle.secretName=corp-ca", "extraEnv[0].name=SSL_CERT_FILE", "extraEnv[0].value=/x"],
@@ -194,6 +194,11 @@ async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> d
         await kube.create_job(ns, job)
         await kube.delete_job(ns, "sample-job")
 
+    async def create_and_patch_budget() -> None:
+        budget = render_budget(spec, 3)
+        await kube.create_budget(ns, budget)
+        await kube.patch_budget(ns, budget["metadata"]["name"], {"spec": {"minAvailable": 1}})
+
     async def replace_lease() -> None:
         admin.create(leases, dict(lease, metadata={"name": LEASE_NAME}))
         await kube.replace_lease(ns, admin.get(f"{leases}/{LEASE_NAME}"))
@@ -216,6 +221,9 @@ async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> d
         "create_job": create_and_delete_job,
         "delete_job": create_and_delete_job,
         "job_log_tail": job_log_tail,
+        "get_budget": lambda: kube.get_budget(ns, "rack-a"),
+        "create_budget": create_and_patch_budget,
+        "patch_budget": create_and_patch_budget,
     }
 
 
@@ -269,17 +277,32 @@ def kopf_needs(watch_namespaces: bool) -> set[tuple[Need, bool]]:
     return needs
 
 
+# What a pool anywhere needs to be followed and reported on (the chart's iso.poolRules, granted
+# cluster-wide when every namespace is watched): what a cycle observes (pods, ConfigMaps, Jobs by
+# label), its status and its Events, and kopf's watches. Everything else a pool's namespace needs
+# runs the pool (iso.workloadRules: creating pods, which may mount any Secret there; reading pods'
+# logs): granted only in the namespaces named for pools, never cluster-wide.
+FOLLOW_AND_REPORT = ("list_pods", "list_configmaps", "list_jobs", "patch_pool_status", "post_event")
+
+
 def expected_rules(adapter_needs: dict[str, set[tuple[Need, bool]]],
                    watch_namespaces: bool) -> dict[str, set[Need]]:
-    """What each of the chart's roles must grant: `cluster` (cluster-scoped reads), `pools` (in the
-    watched namespaces), `secrets` and `lease` (the operator's own namespace)."""
+    """What each of the chart's roles must grant: `cluster` (cluster-scoped reads), `pools`
+    (following and reporting on pools; with watched namespaces running them too), `workloads`
+    (running pools, in rbac.poolNamespaces), `secrets` and `lease` (the operator's own namespace)."""
     every = set().union(*adapter_needs.values()) | kopf_needs(watch_namespaces)
     namespaced = {need for need, in_namespace in every if in_namespace}
+    follow = {need for method in FOLLOW_AND_REPORT for need, in_namespace in adapter_needs[method] if in_namespace} \
+        | {need for need, in_namespace in kopf_needs(watch_namespaces) if in_namespace}
+    lease = {need for need in namespaced if need[1] == "leases"}
+    secrets = {need for need in namespaced if need[1] == "secrets"}
+    workloads = namespaced - follow - lease - secrets
     return {
         "cluster": {need for need, in_namespace in every if not in_namespace},
-        "lease": {need for need in namespaced if need[1] == "leases"},
-        "secrets": {need for need in namespaced if need[1] == "secrets"},
-        "pools": {need for need in namespaced if need[1] not in ("leases", "secrets")},
+        "lease": lease,
+        "secrets": secrets,
+        "pools": follow | workloads if watch_namespaces else follow,
+        "workloads": workloads,
     }
 
 
@@ -307,16 +330,33 @@ def assert_lease_role(role: dict, wanted: set[Need]) -> None:
         assert named == [LEASE_NAME] if "create" not in rule["verbs"] else named is None, rule
 
 
+# Never cluster-wide: reading a Secret; creating a pod (it may mount any Secret of its namespace)
+# or a Job (its pods alike); reading pods' logs.
+NEVER_CLUSTER_WIDE = {("", "secrets", "get"), ("", "pods", "create"), ("batch", "jobs", "create"),
+                      ("", "pods/log", "get")}
+
+
+def assert_nothing_runs_cluster_wide(documents: list[dict]) -> None:
+    for role in by_kind(documents, "ClusterRole"):
+        granted = rules_as_set(role["rules"])
+        assert not granted & NEVER_CLUSTER_WIDE, (role["metadata"]["name"], granted & NEVER_CLUSTER_WIDE)
+
+
 @pytest.mark.parametrize("helm", HELMS)
-def test_all_namespaces_mode_grants_what_the_code_uses_and_no_secret(tools, helm, adapter_needs):
+def test_all_namespaces_mode_follows_pools_everywhere_and_runs_them_nowhere_yet(tools, helm, adapter_needs):
+    """Every namespace watched, none named for pools (the default): the operator follows and
+    reports on pools anywhere, and may create no pod, Job or budget and read no Secret or log:
+    each pool reports its refused Secret read until its namespace is named."""
     documents = rendered(tools, helm=helm)
     wanted = expected_rules(adapter_needs, watch_namespaces=False)
     roles = roles_by_suffix(documents)
-    assert set(roles) == {"cluster", "pools", "election"}, "no Secret role: no namespace named for Secrets"
+    assert set(roles) == {"cluster", "pools", "election"}, "no Secret or workload role: no namespace named"
     ((cluster,), (pools,), (lease,)) = roles["cluster"], roles["pools"], roles["election"]
     assert (cluster["kind"], pools["kind"], lease["kind"]) == ("ClusterRole", "ClusterRole", "Role")
     assert rules_as_set(cluster["rules"]) == wanted["cluster"]
     assert rules_as_set(pools["rules"]) == wanted["pools"]
+    assert wanted["workloads"] and not wanted["workloads"] & rules_as_set(pools["rules"])
+    assert_nothing_runs_cluster_wide(documents)
     assert_lease_role(lease, wanted["lease"])
     subjects = [s for b in by_kind(documents, "ClusterRoleBinding") + by_kind(documents, "RoleBinding")
                 for s in b["subjects"]]
@@ -332,6 +372,7 @@ def test_watched_namespaces_get_roles_and_the_cluster_gets_only_reads(tools, hel
     (cluster,) = roles["cluster"]
     assert by_kind(documents, "ClusterRole") == [cluster]
     assert rules_as_set(cluster["rules"]) == wanted["cluster"]
+    assert "workloads" not in roles  # the -pools Role of each watched namespace holds them
     for suffix in ("pools", "secrets"):
         assert {role["metadata"]["namespace"] for role in roles[suffix]} == {"pools-a", "pools-b"}
         for role in roles[suffix]:
@@ -346,19 +387,20 @@ def test_watched_namespaces_get_roles_and_the_cluster_gets_only_reads(tools, hel
 
 
 @pytest.mark.parametrize("helm", HELMS)
-def test_secrets_are_readable_only_in_the_namespaces_named_for_them(tools, helm, adapter_needs):
-    documents = rendered(tools, "--set", "rbac.secretNamespaces={pools-a,pools-c}", helm=helm)
+def test_pools_run_and_secrets_are_read_only_in_the_namespaces_named_for_pools(tools, helm, adapter_needs):
+    documents = rendered(tools, "--set", "rbac.poolNamespaces={pools-a,pools-c}", helm=helm)
     wanted = expected_rules(adapter_needs, watch_namespaces=False)
-    secret_roles = roles_by_suffix(documents)["secrets"]
-    assert [(r["kind"], r["metadata"]["namespace"]) for r in secret_roles] == [
-        ("Role", "pools-a"), ("Role", "pools-c")]
-    assert all(rules_as_set(r["rules"]) == wanted["secrets"] for r in secret_roles)
-    bindings = {b["metadata"]["namespace"]: b for b in by_kind(documents, "RoleBinding")
-                if b["metadata"]["name"].endswith("-secrets")}
-    assert set(bindings) == {"pools-a", "pools-c"}
-    assert all(b["roleRef"]["kind"] == "Role" for b in bindings.values())
-    for role in by_kind(documents, "ClusterRole"):
-        assert not [r for r in role["rules"] if "secrets" in r["resources"]], "Secrets readable cluster-wide"
+    roles = roles_by_suffix(documents)
+    for suffix in ("secrets", "workloads"):
+        assert [(r["kind"], r["metadata"]["namespace"]) for r in roles[suffix]] == [
+            ("Role", "pools-a"), ("Role", "pools-c")]
+        assert all(rules_as_set(r["rules"]) == wanted[suffix] for r in roles[suffix])
+        bindings = {b["metadata"]["namespace"]: b for b in by_kind(documents, "RoleBinding")
+                    if b["metadata"]["name"].endswith(f"-{suffix}")}
+        assert set(bindings) == {"pools-a", "pools-c"}
+        assert all(b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                    "name": f"rel-ironic-shard-operator-{suffix}"} for b in bindings.values())
+    assert_nothing_runs_cluster_wide(documents)
 
 
 @pytest.mark.parametrize("settings", [[], ["--set", "watchNamespaces={pools-a}"]])
@@ -606,8 +648,8 @@ VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 
 def documented_permissions() -> dict[str, set[tuple[str, str]]]:
     """docs/operating.md's permissions table as {role suffix: {(resource, verb)}}: a row's
-    "where" names the role (`-pools` in the watched namespaces, `-secrets`, the cluster, the
-    release namespace's Lease); an empty "where" continues the row above."""
+    "where" names the role (`-pools` in the watched namespaces, `-workloads`, `-secrets`, the
+    cluster, the release namespace's Lease); an empty "where" continues the row above."""
     section = OPERATING.read_text().split("### Permissions", 1)[1].split("\n\n**", 1)[0]
     rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ")][1:]
     found: dict[str, set[tuple[str, str]]] = {}
@@ -615,6 +657,7 @@ def documented_permissions() -> dict[str, set[tuple[str, str]]]:
     for where, resources, verbs, _why in ([cell.strip() for cell in row] for row in rows if "---" not in row[0]):
         if where:
             scope = ("pools" if where.startswith("watched namespaces") else "secrets" if "`-secrets`" in where
+                     else "workloads" if "`-workloads`" in where
                      else "election" if where.startswith("release namespace") else
                      "cluster" if where.startswith("cluster") else where)
         for resource in re.sub(r" \(group [^)]*\)", "", resources).replace("`", "").split(","):
@@ -625,11 +668,15 @@ def documented_permissions() -> dict[str, set[tuple[str, str]]]:
 
 def test_the_permissions_table_of_the_operating_guide_is_the_charts_rbac(tools):
     """What docs/operating.md tells a user to grant (rbac.create=false) is what the chart grants,
-    in both modes, no more and no less."""
+    in both modes, no more and no less: with every namespace watched, the -pools ClusterRole and
+    the -workloads Roles apart; with watched namespaces, both in each -pools Role."""
+    documented = documented_permissions()
     granted: dict[str, set[tuple[str, str]]] = {}
-    for settings in (["--set", "rbac.secretNamespaces={pools-a}"], ["--set", "watchNamespaces={pools-a}"]):
+    for settings in (["--set", "rbac.poolNamespaces={pools-a}"], ["--set", "watchNamespaces={pools-a}"]):
         for suffix, roles in roles_by_suffix(rendered(tools, *settings)).items():
             for role in roles:
                 granted.setdefault(suffix, set()).update((resource, verb) for _, resource, verb in
                                                          rules_as_set(role["rules"]))
-    assert documented_permissions() == granted
+        if "rbac.poolNamespaces" in settings[1]:  # the cluster-wide part alone is the table's -pools rows
+            assert granted["pools"] == documented["pools"]
+    assert granted == {**documented, "pools": documented["pools"] | documented["workloads"]}

@@ -391,15 +391,18 @@ def test_full_example_uses_every_field():
 
 
 def test_full_example_pod_settings_are_valid_core_objects():
-    """affinity and the probes pass through unchecked by the CRD; the example's must be
-    what Kubernetes accepts in a Pod, so a copied example never fails at pod creation."""
+    """affinity, the probes, the security contexts and the volumes pass through unchecked by the
+    CRD; the example's must be what Kubernetes accepts in a Pod, so a copied example never fails
+    at pod creation."""
     spec = example_pool("full")["spec"]
     container = {"name": "nova-compute", "image": spec["image"]}
     container.update({k: spec[k] for k in (
-        "imagePullPolicy", "command", "args", "env", "resources", "readinessProbe", "livenessProbe")})
-    pod_spec = {"containers": [container]}
+        "imagePullPolicy", "command", "args", "env", "resources", "readinessProbe", "livenessProbe",
+        "securityContext", "volumeMounts")})
+    pod_spec = {"containers": [container], "securityContext": spec["podSecurityContext"]}
     pod_spec.update({k: spec[k] for k in (
-        "nodeSelector", "tolerations", "affinity", "priorityClassName", "serviceAccountName")})
+        "nodeSelector", "tolerations", "affinity", "priorityClassName", "serviceAccountName", "imagePullSecrets",
+        "volumes", "topologySpreadConstraints")})
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rack-b-0"}, "spec": pod_spec}
     kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
 
@@ -503,6 +506,39 @@ REFUSED = {
     "scale-down stabilization beyond an hour": (
         _both(_delete("spec.replicas"), _set("spec.autoscale", {"scaleDownStabilizationSeconds": 3601})),
         "greater than the maximum of 3600"),
+    "a pull secret without a name": (_set("spec.imagePullSecrets", [{}]), "'name' is a required property"),
+    "one pull secret twice": (_set("spec.imagePullSecrets", [{"name": "r"}, {"name": "r"}]), "duplicate"),
+    "a volume named as the operator's": (
+        _set("spec.volumes", [{"name": "nova-conf", "emptyDir": {}}]), "are the operator's own volumes"),
+    "a volume name that is no DNS label": (_set("spec.volumes", [{"name": "CA_bundle", "emptyDir": {}}]),
+                                           "does not match"),
+    "a mount of no volume": (
+        _both(_set("spec.volumes", [{"name": "ca", "emptyDir": {}}]),
+              _set("spec.volumeMounts", [{"name": "cas", "mountPath": "/etc/ca"}])),
+        "names a volume that spec.volumes does not have"),
+    "a mount without volumes": (_set("spec.volumeMounts", [{"name": "ca", "mountPath": "/etc/ca"}]),
+                                "names a volume that spec.volumes does not have"),
+    "a mount over the operator's nova.conf": (
+        _both(_set("spec.volumes", [{"name": "ca", "emptyDir": {}}]),
+              _set("spec.volumeMounts", [{"name": "ca", "mountPath": "/etc/nova/nova.conf"}])),
+        "are the files the operator mounts itself"),
+    "two mounts at one path": (
+        _both(_set("spec.volumes", [{"name": "a", "emptyDir": {}}, {"name": "b", "emptyDir": {}}]),
+              _set("spec.volumeMounts", [{"name": "a", "mountPath": "/x"}, {"name": "b", "mountPath": "/x"}])),
+        "mount two volumes at one mountPath"),
+    "a relative mount path": (
+        _both(_set("spec.volumes", [{"name": "ca", "emptyDir": {}}]),
+              _set("spec.volumeMounts", [{"name": "ca", "mountPath": "etc/ca"}])), "does not match"),
+    "a spread without its key": (
+        _set("spec.topologySpreadConstraints", [{"maxSkew": 1, "whenUnsatisfiable": "ScheduleAnyway"}]),
+        "'topologyKey' is a required property"),
+    "a spread of skew 0": (
+        _set("spec.topologySpreadConstraints", [{"maxSkew": 0, "topologyKey": "zone",
+                                                 "whenUnsatisfiable": "ScheduleAnyway"}]),
+        "less than the minimum of 1"),
+    "a spread that is unsatisfiable otherwise": (
+        _set("spec.topologySpreadConstraints", [{"maxSkew": 1, "topologyKey": "zone",
+                                                 "whenUnsatisfiable": "Sometimes"}]), "is not one of"),
 }
 
 

@@ -37,6 +37,28 @@ def test_the_job_runs_in_the_pool_image_with_the_db_config_and_bounded_retries()
     assert len(job["metadata"]["name"]) <= 63
 
 
+def test_the_job_pod_takes_the_members_pull_secrets_security_volumes_and_placement():
+    """A cluster that runs the members runs the Jobs: same registry credentials, the same Pod
+    Security level, the CA bundle, the same nodes; the Job's own nova.conf stays its own."""
+    import dataclasses
+    pool = _pool()
+    pod = dataclasses.replace(pool.pod, image_pull_secrets=("registry",), pod_security_context={"runAsNonRoot": True},
+                              volumes=({"name": "ca", "configMap": {"name": "private-ca"}},),
+                              volume_mounts=({"name": "ca", "mountPath": "/etc/pki/ca"},),
+                              node_selector={"role": "compute"}, tolerations=({"key": "k", "operator": "Exists"},))
+    moves = (Move("n-1", "rack-2", "rack-0"),)
+    spec = render_job(dataclasses.replace(pool, pod=pod), JobBatch("rack-2", job_name("rack-2", moves), moves)
+                      )["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert spec["imagePullSecrets"] == [{"name": "registry"}]
+    assert spec["securityContext"] == {"runAsNonRoot": True}
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert [v["name"] for v in spec["volumes"]] == ["nova-manage-conf", "ca"]
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/etc/nova/handover/nova.conf", "/etc/pki/ca"]
+    assert spec["nodeSelector"] == {"role": "compute"} and spec["tolerations"] == [{"key": "k", "operator": "Exists"}]
+    assert "affinity" not in spec and "topologySpreadConstraints" not in spec  # one pod that runs once
+
+
 # A stand-in nova-manage for the script's control flow (the real one runs in tests/nova): it
 # records its arguments and answers as nova 34 does for the node named in $NOVA_MANAGE_ANSWERS.
 STAND_IN = """#!/bin/sh

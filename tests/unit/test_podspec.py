@@ -123,3 +123,76 @@ def test_secret_digest_follows_the_key_content():
     assert podspec.secret_digest(one, "nova.conf") == podspec.secret_digest(relabelled, "nova.conf")
     assert podspec.secret_digest(one, "nova.conf") != podspec.secret_digest(changed, "nova.conf")
     assert podspec.secret_digest(None, "nova.conf") == ""
+
+
+def test_a_member_pod_has_defaults_a_hardened_cluster_accepts():
+    """Unset: a RuntimeDefault seccomp profile, no privilege escalation, no capabilities (Pod
+    Security "baseline", and "restricted" but for the image's user), members preferred one per
+    Kubernetes node and spread evenly over zones (soft: one zone still runs them all)."""
+    spec = podspec.render_pod(pool_with(), "rack-a-0", "")["spec"]
+    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert spec["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False,
+                                                        "capabilities": {"drop": ["ALL"]}}
+    assert spec["topologySpreadConstraints"] == [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "nova-compute", "ironicshards.io/pool": "rack-a"}}}]
+    assert "imagePullSecrets" not in spec
+
+
+def test_pull_secrets_security_contexts_volumes_and_spread_are_the_users():
+    restricted = {"runAsNonRoot": True, "runAsUser": 42436, "seccompProfile": {"type": "RuntimeDefault"}}
+    container_context = {"readOnlyRootFilesystem": True}
+    ca = {"name": "ca", "configMap": {"name": "private-ca"}}
+    rack = {"maxSkew": 2, "topologyKey": "example.com/rack", "whenUnsatisfiable": "DoNotSchedule"}
+    pool = pool_with(imagePullSecrets=[{"name": "registry"}], podSecurityContext=restricted,
+                     securityContext=container_context, volumes=[ca],
+                     volumeMounts=[{"name": "ca", "mountPath": "/etc/pki/ca", "readOnly": True}],
+                     topologySpreadConstraints=[rack])
+    spec = podspec.render_pod(pool, "rack-a-0", "")["spec"]
+    (container,) = spec["containers"]
+    assert spec["imagePullSecrets"] == [{"name": "registry"}]
+    assert spec["securityContext"] == restricted and container["securityContext"] == container_context
+    assert spec["volumes"][-1] == ca and [v["name"] for v in spec["volumes"]] == ["nova-conf", "member-conf", "ca"]
+    assert container["volumeMounts"][-1] == {"name": "ca", "mountPath": "/etc/pki/ca", "readOnly": True}
+    # A constraint without a selector would count no pod: it gets the pool's members.
+    assert spec["topologySpreadConstraints"] == [{**rack, "labelSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "nova-compute", "ironicshards.io/pool": "rack-a"}}}]
+    # An empty list is a choice: no spread over zones at all.
+    assert "topologySpreadConstraints" not in podspec.render_pod(
+        pool_with(topologySpreadConstraints=[]), "rack-a-0", "")["spec"]
+    # Each of them reaches the pod, so each rolls the members when changed.
+    base = podspec.config_hash(pool_with(), "rack-a-0", "d1")
+    for change in ({"imagePullSecrets": [{"name": "registry"}]}, {"podSecurityContext": restricted},
+                   {"securityContext": container_context}, {"volumes": [ca]},
+                   {"volumes": [ca], "volumeMounts": [{"name": "ca", "mountPath": "/etc/pki/ca"}]},
+                   {"topologySpreadConstraints": [rack]}):
+        assert podspec.config_hash(pool_with(**change), "rack-a-0", "d1") != base, change
+
+
+def test_the_disruption_budget_lets_one_running_member_go_at_a_time():
+    pool = pool_with()
+    budget = podspec.render_budget(pool, 3)
+    assert budget["metadata"]["name"] == "rack-a" and budget["metadata"]["namespace"] == "nova"
+    (owner,) = budget["metadata"]["ownerReferences"]
+    assert owner["uid"] == "uid-7" and owner["controller"] is True
+    # Member pods only (a handover Job's pods carry the pool label, not the app label).
+    assert budget["spec"] == {"minAvailable": 2, "unhealthyPodEvictionPolicy": "AlwaysAllow", "selector": {
+        "matchLabels": {"app.kubernetes.io/name": "nova-compute", "ironicshards.io/pool": "rack-a"}}}
+    assert podspec.render_budget(pool, 1)["spec"]["minAvailable"] == 0
+    assert podspec.render_budget(pool, 0)["spec"]["minAvailable"] == 0
+
+
+def test_the_budget_is_created_patched_when_it_differs_and_left_alone_when_not_the_pools():
+    pool = pool_with()
+    wanted = podspec.render_budget(pool, 3)
+    assert podspec.budget_change(None, wanted, "uid-7") == ("create", wanted)
+    stored = {**wanted, "status": {"disruptionsAllowed": 1}}
+    assert podspec.budget_change(stored, wanted, "uid-7") is None  # nothing changed: no write
+    assert podspec.budget_change(stored, podspec.render_budget(pool, 4), "uid-7") == (
+        "patch", {"spec": {"minAvailable": 3}})
+    edited = {**wanted, "spec": {"maxUnavailable": 2, "selector": {"matchLabels": {"x": "y"}}}}
+    assert podspec.budget_change(edited, wanted, "uid-7") == ("patch", {"spec": {
+        "minAvailable": 2, "maxUnavailable": None, "selector": wanted["spec"]["selector"],
+        "unhealthyPodEvictionPolicy": "AlwaysAllow"}})
+    someone_elses = {**wanted, "metadata": {"name": "rack-a", "ownerReferences": []}}
+    assert podspec.budget_change(someone_elses, wanted, "uid-7") is None

@@ -93,6 +93,22 @@ def test_the_shard_update_probe_is_read_by_its_status() -> None:
     assert preflight.shard_update_check(None, None).verdict is Verdict.WARN
 
 
+
+def test_the_probe_addresses_only_a_node_the_pool_may_own() -> None:
+    """Unsharded, or one of the pool's members' shards (an idle one first); never a node another
+    pool's member holds, not even a namesake-looking one (rack-a-b-0 is pool rack-a-b's)."""
+    nodes = [{"uuid": "theirs", "shard": "rack-b-0"}, {"uuid": "lookalike", "shard": "rack-a-b-0"},
+             {"uuid": "busy-own", "shard": "rack-a-1", "reservation": "conductor-1"},
+             {"uuid": "own", "shard": "rack-a-2"}, {"uuid": "free", "shard": None}]
+    assert preflight.probe_target(nodes, "rack-a") == "own"
+    assert preflight.probe_target(nodes[:3], "rack-a") == "busy-own"
+    assert preflight.probe_target(nodes[:2], "rack-a") is None
+    assert preflight.probe_target(nodes[:2], None) == "theirs"  # no pool named: the selection given
+    unproved = preflight.shard_update_check(None, None, others=2)
+    assert unproved.verdict is Verdict.WARN and "another pool's member" in unproved.message
+    skipped = preflight.shard_update_not_probed("the pool is in Conflict", "resolve it")
+    assert skipped.verdict is Verdict.WARN and skipped.message.startswith("not probed: the pool is in Conflict")
+
 def test_a_refused_shard_summary_is_a_warning_that_says_its_cost_and_policy() -> None:
     """GET /v1/shards refused: the operator works (it lists every poll), so a warn, naming
     baremetal:shards:get and the role Ironic's default policy gives it to."""

@@ -31,3 +31,23 @@ def test_a_refusal_is_news_once():
     assert len(news([refusal], degraded(refusal.message, status="False"))) == 1
     other = refused("create", "Pod", "rack-3", 403, QUOTA, "member rack-3 has no pod until this is fixed")
     assert [e.message for e in news([refusal, other], degraded(refusal.message))] == [other.message]
+
+
+def test_an_rbac_denial_says_how_the_chart_grants_it():
+    """The operator's RBAC grants reading Secrets and running pools only in the namespaces its
+    chart names: a pool elsewhere is told which value to change, not just that it was refused."""
+    denied = ('secrets "nova-config" is forbidden: User "system:serviceaccount:iso:iso" cannot get resource '
+              '"secrets" in API group "" in the namespace "rack-ns"')
+    secret = refused("read", "Secret", "nova-config", 403, denied, "member pods are left as they are")
+    assert secret.message == (
+        f"the API server refused to read Secret nova-config (HTTP 403): {denied}; member pods are left as they "
+        "are; the operator may do this only in the namespaces its chart names, and with rbac.secretNames set "
+        "only the Secrets named there: add rack-ns to rbac.poolNamespaces (helm upgrade --reuse-values --set "
+        "'rbac.poolNamespaces={...,rack-ns}'), or to watchNamespaces")
+    pod = refused("create", "Pod", "rack-0", 403, denied.replace('get resource "secrets"', 'create resource "pods"'),
+                  "member rack-0 has no pod until this is fixed")
+    assert pod.message.endswith("add rack-ns to rbac.poolNamespaces (helm upgrade --reuse-values --set "
+                                "'rbac.poolNamespaces={...,rack-ns}'), or to watchNamespaces")
+    assert "rbac.secretNames" not in pod.message
+    # A 403 that is no RBAC denial (a quota, Pod Security admission) has its own fix: no hint.
+    assert "rbac.poolNamespaces" not in refused("create", "Pod", "rack-2", 403, QUOTA, "x").message

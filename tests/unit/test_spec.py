@@ -80,6 +80,14 @@ def test_rebalance_grace_reaches_the_planner_spec():
     ({"retireMembers": ["rack-b-1"]}, "spec.retireMembers"),
     ({"retireMembers": "rack-a-1"}, "spec.retireMembers"),
     ({"fencedMembers": ["rack-a-x"]}, "spec.fencedMembers"),
+    ({"imagePullSecrets": [{}]}, "spec.imagePullSecrets[0].name"),
+    ({"volumes": [{"name": "member-conf", "emptyDir": {}}]}, "spec.volumes[0].name"),
+    ({"volumes": [{"name": "a"}, {"name": "a"}]}, "spec.volumes[1].name"),
+    ({"volumeMounts": [{"name": "ca", "mountPath": "/ca"}]}, "spec.volumeMounts[0].name"),
+    ({"volumes": [{"name": "ca"}], "volumeMounts": [{"name": "ca", "mountPath": "/etc/nova/member.conf"}]},
+     "spec.volumeMounts[0].mountPath"),
+    ({"topologySpreadConstraints": {"maxSkew": 1}}, "spec.topologySpreadConstraints"),
+    ({"podSecurityContext": "restricted"}, "spec.podSecurityContext"),
 ])
 def test_bad_values_name_the_field(spec, field):
     with pytest.raises(InvalidSpec) as caught:

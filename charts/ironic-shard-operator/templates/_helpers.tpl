@@ -43,21 +43,18 @@ app.kubernetes.io/component: operator
 {{- end -}}
 
 {{/*
-What the operator does to the resources of the pools it watches: the same rules whether
-granted cluster-wide (ClusterRole) or per watched namespace (Role). Only the verbs the code
+What the operator does in the namespaces of its pools, in two parts. Only the verbs the code
 uses (tests/integration/test_operator_rbac.py fails on a verb granted and never used, every
-operator test on one missing; see docs/operating.md "Permissions"):
-- pools: kopf lists and watches them, and patches one only to take off the finalizer
-  `ironicshards.io/operator` of earlier versions; the operator merge-patches their status;
-- pods: listed (and watched by kopf), created, deleted (with a uid precondition);
-- ConfigMaps (one per member): listed, created, patched when one was changed, deleted;
-- core/v1 Events: created (kopf's own event posting is off).
-Secrets are not here: iso.secretNamespaces says where they may be read.
-Not ironiccomputeshards/finalizers: the operator's owner references set no
-blockOwnerDeletion (core/podspec.py says why), so clusters enforcing owner-reference
-permissions need no such grant.
+operator test on one missing; tests/unit/test_chart.py derives both parts from the code; see
+docs/operating.md "Permissions").
+
+iso.poolRules: following a pool and reporting on it, wherever it is (cluster-wide when every
+namespace is watched): kopf lists and watches the pools, and patches one only to take off the
+finalizer `ironicshards.io/operator` of earlier versions; the operator merge-patches their
+status, lists (kopf watches) pods, lists ConfigMaps and Jobs by the pool's label, and creates
+core/v1 Events (kopf's own event posting is off). None of it creates a pod or reads a Secret.
 */}}
-{{- define "iso.workloadRules" -}}
+{{- define "iso.poolRules" -}}
 - apiGroups: [ironicshards.io]
   resources: [ironiccomputeshards]
   verbs: [list, watch, patch]
@@ -66,34 +63,63 @@ permissions need no such grant.
   verbs: [patch]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, create, delete]
+  verbs: [list, watch]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [list, create, patch, delete]
+  verbs: [list]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [list, create, delete]
-- apiGroups: [""]
-  resources: [pods/log]
-  verbs: [get]
+  verbs: [list]
 {{- end -}}
 
 {{/*
-The namespaces whose Secrets the operator may read (get; only rbac.secretNames when set), as a
-YAML list: the watched namespaces, or with every namespace watched, rbac.secretNamespaces. Never
-cluster-wide: a pool reads the Secrets of its own namespace only.
+iso.workloadRules: running a pool's members, only in the namespaces named for pools
+(iso.poolNamespaces), never cluster-wide: whoever may create a pod in a namespace may mount any
+of its Secrets, and whoever reads pods' logs may read what they print.
+- pods: created, deleted (with a uid precondition);
+- ConfigMaps (one per member): created, patched when one was changed, deleted;
+- Jobs (the handover's nova-manage): created, deleted; pods/log: the last lines of a failed one;
+- the pool's PodDisruptionBudget (policy): read by name, created, patched when it differs
+  (never deleted: it goes with its pool by owner reference).
+Not ironiccomputeshards/finalizers: the operator's owner references set no
+blockOwnerDeletion (core/podspec.py says why), so clusters enforcing owner-reference
+permissions need no such grant.
 */}}
-{{- define "iso.secretNamespaces" -}}
-{{- toYaml (default .Values.rbac.secretNamespaces .Values.watchNamespaces) -}}
+{{- define "iso.workloadRules" -}}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [create, delete]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create, patch, delete]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create, delete]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, create, patch]
+{{- end -}}
+
+{{/*
+The namespaces where the operator may run pools (iso.workloadRules) and read their Secrets (get;
+only rbac.secretNames when set), as a YAML list: the watched namespaces, or with every namespace
+watched, rbac.poolNamespaces. Never cluster-wide: a pool elsewhere reports the refused read of
+its Secrets (SecretReadRefused) and runs nothing.
+*/}}
+{{- define "iso.poolNamespaces" -}}
+{{- toYaml (default .Values.rbac.poolNamespaces .Values.watchNamespaces) -}}
 {{- end -}}
 
 {{/* Refuse value combinations a schema cannot express, naming the keys and the fix. */}}
 {{- define "iso.checkValues" -}}
-{{- if and .Values.watchNamespaces .Values.rbac.secretNamespaces -}}
-{{- fail "rbac.secretNamespaces is for watchNamespaces: [] (every namespace) only: with watchNamespaces set, the operator reads Secrets in the watched namespaces; remove rbac.secretNamespaces" -}}
+{{- if and .Values.watchNamespaces .Values.rbac.poolNamespaces -}}
+{{- fail "rbac.poolNamespaces is for watchNamespaces: [] (every namespace) only: with watchNamespaces set, the operator runs pools and reads their Secrets in the watched namespaces; remove rbac.poolNamespaces" -}}
 {{- end -}}
 {{- if eq (int .Values.metrics.port) (int .Values.health.port) -}}
 {{- fail (printf "metrics.port and health.port are both %v: give them different ports" .Values.metrics.port) -}}

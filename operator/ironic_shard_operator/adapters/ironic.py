@@ -315,11 +315,11 @@ class IronicAdapter:
             return self._max_version
         root = self._send("GET", self.endpoint + "/", retry=False, microversion=False)
         if MAX_VERSION_HEADER not in root.headers or root.status_code != 200:
-            if root.status_code in (401, 403) and MAX_VERSION_HEADER not in root.headers:
+            if root.status_code in (401, 403) and "WWW-Authenticate" in root.headers:
                 self._raise_auth(root, "read the API root")
             raise IronicEndpointError(
                 f"{self.endpoint} (baremetal endpoint of cloud '{self.cloud}') answered HTTP "
-                f"{root.status_code} but is not the Ironic API root: check the endpoint")
+                f"{root.status_code}{_answered_as(root)} but is not the Ironic API root: check the endpoint")
         version = parse_version(root.headers[MAX_VERSION_HEADER])
         if version < SHARD_MICROVERSION:
             raise IronicTooOld(
@@ -733,6 +733,24 @@ class IronicAdapter:
                                f"{format_version(SHARD_MICROVERSION)}: {describe(response)}")
         raise IronicRequestError(f"Ironic at {self.endpoint} refused to {action}: "
                                  f"{describe(response)}")
+
+
+def _answered_as(response: Any) -> str:
+    """Who answered instead of Ironic, when the answer says so: ' (a Kubernetes API server:
+    Unauthorized)' for a Kubernetes Status object, else ''.
+
+    Ironic's root is public: it answers without credentials. A 401 or 403 there is an auth
+    refusal only when it asks for credentials as OpenStack does (a WWW-Authenticate challenge:
+    keystonemiddleware's `Keystone uri=...`, Ironic's http_basic `Basic realm=...`, or a
+    proxy's in front of it); any other 401/403 comes from another service (a Kubernetes API
+    server refuses the unknown credentials), so the endpoint is wrong, not the password."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    if isinstance(body, Mapping) and body.get("kind") == "Status" and "apiVersion" in body:
+        return f" (a Kubernetes API server: {redact(str(body.get('message') or body.get('reason') or ''))[:120]})"
+    return ""
 
 
 @dataclass(slots=True)

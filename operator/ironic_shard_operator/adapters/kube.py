@@ -282,6 +282,30 @@ class Kube:
             if error.status != 404:
                 raise
 
+    # --- the pool's PodDisruptionBudget (policy/v1) ------------------------------------------
+
+    def _budget_path(self, namespace: str, name: str = "") -> str:
+        path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+        return f"{path}/{name}" if name else path
+
+    async def get_budget(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._get_or_none(self._budget_path(namespace, name))
+
+    async def create_budget(self, namespace: str, budget: Mapping[str, Any]) -> bool:
+        """Create the PodDisruptionBudget; False when one of that name exists already."""
+        try:
+            await self.request("POST", self._budget_path(namespace), body=budget)
+            return True
+        except KubeError as error:
+            if error.status == 409:
+                return False
+            raise
+
+    async def patch_budget(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch the PodDisruptionBudget (its spec: policy/v1 lets it change)."""
+        await self.request("PATCH", self._budget_path(namespace, name), body=patch,
+                           content_type="application/merge-patch+json")
+
     # --- handover Jobs (batch/v1) and their pods' logs --------------------------------------
 
     async def list_jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:

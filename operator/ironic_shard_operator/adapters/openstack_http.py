@@ -84,6 +84,10 @@ def endpoint_for(connection: Any, session: Any, service_type: str, cloud: str, *
     refuse_auth_url_that_is_not_keystone(session, cloud, refused=refused)
     config = connection.config
     url = config.get_endpoint(service_type)
+    if _guessed(config, session, service_type, url):
+        raise missing(f"cloud '{cloud}' has no {service_type} endpoint: its clouds.yaml sets no "
+                      f"{service_type}_endpoint_override, and its auth_type {_auth_type(config)} has no "
+                      f"catalog to find one in")
     if not url:
         try:
             url = session.get_endpoint(service_type=service_type, interface=config.get_interface(),
@@ -101,6 +105,31 @@ def endpoint_for(connection: Any, session: Any, service_type: str, cloud: str, *
         raise missing(f"cloud '{cloud}' has no {service_type} endpoint: neither "
                       f"{service_type}_endpoint_override in its clouds.yaml nor one in its catalog")
     return url.rstrip("/")
+
+
+# The keystoneauth plugins without a catalog (auth_type none, http_basic): the one URL they hold,
+# auth.endpoint, is what they answer for every service type. A standalone Ironic's clouds.yaml
+# names Ironic there, so for any other service that URL is a guess, and a wrong one.
+CATALOG_LESS_PLUGINS = (("keystoneauth1.noauth", "NoAuth"), ("keystoneauth1.http_basic", "HTTPBasicAuth"))
+
+
+def _guessed(config: Any, session: Any, service_type: str, url: str | None) -> bool:
+    """Whether the endpoint of `service_type` would be a catalog-less plugin's auth.endpoint
+    (CATALOG_LESS_PLUGINS) rather than one the clouds.yaml names for it: never for Ironic
+    (baremetal), whose endpoint that is."""
+    plugin = getattr(session, "auth", None)
+    if service_type == "baremetal" or (type(plugin).__module__, type(plugin).__name__) not in CATALOG_LESS_PLUGINS:
+        return False
+    settings = getattr(config, "config", None) or {}
+    key = service_type.replace("-", "_")
+    if settings.get(f"{key}_endpoint_override") or settings.get(f"{key}_endpoint"):
+        return False
+    return not url or url.rstrip("/") == str(getattr(plugin, "endpoint", "") or "").rstrip("/")
+
+
+def _auth_type(config: Any) -> str:
+    settings = getattr(config, "config", None) or {}
+    return str(settings.get("auth_type") or "none")
 
 
 def refuse_auth_url_that_is_not_keystone(session: Any, cloud: str, *, refused: type[Exception]) -> None:

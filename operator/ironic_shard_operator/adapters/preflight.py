@@ -6,7 +6,9 @@ NovaAdapter.check: endpoint, version, credentials) and the same HTTP path
 (openstack_http.send_once); nothing here is a second client. The one request that could
 write, the shard-update probe, is a PATCH whose only operation addresses a path below
 /shard: Ironic checks baremetal:node:update:shard for it and then fails to apply it (a shard
-is never a container), so the node is never written (core/preflight.SHARD_PROBE_PATH).
+is never a container), so the node is never written (core/preflight.SHARD_PROBE_PATH). Even so
+it addresses only a node the pool may own (core/preflight.probe_target: none of another pool's
+members' nodes), and none at all while the pool is in Conflict (`Inputs.may_probe`).
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ ASK_AGAIN_AFTER_SECONDS = 1.0
 class Inputs:
     """What preflight checks: the cloud (clouds.yaml text and cloud name), the pool's node
     selection, the base nova.conf, the handover nova.conf (`handover` says whether one is
-    configured) and the member image."""
+    configured) and the member image. `pool`: the pool's name (the shard-update probe addresses
+    only a node it may own; None: any node of the selection); `may_probe` False: the probe is
+    not sent (the pool is in Conflict: its selection holds another pool's nodes)."""
 
     clouds_yaml: str | None
     cloud_name: str
@@ -60,6 +64,8 @@ class Inputs:
     handover_nova_conf: str | None = None
     image: str | None = None
     check_image: bool = True
+    pool: str | None = None
+    may_probe: bool = True
 
 
 # The client libraries preflight asks through; they log their own view of what preflight's
@@ -84,7 +90,8 @@ def run_checks(inputs: Inputs) -> list[Check]:
         checks.append(preflight.failed("ironic-reachable", "no clouds.yaml given",
                                        "create the Secret of spec.cloud (or pass --clouds-yaml FILE)"))
     else:
-        checks += cloud_checks(inputs.clouds_yaml, inputs.cloud_name, inputs.selector)
+        checks += cloud_checks(inputs.clouds_yaml, inputs.cloud_name, inputs.selector, pool=inputs.pool,
+                               may_probe=inputs.may_probe)
     checks += preflight.nova_conf_checks(inputs.nova_conf)
     handover = preflight.handover_conf_check(inputs.handover_nova_conf, inputs.handover)
     if handover is not None:
@@ -95,15 +102,18 @@ def run_checks(inputs: Inputs) -> list[Check]:
     return checks
 
 
-def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selector()) -> list[Check]:
+def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selector(), *,
+                 pool: str | None = None, may_probe: bool = True) -> list[Check]:
     """Ironic (reachable, version, shard listing, shard summary, shard-update policy), Nova and
-    Placement."""
+    Placement. The shard-update probe addresses only a node `pool` may own, and is not sent
+    without `may_probe`."""
     try:
         adapter = IronicAdapter.from_clouds_yaml(clouds_yaml, cloud_name, selector=selector,
                                                  request_timeout=REQUEST_TIMEOUT, retry_attempts=1)
     except IronicError as error:
         return [preflight.failed("ironic-reachable", str(error),
-                                 "fix the cloud's entry in clouds.yaml (auth_type, auth, endpoint override)")]
+                                 f"fix the clouds.yaml so that 'clouds:' maps cloud '{cloud_name}' to its "
+                                 "settings (auth_type, auth, endpoint override)")]
     answer = _ironic_answer(adapter)
     if answer.failure is not None:
         return preflight.ironic_checks(answer, None)
@@ -111,10 +121,15 @@ def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selecto
         **selector_filters(selector), "shard": "ironic-shard-operator-preflight", "fields": "uuid,shard",
         "limit": 1}))
     checks.append(preflight.shard_summary_check(_ironic_get(adapter, "/shards", {})))
-    node = _probe_node(adapter, selector)
-    probe = None if node is None else _ironic_send(adapter, "PATCH", f"/nodes/{node}",
-                                                   [{"op": "remove", "path": preflight.SHARD_PROBE_PATH}])
-    checks.append(preflight.shard_update_check(probe, node))
+    if may_probe:
+        node, others = _probe_node(adapter, selector, pool)
+        probe = None if node is None else _ironic_send(adapter, "PATCH", f"/nodes/{node}",
+                                                       [{"op": "remove", "path": preflight.SHARD_PROBE_PATH}])
+        checks.append(preflight.shard_update_check(probe, node, others=others))
+    else:
+        checks.append(preflight.shard_update_not_probed(
+            "the pool is in Conflict (its selection holds another pool's nodes)",
+            "resolve the Conflict (its condition names the other pool); the probe runs then"))
     checks.append(preflight.nova_check(_nova_answer(adapter)))
     checks.append(preflight.placement_check(_placement_answer(adapter)))
     return checks
@@ -144,16 +159,17 @@ def _checked(check: Callable[[], tuple[int, int]], errors: type[Exception],
     return answer
 
 
-def _probe_node(adapter: IronicAdapter, selector: Selector) -> str | None:
-    """A node of the selection that is not in a state transition (the probe's target)."""
+def _probe_node(adapter: IronicAdapter, selector: Selector, pool: str | None) -> tuple[str | None, int]:
+    """The probe's target among the selection's first nodes (core/preflight.probe_target), and
+    how many of those were left out as another pool's."""
     answer = _ironic_get(adapter, "/nodes", {**selector_filters(selector),
-                                             "fields": "uuid,target_provision_state,reservation",
+                                             "fields": "uuid,shard,target_provision_state,reservation",
                                              "limit": 50})
     if answer.status != 200:
-        return None
+        return None, 0
     nodes = json.loads(answer.text).get("nodes") or []
-    idle = [n for n in nodes if not n.get("target_provision_state") and not n.get("reservation")]
-    return (idle or nodes or [{}])[0].get("uuid")
+    target = preflight.probe_target(nodes, pool)
+    return target, (len(nodes) if target is None else 0)
 
 
 def _ironic_get(adapter: IronicAdapter, path: str, params: dict) -> HttpAnswer:

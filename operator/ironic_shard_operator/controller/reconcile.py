@@ -16,8 +16,9 @@ passes on what the next step needs:
    if it has one within PATIENCE_SECONDS of its start, else the last plan known;
 6. decide the pod actions (core/pods.py, core/fencing.py) with that plan: without any, only
    the existing identities are looked after;
-7. act on pods (kube.py) unless paused; a write the API server refuses (403, 422) is
-   reported (`<Kind><Verb>Refused`, core/refusals.py) and the cycle goes on;
+7. act on pods (kube.py) unless paused, and keep the pool's PodDisruptionBudget
+   (disruption_budget.py); a write the API server refuses (403, 422) is reported
+   (`<Kind><Verb>Refused`, core/refusals.py) and the cycle goes on;
 8. the side's result, if it ended within its patience: the moves written, Nova's outcome;
    else the side wakes the pool when it ends, and a later cycle reports it;
 9. report: write `.status` only when it changed, post Events for actions and transitions;
@@ -46,11 +47,12 @@ from ironic_shard_operator.adapters.ironic import (
 from ironic_shard_operator.adapters.kube import KubeError, KubeRefused
 from ironic_shard_operator.adapters.preflight import Inputs
 from ironic_shard_operator.controller.cloud_side import HUNG_AFTER_SECONDS, CloudResult, CloudSide, CloudWork
+from ironic_shard_operator.controller.disruption_budget import keep_budget
 from ironic_shard_operator.controller.ironic_cycle import AdapterCache
 from ironic_shard_operator.controller.log_redaction import KNOWN
 from ironic_shard_operator.controller.signals import status_written
 from ironic_shard_operator.core import handover, handover_job, model, pods, podspec
-from ironic_shard_operator.core.claims import PoolClaim, cloud_identity, find_conflict
+from ironic_shard_operator.core.claims import Conflict, PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.guard_holds import guard_section
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
@@ -78,12 +80,14 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
         return pool.delay
     members = await _observe_members(cycle, pool)
     secrets = await _read_secrets(cycle, pool)
-    _follow_preflight(cycle, pool, secrets)
-    if conflict := await _refuse_on_conflict(cycle, pool, members, claims):
-        return conflict.delay
+    conflict = find_conflict(PoolClaim(cycle.key, pool.created, pool.selector, cycle.runtime.cloud), claims)
+    _follow_preflight(cycle, pool, secrets, may_probe=conflict is None)
+    if conflict is not None:
+        return (await _refuse_on_conflict(cycle, pool, members, conflict)).delay
     cloud = await _ironic_and_nova(cycle, pool, members, secrets)
     chosen = await _decide_pods(cycle, pool, members, secrets, cloud)
     acted = await _act_on_pods(cycle, pool, chosen, secrets)
+    acted = await _keep_disruption_budget(cycle, pool, chosen, secrets, acted)
     cloud = await _cloud_result(cycle, cloud)
     failed = await _report(cycle, pool, members, secrets, chosen, acted, cloud)
     moving = cloud.result.handover if cloud.result is not None else None
@@ -172,13 +176,15 @@ class _Secrets:
     cannot be used: then neither Ironic nor Nova is asked); `unusable` is the reason and message
     of why one cannot be used (ConfigurationMissing: a Secret or its key is missing;
     CloudConfigInvalid: the clouds.yaml names no usable cloud), `refusals` which reads the API
-    server refused."""
+    server refused, `cloud_text` the clouds.yaml as the Secret holds it, usable or not (preflight
+    says what is wrong with it)."""
 
     nova_secret: Mapping[str, Any] | None
     nova_digest: str
     clouds_yaml: str | None
     unusable: tuple[str, str] | None = None
     refusals: tuple[Refusal, ...] = ()
+    cloud_text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,16 +306,14 @@ async def _read_secrets(cycle: _Cycle, pool: Pool) -> _Secrets:
         except InvalidSpec as error:
             unusable, clouds_yaml = unusable or ("CloudConfigInvalid", str(error)), None
     return _Secrets(nova_secret, podspec.secret_digest(nova_secret, pool.nova_config.key), clouds_yaml,
-                    unusable, tuple(r for r in (nova_refused, cloud_refused) if r is not None))
+                    unusable, tuple(r for r in (nova_refused, cloud_refused) if r is not None),
+                    _secret_text(cloud_secret, pool.cloud.key))
 
 
-async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members,
-                              claims: Iterable[PoolClaim]) -> _Ended | None:
+async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members, found: Conflict) -> _Ended:
     """Conflict reported when an earlier pool on the same cloud selects overlapping Ironic nodes
-    or has the same name (core/claims.py): write nothing."""
-    found = find_conflict(PoolClaim(cycle.key, pool.created, pool.selector, cycle.runtime.cloud), claims)
-    if found is None:
-        return None
+    or has the same name (core/claims.py, found before preflight is followed: its write probe
+    is not sent meanwhile): write nothing."""
     await cycle.write(CycleFacts(**members.facts, conflict=found.message, conflict_reason=found.reason))
     return _Ended(pool.ironic.poll_interval_seconds)
 
@@ -404,6 +408,18 @@ async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Se
         await writes.attempt(kube.delete_configmap(pool.namespace, podspec.configmap_name(member)),
                              "delete", "ConfigMap", podspec.configmap_name(member), "it stays")
     return _Acted(tuple(writes.events), tuple(writes.refusals))
+
+
+async def _keep_disruption_budget(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Secrets,
+                                  acted: _Acted) -> _Acted:
+    """The pool's PodDisruptionBudget over the members it keeps (disruption_budget.py: a drain
+    evicts one at a time), when the pod side may act (not paused, a nova.conf: without one
+    member pods are left as they are, and so is their budget); a refused request is reported
+    with the pod side's."""
+    if pool.paused or not secrets.nova_digest or not cycle.op.may_write():
+        return acted
+    refusal = await keep_budget(cycle.op.kube, pool, len(chosen.keep))
+    return acted if refusal is None else replace(acted, refusals=(*acted.refusals, refusal))
 
 
 class _Writes:
@@ -576,15 +592,16 @@ def _adapter(runtime: PoolRuntime, pool: Pool, clouds_yaml: str) -> IronicAdapte
         label=f"pool {pool.key}")
 
 
-def _follow_preflight(cycle: _Cycle, pool: Pool, secrets: _Secrets) -> None:
+def _follow_preflight(cycle: _Cycle, pool: Pool, secrets: _Secrets, *, may_probe: bool) -> None:
     """Preflight (controller/preflight_side.py) runs in the background when the pool starts,
-    whenever its Secrets' texts, cloud name, selector or image change, and again 5 minutes after
-    a failed verdict; every status write carries its latest verdict as the Preflight condition
-    (_Cycle.write)."""
+    whenever its Secrets' texts, cloud name, selector or image change or the pool enters or
+    leaves Conflict (`may_probe`: its write probe is not sent in Conflict), and again 5 minutes
+    after a failed verdict; every status write carries its latest verdict as the Preflight
+    condition (_Cycle.write)."""
     cycle.runtime.preflight.follow(Inputs(
-        clouds_yaml=secrets.clouds_yaml, cloud_name=pool.cloud_name,
+        clouds_yaml=secrets.cloud_text, cloud_name=pool.cloud_name,
         nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key), selector=pool.selector,
-        image=pool.pod.image), cycle.runtime.wake, cycle.now)
+        image=pool.pod.image, pool=pool.name, may_probe=may_probe), cycle.runtime.wake, cycle.now)
 
 
 def _comparable(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

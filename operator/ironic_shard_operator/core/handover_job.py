@@ -31,7 +31,10 @@ from typing import Any
 
 from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobBatch, JobPod, JobView
 from ironic_shard_operator.core.pods import parse_time
-from ironic_shard_operator.core.podspec import MEMBER_LABEL, POOL_LABEL, owner_reference
+from ironic_shard_operator.core.podspec import (
+    MEMBER_LABEL, POOL_LABEL, container_security_context, extra_mounts, extra_volumes, owner_reference,
+    shared_pod_settings,
+)
 from ironic_shard_operator.core.spec import GROUP, Pool
 
 COMPONENT_LABEL = f"{GROUP}/component"
@@ -92,18 +95,17 @@ def render_job(pool: Pool, batch: JobBatch) -> dict[str, Any]:
             "image": pool.pod.image,
             "command": ["/bin/sh", "-c", script(batch.moves)],
             "volumeMounts": [{"name": "nova-manage-conf", "mountPath": CONFIG_PATH, "subPath": "nova.conf",
-                              "readOnly": True}],
+                              "readOnly": True}, *extra_mounts(pool)],
+            "securityContext": container_security_context(pool),
             **({"imagePullPolicy": pool.pod.image_pull_policy} if pool.pod.image_pull_policy else {}),
         }],
         "volumes": [{"name": "nova-manage-conf",
-                     "secret": {"secretName": secret.name, "items": [{"key": secret.key, "path": "nova.conf"}]}}],
+                     "secret": {"secretName": secret.name, "items": [{"key": secret.key, "path": "nova.conf"}]}},
+                    *extra_volumes(pool)],
+        # The members' pull secrets, security context and placement: the same image, the same
+        # cluster policies (a namespace's Pod Security level applies to Job pods too).
+        **shared_pod_settings(pool),
     }
-    for key, value in (("nodeSelector", pool.pod.node_selector), ("priorityClassName", pool.pod.priority_class_name),
-                       ("serviceAccountName", pool.pod.service_account_name)):
-        if value:
-            pod_spec[key] = dict(value) if isinstance(value, Mapping) else value
-    if pool.pod.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in pool.pod.tolerations]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -7,7 +7,16 @@ member.conf, mounted at /etc/nova/member.conf); later config files win in oslo.c
 so the overlay's host and shard always apply.
 
 Both objects are owned by the CR (controller reference), so deleting the CR garbage-
-collects them; the reference does not set blockOwnerDeletion (see `_metadata`). The pod carries `CONFIG_HASH` over everything that should
+collects them; the reference does not set blockOwnerDeletion (see `_metadata`). So is the
+pool's PodDisruptionBudget (`render_budget`): a drain evicts one member at a time.
+
+What a real cluster asks of a pod is the user's to set, with defaults that most clusters accept
+(`shared_pod_settings`, `container_security_context`): image pull secrets, a RuntimeDefault
+seccomp profile and a container without privilege escalation or capabilities (Pod Security
+"baseline" and most of "restricted", whose runAsNonRoot needs the image's numeric user), extra
+volumes and mounts (a CA bundle), and members spread over zones (`_default_spread`) as well as
+over Kubernetes nodes (the default anti-affinity). The handover Jobs' pods take the same pull
+secrets, security contexts, volumes and node placement (core/handover_job.py). The pod carries `CONFIG_HASH` over everything that should
 restart the member: image and pod settings, the overlay, and the content of the nova.conf
 Secret key (its data, not its resourceVersion: a label change on the Secret does not roll
 the pool). A pod whose annotation differs from the rendered one is stale and is rolled,
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from ironic_shard_operator.core.spec import GROUP, KIND, VERSION, Pool
@@ -27,6 +37,11 @@ MEMBER_LABEL = f"{GROUP}/member"
 APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "nova-compute"
 CONFIG_HASH = f"{GROUP}/config-hash"
+ZONE_KEY = "topology.kubernetes.io/zone"
+# Unset spec.podSecurityContext / spec.securityContext: what nova-compute (and nova-manage) need,
+# and no more: it talks HTTP and AMQP, needs no capability and no privilege escalation.
+DEFAULT_POD_SECURITY_CONTEXT = {"seccompProfile": {"type": "RuntimeDefault"}}
+DEFAULT_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 CONTAINER_NAME = "nova-compute"
 NOVA_CONF_PATH = "/etc/nova/nova.conf"
@@ -44,6 +59,12 @@ def configmap_name(member: str) -> str:
 def pool_selector(pool: str) -> str:
     """The label selector that lists a pool's pods and ConfigMaps."""
     return f"{POOL_LABEL}={pool}"
+
+
+def member_labels(pool: str) -> dict[str, str]:
+    """The labels every member pod of `pool` carries, and no handover Job's pod: what the
+    pool's PodDisruptionBudget and its default spread select."""
+    return {APP_LABEL: APP_NAME, POOL_LABEL: pool}
 
 
 def member_conf(pool: Pool, member: str) -> str:
@@ -74,6 +95,7 @@ def config_hash(pool: Pool, member: str, nova_conf_digest: str) -> str:
         "imagePullPolicy": settings.image_pull_policy,
         "container": _container(pool),
         "pod": _pod_spec_settings(pool),
+        "volumes": extra_volumes(pool),
         "member.conf": member_conf(pool, member),
         "nova.conf": nova_conf_digest,
     }
@@ -108,6 +130,7 @@ def render_pod(pool: Pool, member: str, nova_conf_digest: str) -> dict[str, Any]
                     "items": [{"key": MEMBER_CONF_KEY, "path": MEMBER_CONF_KEY}],
                 },
             },
+            *extra_volumes(pool),
         ],
         "restartPolicy": "Always",
         **_pod_spec_settings(pool),
@@ -122,6 +145,45 @@ def _metadata(pool: Pool, name: str, member: str) -> dict[str, Any]:
         "labels": {APP_LABEL: APP_NAME, POOL_LABEL: pool.name, MEMBER_LABEL: member},
         "ownerReferences": [owner_reference(pool)],
     }
+
+
+def render_budget(pool: Pool, running: int) -> dict[str, Any]:
+    """The pool's PodDisruptionBudget (named as the pool, owned by it): of the `running` members
+    the operator means to run (pods it keeps or creates), at most one may be disrupted at a
+    time, so a node drain evicts one member and waits until its replacement is Ready before it
+    evicts the next (the API server answers 429 meanwhile). `minAvailable: running - 1`, not
+    `maxUnavailable: 1`: with maxUnavailable the disruption controller counts the members from
+    the pool's scale subresource (spec.replicas), which an autoscaled pool does not set, and
+    then allows no eviction at all. A member that is not Ready may always be evicted
+    (unhealthyPodEvictionPolicy AlwaysAllow): it serves nothing, and a crash-looping member
+    must not hold up a drain. The operator's own deletions (replacements, rolls, retirements)
+    are no evictions and are not held up."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": pool.name, "namespace": pool.namespace, "labels": member_labels(pool.name),
+                     "ownerReferences": [owner_reference(pool)]},
+        "spec": {"minAvailable": max(running - 1, 0), "selector": {"matchLabels": member_labels(pool.name)},
+                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+    }
+
+
+BUDGET_FIELDS = ("minAvailable", "maxUnavailable", "selector", "unhealthyPodEvictionPolicy")
+
+
+def budget_change(current: Mapping[str, Any] | None, wanted: Mapping[str, Any],
+                  pool_uid: str) -> tuple[str, dict[str, Any]] | None:
+    """What to write so that the pool's budget is `wanted`: ("create", the object) when there is
+    none, ("patch", a merge patch of its spec) when the pool's own budget differs, None when it
+    is as wanted or is not the pool's (another owner's object of that name is left alone)."""
+    if current is None:
+        return "create", dict(wanted)
+    owners = (current.get("metadata") or {}).get("ownerReferences") or ()
+    if not any(ref.get("controller") and ref.get("uid") == pool_uid for ref in owners):
+        return None
+    have, want = current.get("spec") or {}, wanted["spec"]
+    patch = {key: want.get(key) for key in BUDGET_FIELDS if have.get(key) != want.get(key)}
+    return ("patch", {"spec": patch}) if patch else None
 
 
 def owner_reference(pool: Pool) -> dict[str, Any]:
@@ -151,7 +213,9 @@ def _container(pool: Pool) -> dict[str, Any]:
             {"name": "nova-conf", "mountPath": NOVA_CONF_PATH, "subPath": "nova.conf", "readOnly": True},
             {"name": "member-conf", "mountPath": MEMBER_CONF_PATH, "subPath": MEMBER_CONF_KEY,
              "readOnly": True},
+            *extra_mounts(pool),
         ],
+        "securityContext": container_security_context(pool),
     }
     optional = {
         "imagePullPolicy": settings.image_pull_policy,
@@ -165,18 +229,68 @@ def _container(pool: Pool) -> dict[str, Any]:
     return container
 
 
-def _pod_spec_settings(pool: Pool) -> dict[str, Any]:
-    """Pod-level settings: the user's, plus the default spread of members over hosts."""
+def shared_pod_settings(pool: Pool) -> dict[str, Any]:
+    """The pod-level settings member pods and handover Job pods share: pull secrets, the pod
+    security context (the user's, else DEFAULT_POD_SECURITY_CONTEXT), where they may run
+    (nodeSelector, tolerations), priority and ServiceAccount."""
     settings = pool.pod
-    affinity = _plain(settings.affinity) if settings.affinity is not None else _default_affinity(pool)
     optional = {
-        "affinity": affinity,
+        "imagePullSecrets": [{"name": name} for name in settings.image_pull_secrets] or None,
+        "securityContext": _plain(settings.pod_security_context if settings.pod_security_context is not None
+                                  else DEFAULT_POD_SECURITY_CONTEXT),
         "nodeSelector": _plain(settings.node_selector),
         "tolerations": [dict(t) for t in settings.tolerations] or None,
         "priorityClassName": settings.priority_class_name,
         "serviceAccountName": settings.service_account_name,
     }
     return {k: v for k, v in optional.items() if v is not None}
+
+
+def container_security_context(pool: Pool) -> dict[str, Any]:
+    """The container's security context: the user's, else DEFAULT_SECURITY_CONTEXT."""
+    chosen = pool.pod.security_context
+    return _plain(chosen if chosen is not None else DEFAULT_SECURITY_CONTEXT)
+
+
+def extra_volumes(pool: Pool) -> list[dict[str, Any]]:
+    """spec.volumes, as given (the operator's own volumes are named apart: core/spec.py)."""
+    return [_plain(volume) for volume in pool.pod.volumes]
+
+
+def extra_mounts(pool: Pool) -> list[dict[str, Any]]:
+    """spec.volumeMounts, as given."""
+    return [_plain(mount) for mount in pool.pod.volume_mounts]
+
+
+def _pod_spec_settings(pool: Pool) -> dict[str, Any]:
+    """Pod-level settings: the shared ones, plus the default spread of members over hosts
+    (affinity) and zones (topologySpreadConstraints), each replaced when the user sets it."""
+    settings = pool.pod
+    affinity = _plain(settings.affinity) if settings.affinity is not None else _default_affinity(pool)
+    return {**shared_pod_settings(pool), "affinity": affinity,
+            **({"topologySpreadConstraints": spread} if (spread := _spread(pool)) else {})}
+
+
+def _spread(pool: Pool) -> list[dict[str, Any]]:
+    """The user's topologySpreadConstraints, each without a labelSelector (and matchLabelKeys)
+    given the pool's members' (a constraint that selects no pod spreads nothing); unset: one
+    soft spread over zones (`_default_spread`)."""
+    given = pool.pod.topology_spread_constraints
+    if given is None:
+        return [_default_spread(pool)]
+    spread = []
+    for constraint in map(_plain, given):
+        if "labelSelector" not in constraint and "matchLabelKeys" not in constraint:
+            constraint["labelSelector"] = {"matchLabels": member_labels(pool.name)}
+        spread.append(constraint)
+    return spread
+
+
+def _default_spread(pool: Pool) -> dict[str, Any]:
+    """Prefer (not require) members spread evenly over zones: a zone lost takes as few as it
+    can; a cluster of one zone, or whose nodes carry no zone label, still runs them all."""
+    return {"maxSkew": 1, "topologyKey": ZONE_KEY, "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": member_labels(pool.name)}}
 
 
 def _default_affinity(pool: Pool) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
 
+from ironic_shard_operator.core.model import member_ordinal
+
 SHARD_MICROVERSION = (1, 82)
 COMPUTE_MICROVERSION = (2, 53)
 # The field a no-op probe addresses: a path under /shard that Ironic's policy check matches
@@ -149,11 +151,34 @@ def shard_summary_check(answer: HttpAnswer) -> Check:
                   "it every poll lists the pool in full")
 
 
-def shard_update_check(probe: HttpAnswer | None, node: str | None) -> Check:
+def probe_target(nodes: Sequence[Mapping[str, object]], pool: str | None) -> str | None:
+    """The node the shard-update probe may address, of the pool's selection as listed (uuid,
+    shard, target_provision_state, reservation): one the pool may own, i.e. without a shard or
+    with one of `pool`'s member names (`<pool>-<n>`), never a node another pool's member holds;
+    an idle one first. With no pool named (the command line's --clouds-yaml mode) any node of
+    the selection the person named."""
+    mine = [n for n in nodes if pool is None or not n.get("shard") or member_ordinal(pool, str(n["shard"])) is not None]
+    idle = [n for n in mine if not n.get("target_provision_state") and not n.get("reservation")]
+    found = (idle or mine or [{}])[0].get("uuid")
+    return str(found) if found else None
+
+
+def shard_update_not_probed(why: str, fix: str) -> Check:
+    """The shard-update check when the probe is not sent at all (`why`): a warn, nothing asked."""
+    return warned("ironic-shard-update", f"not probed: {why}; no request that could write a node was sent", fix)
+
+
+def shard_update_check(probe: HttpAnswer | None, node: str | None, *, others: int = 0) -> Check:
     """May the credentials update shards (baremetal:node:update:shard)? Read from the answer
     to the no-op probe PATCH (SHARD_PROBE_PATH) on `node`: 400 = the policy let it through
-    and the patch itself failed (nothing written), 403 = the policy refused it."""
+    and the patch itself failed (nothing written), 403 = the policy refused it. `others`: the
+    nodes of the selection left out because another pool's member holds them (probe_target)."""
     name = "ironic-shard-update"
+    if node is None and others:
+        return warned(name, f"every node of the pool's selection these credentials list ({others}) has another "
+                            "pool's member as shard, and the probe touches only nodes this pool may own, so the "
+                            "shard-update policy could not be proved",
+                      "run preflight again once the pool has nodes (unsharded, or with its members' shards)")
     if node is None or probe is None:
         return warned(name, "these credentials list no node in the pool's selection, so the shard-update "
                             "policy could not be proved",

@@ -23,6 +23,10 @@ KIND = "IronicComputeShard"
 
 FENCING_MODES = ("Wait", "OutOfServiceTaint", "ForceAfter")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+# The volumes and files of a member pod (and of a handover Job's pod) that are the operator's
+# own: spec.volumes and spec.volumeMounts may not take them (core/podspec.py, handover_job.py).
+RESERVED_VOLUMES = ("nova-conf", "member-conf", "nova-manage-conf")
+RESERVED_MOUNT_PATHS = ("/etc/nova/nova.conf", "/etc/nova/member.conf", "/etc/nova/handover/nova.conf")
 
 
 class InvalidSpec(ValueError):
@@ -82,10 +86,12 @@ class Handover:
 
 @dataclass(frozen=True, slots=True)
 class PodSettings:
-    """The user's pod settings, copied verbatim into every member pod.
+    """The user's pod settings, copied verbatim into every member pod (core/podspec.py; the
+    handover Jobs' pods take the image, pull secrets, security contexts, volumes and placement).
 
     Mapping-valued fields hold the API's own JSON shapes (they are passed through, not
-    interpreted). None means "not set": the pod renderer applies its default.
+    interpreted). None means "not set": the pod renderer applies its default (affinity,
+    topology spread, security contexts); an empty list set is a choice (no spread at all).
     """
 
     image: str
@@ -101,6 +107,12 @@ class PodSettings:
     service_account_name: str | None = None
     readiness_probe: Mapping[str, Any] | None = None
     liveness_probe: Mapping[str, Any] | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    pod_security_context: Mapping[str, Any] | None = None
+    security_context: Mapping[str, Any] | None = None
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
+    topology_spread_constraints: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +232,7 @@ def _pod_settings(spec: Mapping[str, Any]) -> PodSettings:
     policy = spec.get("imagePullPolicy")
     if policy is not None and policy not in PULL_POLICIES:
         raise InvalidSpec(f"spec.imagePullPolicy: {policy!r} is not one of {', '.join(PULL_POLICIES)}")
+    volumes = _volumes(spec.get("volumes"))
     return PodSettings(
         image=image,
         image_pull_policy=policy,
@@ -234,7 +247,53 @@ def _pod_settings(spec: Mapping[str, Any]) -> PodSettings:
         service_account_name=_optional_str(spec.get("serviceAccountName"), "spec.serviceAccountName"),
         readiness_probe=_optional_mapping(spec.get("readinessProbe"), "spec.readinessProbe"),
         liveness_probe=_optional_mapping(spec.get("livenessProbe"), "spec.livenessProbe"),
+        image_pull_secrets=_pull_secrets(spec.get("imagePullSecrets")),
+        pod_security_context=_optional_mapping(spec.get("podSecurityContext"), "spec.podSecurityContext"),
+        security_context=_optional_mapping(spec.get("securityContext"), "spec.securityContext"),
+        volumes=volumes,
+        volume_mounts=_volume_mounts(spec.get("volumeMounts"), {str(v["name"]) for v in volumes}),
+        topology_spread_constraints=None if spec.get("topologySpreadConstraints") is None else tuple(
+            _list_of_mappings(spec["topologySpreadConstraints"], "spec.topologySpreadConstraints")),
     )
+
+
+def _pull_secrets(value: Any) -> tuple[str, ...]:
+    """spec.imagePullSecrets: the Secrets' names, each once."""
+    names: list[str] = []
+    for i, item in enumerate(_list_of_mappings(value, "spec.imagePullSecrets")):
+        name = _str(item.get("name"), f"spec.imagePullSecrets[{i}].name")
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def _volumes(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """spec.volumes: core/v1 Volumes, each named once, none with a name of the operator's own."""
+    volumes = _list_of_mappings(value, "spec.volumes")
+    seen: set[str] = set()
+    for i, volume in enumerate(volumes):
+        name = _str(volume.get("name"), f"spec.volumes[{i}].name")
+        if name in RESERVED_VOLUMES:
+            raise InvalidSpec(f"spec.volumes[{i}].name: {name!r} is the operator's own volume "
+                              f"({', '.join(RESERVED_VOLUMES)}): name yours otherwise")
+        if name in seen:
+            raise InvalidSpec(f"spec.volumes[{i}].name: {name!r} is named twice")
+        seen.add(name)
+    return tuple(volumes)
+
+
+def _volume_mounts(value: Any, volumes: set[str]) -> tuple[Mapping[str, Any], ...]:
+    """spec.volumeMounts: each of a volume of spec.volumes, at a path that is not one of the
+    operator's files."""
+    mounts = _list_of_mappings(value, "spec.volumeMounts")
+    for i, mount in enumerate(mounts):
+        name = _str(mount.get("name"), f"spec.volumeMounts[{i}].name")
+        if name not in volumes:
+            raise InvalidSpec(f"spec.volumeMounts[{i}].name: {name!r} is no volume of spec.volumes")
+        path = _str(mount.get("mountPath"), f"spec.volumeMounts[{i}].mountPath")
+        if path.rstrip("/") in RESERVED_MOUNT_PATHS:
+            raise InvalidSpec(f"spec.volumeMounts[{i}].mountPath: {path} is a file the operator mounts itself")
+    return tuple(mounts)
 
 
 def _secret_ref(spec: Mapping[str, Any], field_name: str, *, default_key: str, path: str = "spec") -> SecretKeyRef:

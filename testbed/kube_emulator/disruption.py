@@ -1,0 +1,251 @@
+"""Pod disruption budgets at work: the disruption controller of kube-controller-manager
+(pkg/controller/disruption, `--controllers=disruption`, on by default) and the eviction
+subresource of pods (pkg/registry/core/pod/storage/eviction.go), as Kubernetes 1.32 has them.
+What `kubectl drain` meets: it evicts each pod through POST pods/NAME/eviction and retries
+every 5 s while the API server answers 429.
+
+The controller (`budget_status`, run by DisruptionController every CHECK_PERIOD seconds) writes
+each PodDisruptionBudget's status from the pods its selector matches in its namespace (a nil
+selector matches none, an empty one all of them):
+- minAvailable as a number: expectedPods is the count of those pods, desiredHealthy the number;
+- maxUnavailable, or minAvailable as a percentage: expectedPods is the sum of the scales of the
+  pods' controllers (their controller owner reference: here a custom resource whose CRD has a
+  scale subresource, read at its specReplicasPath; pods without a controller are left out, as
+  "unmanaged"); a controller whose scale cannot be read, or a kind this fake cannot scale (no
+  ReplicaSets or StatefulSets are served), is the controller's `failSafe`: disruptionsAllowed
+  0, condition DisruptionAllowed False reason SyncFailed, observedGeneration left as it was;
+- currentHealthy counts the pods that are Ready, not being deleted and not in disruptedPods;
+- disruptionsAllowed is currentHealthy - desiredHealthy, never below 0, and 0 while
+  expectedPods is 0; condition DisruptionAllowed True (SufficientPods) or False
+  (InsufficientPods); observedGeneration the budget's generation;
+- disruptedPods (the pods an eviction was granted for) keeps a pod until it is being deleted or
+  gone, or DELETION_TIMEOUT has passed.
+
+An eviction (`evict`) of a pod that has ended, is Pending or is being deleted needs no budget: it
+is deleted. Otherwise the budgets selecting it decide: none, it is deleted; two or more, 500
+"This pod has more than one PodDisruptionBudget, which the eviction subresource does not
+support."; one whose status is older than its spec (observedGeneration < generation), 429 "is
+still being processed" (Retry-After 10); one that allows no disruption, 429 "Cannot evict pod
+as it would violate the pod's disruption budget." with the cause (reason DisruptionBudget) "The
+disruption budget NAME needs D healthy pods and has C currently". A pod that is not Ready is
+deleted without taking from the budget when its unhealthyPodEvictionPolicy is AlwaysAllow, or
+(IfHealthyBudget, the default) when the budget is met (currentHealthy >= desiredHealthy > 0).
+Otherwise the budget's disruptionsAllowed is decremented and the pod recorded in disruptedPods
+(a status write, so a second eviction right after is refused before the controller runs again).
+The pod then gets the condition DisruptionTarget (reason EvictionByEvictionAPI) and is deleted
+gracefully, as a DELETE would; the answer is 201 with a Status of Success.
+
+Timing: the real controller reacts to each pod and budget change within moments; this one
+looks every CHECK_PERIOD seconds, and right after each eviction (so the evicted pod, being
+deleted, leaves disruptedPods before a replacement of the same name can appear). Tests must wait for the status they need, as clients of a real
+one do. Not imitated: the Events the controller posts (NoPods, UnmanagedPods,
+CalculateExpectedPodCountFailed), dry-run evictions, the eviction's own deleteOptions
+preconditions beyond what a DELETE checks, policy/v1beta1.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from testbed.kube_emulator.errors import ApiError, bad_request
+from testbed.kube_emulator.jobs import selector_matches
+
+CHECK_PERIOD = 0.5  # real: on every pod and budget event
+DELETION_TIMEOUT = 120.0  # seconds an eviction's entry in disruptedPods waits for the pod's deletion
+CAUSE = 'DisruptionBudget'
+REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
+MULTIPLE = 'This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.'
+EVICTION_CONDITION = {'type': 'DisruptionTarget', 'status': 'True', 'reason': 'EvictionByEvictionAPI',
+                      'message': 'Eviction API: evicting'}
+_PERCENT = re.compile(r'(\d+)%')
+
+log = logging.getLogger(__name__)
+
+# (namespace, owner reference) -> the controller's scale; raises LookupError with the reason
+# when it cannot be had (no such controller, no scale subresource, no value at its path).
+ScaleOf = Callable[[str, dict[str, Any]], int]
+
+
+def timestamp(moment: datetime.datetime) -> str:
+    return moment.strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+def parse_time(text: str) -> datetime.datetime:
+    return datetime.datetime.strptime(text, '%Y-%m-%dT%H:%M:%SZ').replace(tzinfo=datetime.UTC)
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    """podutil.IsPodReady: the condition Ready is True."""
+    return any(c.get('type') == 'Ready' and c.get('status') == 'True'
+               for c in (pod.get('status') or {}).get('conditions') or ())
+
+
+def selects(budget: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """metav1.LabelSelectorAsSelector of the budget's selector matches the pod (nil: nothing)."""
+    selector = (budget.get('spec') or {}).get('selector')
+    if selector is None or pod['metadata'].get('namespace') != budget['metadata'].get('namespace'):
+        return False
+    return selector_matches(selector, pod['metadata'].get('labels') or {})
+
+
+def _count_or_percent(value: Any, total: int, *, round_up: bool) -> int:
+    """intstr.GetScaledValueFromIntOrPercent."""
+    if isinstance(value, int):
+        return value
+    match = _PERCENT.fullmatch(str(value))
+    if match is None:
+        raise LookupError(f'invalid value for IntOrString: invalid value "{value}"')
+    scaled = int(match[1]) * total / 100
+    return math.ceil(scaled) if round_up else math.floor(scaled)
+
+
+def _expected_scale(pods: list[dict[str, Any]], scale_of: ScaleOf) -> int:
+    """getExpectedScale: the sum of the scales of the pods' controllers (each counted once)."""
+    scales: dict[str, int] = {}
+    for pod in pods:
+        ref = next((r for r in pod['metadata'].get('ownerReferences') or () if r.get('controller')), None)
+        if ref is None or ref.get('uid') in scales:
+            continue  # an unmanaged pod, or a controller already counted
+        try:
+            scales[ref['uid']] = scale_of(pod['metadata']['namespace'], ref)
+        except LookupError as error:
+            raise LookupError(str(error) or f'found no controllers for pod "{pod["metadata"]["name"]}"') from None
+    return sum(scales.values())
+
+
+def _condition(allowed: int, observed: int, old: list[dict[str, Any]], now: datetime.datetime,
+               reason: str | None = None, message: str = '') -> list[dict[str, Any]]:
+    """The DisruptionAllowed condition (apimeta.SetStatusCondition: the transition time moves only
+    when the status does)."""
+    status = 'True' if allowed > 0 and reason is None else 'False'
+    reason = reason or ('SufficientPods' if status == 'True' else 'InsufficientPods')
+    previous = next((c for c in old if c.get('type') == 'DisruptionAllowed'), None)
+    since = previous['lastTransitionTime'] if previous and previous.get('status') == status else timestamp(now)
+    return [c for c in old if c.get('type') != 'DisruptionAllowed'] + [{
+        'type': 'DisruptionAllowed', 'status': status, 'reason': reason, 'message': message,
+        'observedGeneration': observed, 'lastTransitionTime': since}]
+
+
+def budget_status(budget: dict[str, Any], pods: list[dict[str, Any]], scale_of: ScaleOf,
+                  now: datetime.datetime) -> dict[str, Any]:
+    """The status the disruption controller writes for `budget`, given every pod of the cluster."""
+    spec, old = budget.get('spec') or {}, budget.get('status') or {}
+    generation = budget['metadata'].get('generation', 1)
+    matched = [p for p in pods if selects(budget, p)]
+    try:
+        if spec.get('maxUnavailable') is not None:
+            expected = _expected_scale(matched, scale_of)
+            desired = max(expected - _count_or_percent(spec['maxUnavailable'], expected, round_up=True), 0)
+        elif isinstance(spec.get('minAvailable'), int):
+            expected, desired = len(matched), spec['minAvailable']
+        elif spec.get('minAvailable') is not None:
+            expected = _expected_scale(matched, scale_of)
+            desired = _count_or_percent(spec['minAvailable'], expected, round_up=True)
+        else:
+            expected, desired = 0, 0
+    except LookupError as error:  # failSafe
+        observed = old.get('observedGeneration', 0)
+        return {**old, 'disruptionsAllowed': 0,
+                'conditions': _condition(0, observed, old.get('conditions') or [], now, 'SyncFailed', str(error))}
+    alive = {p['metadata']['name']: p for p in matched}
+    disrupted = {name: since for name, since in (old.get('disruptedPods') or {}).items()
+                 if name in alive and not alive[name]['metadata'].get('deletionTimestamp')
+                 and (now - parse_time(since)).total_seconds() < DELETION_TIMEOUT}
+    healthy = sum(1 for p in matched if is_ready(p) and not p['metadata'].get('deletionTimestamp')
+                  and p['metadata']['name'] not in disrupted)
+    allowed = healthy - desired if expected > 0 and healthy - desired > 0 else 0
+    status = {'observedGeneration': generation, 'disruptionsAllowed': allowed, 'currentHealthy': healthy,
+              'desiredHealthy': desired, 'expectedPods': expected,
+              'conditions': _condition(allowed, generation, old.get('conditions') or [], now)}
+    if disrupted:
+        status['disruptedPods'] = disrupted
+    return status
+
+
+def too_many_requests(message: str, cause: str, retry_after: int = 0) -> ApiError:
+    """errors.NewTooManyRequests with one cause of reason DisruptionBudget."""
+    details: dict[str, Any] = {'causes': [{'reason': CAUSE, 'message': cause}]}
+    if retry_after:
+        details['retryAfterSeconds'] = retry_after
+    return ApiError(429, 'TooManyRequests', message, details)
+
+
+def eviction_target(eviction: Any, name: str) -> None:
+    """The checks of the Eviction object itself (EvictionREST.Create)."""
+    if not isinstance(eviction, dict) or eviction.get('kind') != 'Eviction' \
+            or eviction.get('apiVersion') not in ('policy/v1', 'policy/v1beta1'):
+        raise bad_request(f'not a Eviction object: {type(eviction).__name__}')
+    if (eviction.get('metadata') or {}).get('name') != name:
+        raise bad_request('name in URL does not match name in Eviction object')
+
+
+def can_ignore_budgets(pod: dict[str, Any]) -> bool:
+    """canIgnorePDB: a pod that ended, is Pending or is being deleted is deleted without a budget."""
+    phase = (pod.get('status') or {}).get('phase')
+    return phase in ('Succeeded', 'Failed', 'Pending') or bool(pod['metadata'].get('deletionTimestamp'))
+
+
+def take_from_budget(pod: dict[str, Any], budgets: list[dict[str, Any]],
+                     now: datetime.datetime) -> dict[str, Any] | None:
+    """The budget's new status when evicting `pod` takes a disruption from it; None when the pod
+    may go without (no budget, or a pod that is not Ready and need not count); raises the
+    refusal (500 for two budgets, 429 when the budget allows none, 403 for a negative count)."""
+    if len(budgets) > 1:
+        raise ApiError(500, '', MULTIPLE, {})
+    if not budgets:
+        return None
+    budget = budgets[0]
+    spec, status = budget.get('spec') or {}, dict(budget.get('status') or {})
+    name = budget['metadata']['name']
+    if not is_ready(pod):
+        if spec.get('unhealthyPodEvictionPolicy') == 'AlwaysAllow':
+            return None
+        if status.get('currentHealthy', 0) >= status.get('desiredHealthy', 0) > 0:
+            return None
+    if status.get('observedGeneration', 0) < budget['metadata'].get('generation', 1):
+        raise too_many_requests(REFUSED, f'The disruption budget {name} is still being processed by the server.', 10)
+    allowed = status.get('disruptionsAllowed', 0)
+    if allowed < 0:
+        raise ApiError(403, 'Forbidden', f'poddisruptionbudgets.policy "{name}" is forbidden: '
+                                         'pdb disruptions allowed is negative',
+                       {'name': name, 'group': 'policy', 'kind': 'poddisruptionbudgets'})
+    if allowed == 0:
+        raise too_many_requests(REFUSED, f'The disruption budget {name} needs {status.get("desiredHealthy", 0)} '
+                                         f'healthy pods and has {status.get("currentHealthy", 0)} currently')
+    status['disruptionsAllowed'] = allowed - 1
+    if allowed - 1 == 0:
+        status['conditions'] = _condition(0, status.get('observedGeneration', 0), status.get('conditions') or [], now)
+    status['disruptedPods'] = {**(status.get('disruptedPods') or {}), pod['metadata']['name']: timestamp(now)}
+    return status
+
+
+class DisruptionController:
+    """The controller's loop over the fake's store, given as functions: `budgets()` and `pods()`
+    list the stored objects, `scale_of` reads a controller's scale, `write_status(budget,
+    status)` stores a budget's status (the fake's own write path, a no-op when unchanged)."""
+
+    def __init__(self, budgets: Callable[[], list[dict[str, Any]]], pods: Callable[[], list[dict[str, Any]]],
+                 scale_of: ScaleOf, write_status: Callable[[dict[str, Any], dict[str, Any]], None], *,
+                 check_period: float = CHECK_PERIOD) -> None:
+        self._budgets, self._pods, self._scale_of, self._write = budgets, pods, scale_of, write_status
+        self.check_period = check_period
+
+    async def run(self) -> None:
+        """Sync every `check_period` seconds until cancelled; a failed pass is logged, not fatal."""
+        while True:
+            await asyncio.sleep(self.check_period)
+            try:
+                self.sync()
+            except Exception:  # a bug of the fake: say so, and keep going
+                log.exception('the fake disruption controller failed a pass')
+
+    def sync(self) -> None:
+        pods, now = self._pods(), datetime.datetime.now(datetime.UTC)
+        for budget in self._budgets():
+            if not budget['metadata'].get('deletionTimestamp'):
+                self._write(budget, budget_status(budget, pods, self._scale_of, now))
