@@ -4,7 +4,8 @@ What belongs here: code that tests/, hack/ and bench/ use to bring up the world 
 lives in, and nothing that is a test:
 
 - kube_emulator/            the FAKE Kubernetes API server (the only fake of a peer; see its server.py)
-- kube_client.py            a small synchronous client for any Kubernetes API server
+- kube_client.py            the official `kubernetes` client behind a small path-based interface, its
+                            answers parsed by the client's models (any Kubernetes API server)
 - kubelet.py                a FAKE kubelet (and scheduler) for API servers where no kubelet runs pods
 - process_kubelet.py        a FAKE kubelet whose pods run as REAL nova-compute processes
 - task_pods.py              a Job pod's nova-manage or shell script, run for real by the process kubelet

@@ -1,29 +1,48 @@
-"""A small synchronous client for the Kubernetes API (standard-library HTTP): what the tests,
-the fake kubelets and the demo use to read and write objects and to follow watches.
+"""The test bed's synchronous client for any Kubernetes API server (the fake of
+testbed/kube_emulator/, kind, or a real cluster): what the tests, the fake kubelets and the demo
+use to read and write objects and to follow watches.
 
-Credentials come from kopf's kubeconfig login, as for the operator, so the client reaches the
-same clusters the operator does: the fake API server of testbed/kube_emulator/, kind, or any
-real API server.
+It is the official `kubernetes` Python client under a path-based interface. The kubeconfig is
+loaded as `kubectl ics` loads it (adapters/user_cluster.py); every request is serialised, signed
+(bearer token, client certificate, exec plugin) and sent by the official client's ApiClient, over
+its TLS; errors come back as its ApiException and are handed on as KubeAPIError (HTTP status and
+the Status body). Every answer is then parsed as the official client parses the answer of the same
+request: into its model of what was asked for (GET pods/NAME -> V1Pod, a list -> V1PodList, a
+scale subresource -> V1Scale, discovery -> V1APIResourceList, /version -> VersionInfo, ...; which
+kind a path serves is read from the server's discovery), with its content-type rules, and watch
+streams are read by its Watch. That parsing is strict (pydantic: a string where an integer
+belongs, a timestamp that is none, a required field missing, a content type it does not take):
+an answer it refuses raises MalformedAnswer, so a fake API server that answers other than a real
+one fails the test that asked. Kinds the official client has no model for (custom resources)
+are parsed as plain JSON. Callers get the answer as the server sent it (the API's JSON: dicts,
+camelCase keys), not the model.
 """
 from __future__ import annotations
 
-import http.client
 import json
-import os
 import socket
-import ssl
-import urllib.parse
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
-import kopf
+import kubernetes.client.models
+import pydantic
+import urllib3
+from kubernetes import config, watch
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+from kubernetes.client.rest import RESTResponse
 
+from testbed.kube_emulator.paths import ApiPath
 from testbed.waiting import wait_for
 
 PATCH_TYPES = {'merge': 'application/merge-patch+json', 'json': 'application/json-patch+json',
                'strategic': 'application/strategic-merge-patch+json'}
+REQUEST_TIMEOUT_SECONDS = 30.0
+# The answers of the discovery paths, as the official client's typed calls parse them
+# (VersionApi.get_code, CoreApi.get_api_versions, ApisApi.get_api_versions).
+DISCOVERY_MODELS = {'/version': 'VersionInfo', '/api': 'V1APIVersions', '/apis': 'V1APIGroupList'}
 
 
 class KubeAPIError(Exception):
@@ -34,6 +53,21 @@ class KubeAPIError(Exception):
         self.body = body if isinstance(body, dict) else {}
         self.reason = self.body.get('reason', '')
         super().__init__(f'{status} {self.reason}: {self.body.get("message", body)}')
+
+    @classmethod
+    def of(cls, error: ApiException) -> 'KubeAPIError':
+        """The official client's ApiException (an error status) with its Status body decoded."""
+        try:
+            body = json.loads(error.body) if error.body else None
+        except ValueError:
+            body = error.body
+        return cls(error.status, body)
+
+
+class MalformedAnswer(Exception):
+    """A successful answer that the official client refuses to parse (not JSON where JSON is due,
+    a model's field of the wrong type or missing, a watch line that is no event): the server
+    answered as a real API server does not."""
 
 
 def resource_path(api_version: str, plural: str, namespace: str | None = None, name: str | None = None,
@@ -47,27 +81,45 @@ def resource_path(api_version: str, plural: str, namespace: str | None = None, n
 
 
 class WatchStream:
-    """The events of one watch request, until the server ends it (timeoutSeconds) or close()."""
+    """The events of one watch request ({'type', 'object'}, the object as the server sent it),
+    read by the official client's Watch, until the server ends the stream (timeoutSeconds) or
+    close(). An ERROR event ends it with KubeAPIError (e.g. 410 Expired: list again)."""
 
-    def __init__(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
-        self._connection = connection
-        self._response = response
+    def __init__(self, response: RESTResponse, model: str | None) -> None:
+        self._response = response.response  # the urllib3 response, its body not read yet
+        self._watch = watch.Watch(return_type=model)
+        self._closed = threading.Event()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._closed.is_set():
+            self._response.close()
+            self._response.release_conn()
+            return
+        # Watch.stream asks a function for the response; this one was opened in watch(), so
+        # that a refused watch raises there. timeout_seconds: the stream is never resumed.
+        events = self._watch.stream(lambda **_: self._response, timeout_seconds=0)
         try:
-            for line in self._response:
-                if line.strip():
-                    yield json.loads(line)
-        except (OSError, ValueError, http.client.HTTPException):
-            if self._connection.sock is not None:
+            for event in events:
+                if not isinstance(event, dict):  # the official Watch yields None for a line that is no JSON
+                    raise MalformedAnswer(f'a watch line that is no JSON event: {event!r}')
+                yield {'type': event['type'], 'object': event['raw_object']}
+        except ApiException as error:  # an ERROR event: Watch raises it with its code and "reason: message"
+            if not error.status:  # status 0: the official client's own refusal of what it read
+                raise MalformedAnswer(f'the official client refused a watch event: {error.reason}') from error
+            reason, _, message = (error.reason or '').partition(': ')
+            raise KubeAPIError(error.status, {'kind': 'Status', 'apiVersion': 'v1', 'status': 'Failure',
+                                              'code': error.status, 'reason': reason, 'message': message}) from None
+        except (pydantic.ValidationError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise MalformedAnswer(f'the official client refused a watch event: {error}') from error
+        except (urllib3.exceptions.HTTPError, OSError):
+            if not self._closed.is_set():
                 raise  # a real failure, not our own close()
-        finally:
-            self._connection.close()
 
     def close(self) -> None:
         """End the stream from another thread: the reading loop stops at once."""
-        sock = self._connection.sock
-        self._connection.sock = None
+        self._closed.set()
+        self._watch.stop()
+        sock = getattr(getattr(self._response, 'connection', None), 'sock', None)
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -76,67 +128,61 @@ class WatchStream:
 
 
 class KubeClient:
-    """A small synchronous client for the Kubernetes API (stdlib HTTP), for tests and the fake
-    kubelet. Credentials come from kopf's kubeconfig login, as for the operator."""
+    """The official `kubernetes` client behind a small path-based interface, for tests and the fake
+    kubelets. Credentials come from `kubeconfig` (a file, or a list of files as $KUBECONFIG holds
+    them), its current context, as for kubectl and `kubectl ics`."""
 
-    def __init__(self, kubeconfig: Path) -> None:
-        with mock.patch.dict(os.environ, {'KUBECONFIG': str(kubeconfig)}):
-            info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
-        if info is None or not info.server:
-            raise ValueError(f'{kubeconfig}: no server in the current context')
-        url = urllib.parse.urlsplit(info.server)
-        self.server = info.server
-        self._https = url.scheme == 'https'
-        self._host, self._port = url.hostname or 'localhost', url.port or (443 if self._https else 80)
-        self._prefix = url.path.rstrip('/')
-        self._headers = info.as_http_headers()
-        self._ssl: ssl.SSLContext | None = None
-        if self._https:
-            self._ssl = ssl._create_unverified_context() if info.insecure else info.as_ssl_context()
+    def __init__(self, kubeconfig: Path | str) -> None:
+        self.api: ApiClient = config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
+        self.server: str = self.api.configuration.host
+        self._discovered: dict[str, dict[str, dict[str, Any]]] = {}  # group-version -> resource name -> APIResource
 
-    def _connect(self, timeout: float) -> http.client.HTTPConnection:
-        if self._https:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._ssl)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+    # -- requests, through the official client --------------------------------------------
 
-    def _url(self, path: str, params: dict[str, Any] | None) -> str:
-        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
-        return f'{self._prefix}{path}' + (f'?{query}' if query else '')
-
-    def _send(self, method: str, path: str, body: Any, params: dict[str, Any] | None, content_type: str,
-              timeout: float) -> tuple[int, bytes]:
-        connection = self._connect(timeout)
+    def _send(self, method: str, path: str, body: Any, params: dict[str, Any] | None, content_type: str | None,
+              timeout: float, accept: str = 'application/json', read: bool = True) -> RESTResponse:
+        """One request as the official client sends it; the answer (read unless `read` is false),
+        or KubeAPIError for an error status."""
+        headers = {'Accept': accept}
+        if body is not None:
+            headers['Content-Type'] = content_type or 'application/json'
+        query = [(key, value) for key, value in (params or {}).items() if value is not None]
+        request = self.api.param_serialize(method, path, query_params=query, header_params=headers, body=body,
+                                           auth_settings=['BearerToken'])
+        response = self.api.call_api(*request, _request_timeout=timeout)
+        if read or not 200 <= response.status <= 299:
+            response.read()
         try:
-            headers = dict(self._headers, Accept='application/json', **{'Content-Type': content_type})
-            connection.request(method, self._url(path, params),
-                               body=None if body is None else json.dumps(body), headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
+            if not 200 <= response.status <= 299:  # raised as the official client raises it (404: NotFoundException)
+                ApiException.from_response(http_resp=response, body=None, data=None)
+        except ApiException as error:
+            raise KubeAPIError.of(error) from None
+        return response
 
-    @staticmethod
-    def _decoded(data: bytes) -> Any:
+    def _parsed(self, response: RESTResponse, model: str) -> Any:
+        """The answer's data as the official client parses it into `model` (checking it), and
+        as plain JSON for the caller."""
         try:
-            return json.loads(data) if data else None
-        except ValueError:
-            return data.decode(errors='replace')
+            self.api.response_deserialize(response, {'2XX': model})
+            return self.api.response_deserialize(response, {'2XX': 'object'}).data
+        except (pydantic.ValidationError, ValueError, TypeError, KeyError, ApiException) as error:
+            # ApiException here has status 0: a content type the official client does not take
+            raise MalformedAnswer(f'the official client refused the answer as {model}: {error}') from error
 
     def request(self, method: str, path: str, body: Any = None, *, params: dict[str, Any] | None = None,
-                content_type: str = 'application/json', timeout: float = 30.0) -> Any:
-        """One request; the decoded JSON answer, or KubeAPIError for an error status."""
-        status, data = self._send(method, path, body, params, content_type, timeout)
-        if status >= 400:
-            raise KubeAPIError(status, self._decoded(data))
-        return self._decoded(data)
+                content_type: str = 'application/json', timeout: float = REQUEST_TIMEOUT_SECONDS) -> Any:
+        """One request; the JSON answer, checked against the official client's model of it, or
+        KubeAPIError for an error status."""
+        response = self._send(method, path, body, params, content_type, timeout)
+        if not response.data:
+            return None
+        return self._parsed(response, self._model(method, path, response))
 
     def pod_log(self, namespace: str, name: str, **params: Any) -> str:
         """A pod's log as text (`container`, `tailLines`, `limitBytes`), or KubeAPIError."""
-        status, data = self._send('GET', f'/api/v1/namespaces/{namespace}/pods/{name}/log', None, params,
-                                  'application/json', 30.0)
-        if status >= 400:
-            raise KubeAPIError(status, self._decoded(data))
-        return data.decode(errors='replace')
+        response = self._send('GET', f'/api/v1/namespaces/{namespace}/pods/{name}/log', None, params, None,
+                              REQUEST_TIMEOUT_SECONDS, accept='text/plain')
+        return self._parsed(response, 'str')  # CoreV1Api.read_namespaced_pod_log's answer
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request('GET', path, params=params)
@@ -183,12 +229,77 @@ class KubeClient:
         wait_for(default_service_account, timeout=30, what=f'the default service account of {name}')
 
     def watch(self, path: str, *, timeout_seconds: int = 60, **params: Any) -> WatchStream:
-        connection = self._connect(timeout=timeout_seconds + 15)
+        """Watch the collection at `path` (KubeAPIError at once if the server refuses)."""
         params = dict(params, watch='true', timeoutSeconds=str(timeout_seconds))
-        connection.request('GET', self._url(path, params), headers=dict(self._headers, Accept='application/json'))
-        response = connection.getresponse()
-        if response.status >= 400:
-            body = response.read()
-            connection.close()
-            raise KubeAPIError(response.status, json.loads(body) if body.startswith(b'{') else body)
-        return WatchStream(connection, response)
+        response = self._send('GET', path, None, params, None, timeout_seconds + 15.0, read=False)
+        return WatchStream(response, self._model('WATCH', path, None))
+
+    # -- which official model an answer is parsed into ------------------------------------
+
+    def _model(self, method: str, path: str, response: RESTResponse | None) -> str:
+        """The official client's model of the answer to `method` on `path` ('WATCH': of one
+        watched object); 'object' (plain JSON) where it has none."""
+        path = '/' + path.strip('/')
+        if path in DISCOVERY_MODELS:
+            return DISCOVERY_MODELS[path]
+        parts = path.strip('/').split('/')
+        if parts[0] == 'apis' and len(parts) == 2:
+            return 'V1APIGroup'
+        if (parts[0], len(parts)) in (('api', 2), ('apis', 3)):
+            return 'V1APIResourceList'
+        where = ApiPath.parse(path)
+        if where is None:
+            return 'object'  # /openapi, /healthz, the fake kubelets' own route
+        group_version = f'{where.group}/{where.version}' if where.group else where.version
+        name = f'{where.plural}/{where.subresource}' if where.subresource else where.plural
+        resource = self._resource(group_version, name)
+        if resource is None:
+            return 'object'
+        # A subresource may serve another group's kind (pods/eviction: policy/v1 Eviction).
+        group, version = resource.get('group') or where.group, resource.get('version') or where.version
+        kind = resource['kind']
+        # A DELETE, and a create through a subresource (pods/binding, pods/eviction), answer the
+        # object or a Status: https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-deletion
+        if response is not None and (method == 'DELETE' or method == 'POST' and where.subresource) \
+                and self._answer_kind(response) == 'Status':
+            return 'V1Status'
+        if method == 'GET' and where.name is None:
+            kind += 'List'
+        return self._model_of(group, version, kind)
+
+    @staticmethod
+    def _answer_kind(response: RESTResponse) -> Any:
+        try:
+            answer = json.loads(response.data)
+        except ValueError:
+            return None
+        return answer.get('kind') if isinstance(answer, dict) else None
+
+    @staticmethod
+    def _model_of(group: str, version: str, kind: str) -> str:
+        """The official model of a built-in kind: V1Pod, or with its API package's name when two
+        packages share the kind (CoreV1Event, EventsV1Event); 'object' for custom resources."""
+        if '.' in group and not group.endswith('.k8s.io'):
+            return 'object'
+        package = (group.split('.')[0] or 'core').capitalize()
+        for name in (f'{package}{version.capitalize()}{kind}', f'{version.capitalize()}{kind}'):
+            if hasattr(kubernetes.client.models, name):
+                return name
+        return 'object'
+
+    def _resource(self, group_version: str, name: str) -> dict[str, Any] | None:
+        """The APIResource `name` (a resource or `resource/subresource`) of `group_version` in the
+        server's discovery, read again once when it is not known (a CRD added since)."""
+        for fresh in (False, True):
+            if fresh or group_version not in self._discovered:
+                prefix = '/api/' if '/' not in group_version else '/apis/'
+                try:
+                    listing = self.get(prefix + group_version)
+                except KubeAPIError as e:
+                    if e.status == 404:
+                        return None
+                    raise
+                self._discovered[group_version] = {r['name']: r for r in listing['resources']}
+            if name in self._discovered[group_version]:
+                return self._discovered[group_version][name]
+        return None

@@ -359,18 +359,20 @@ class FakeKubelet:
                                                      timeout_seconds=60, resourceVersion=since)
                     if self._stopping.is_set():
                         self._stream.close()
-                    for event in self._stream:
-                        if event['type'] == 'ERROR':  # 410 Expired: start over with a new list
-                            since = ''
-                            break
-                        since = event['object']['metadata']['resourceVersion']
-                        if event['type'] == 'DELETED':
-                            with self._lock:
-                                uid = event['object']['metadata']['uid']
-                                for known in (self._pods, self._wanted, self._runs, self._logs):
-                                    known.pop(uid, None)
-                        elif event['type'] in ('ADDED', 'MODIFIED'):
-                            self._reconcile(event['object'])
+                    try:
+                        for event in self._stream:
+                            since = event['object']['metadata']['resourceVersion']
+                            if event['type'] == 'DELETED':
+                                with self._lock:
+                                    uid = event['object']['metadata']['uid']
+                                    for known in (self._pods, self._wanted, self._runs, self._logs):
+                                        known.pop(uid, None)
+                            elif event['type'] in ('ADDED', 'MODIFIED'):
+                                self._reconcile(event['object'])
+                    except KubeAPIError as e:  # the stream's ERROR event
+                        if e.status != 410:
+                            raise
+                        since = ''  # 410 Expired: start over with a new list
         except BaseException as e:  # reported by stop()
             if not self._stopping.is_set():
                 self.errors.append(e)
