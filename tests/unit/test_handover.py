@@ -570,3 +570,22 @@ def test_a_member_a_handover_job_still_moves_nodes_to_is_not_retired():
     pod = handover.JobPod("j-x", "gone", m(3), (("n0", m(2)),), alive=True)
     assert handover.retirable([m(1), m(2)], [], [pod]) == {m(1)}
     assert handover.retirable([m(1), m(2)], [], [replace(pod, alive=False)]) == {m(1), m(2)}
+
+
+def test_a_failed_source_whose_nodes_are_all_refused_is_not_kept_from_its_pod_by_the_plan():
+    """Its only node carries two instances (nova-manage refuses it): the step finds it Blocked
+    with nothing in flight and holds nothing; the pod side, plan or not, lets it come back
+    (its instances stay manageable) instead of keeping it down for ever."""
+    after = replace(SETTINGS, after_failure_seconds=600)
+    members = (*ready(0, 1), Member(m(2), ready=False, since=NOW - 700))
+    nodes = (with_instance("two", m(2)), Node("f", shard=m(0)))
+    current = plan(Observation(PoolSpec(POOL, replicas=3), members, nodes, NOW))
+    assert handover.kept_away(current, after, members, [m(0), m(1)], NOW, held={}, recorded=None) \
+        .keys() == {m(2)}  # a failed source: no pod while its handover starts
+    step = decide(pool=POOL, settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(),
+                  nodes=nodes, nova=NovaView(FORCED, {"two": m(2)}, {"two": 2}), jobs=(), now=NOW,
+                  recorded=_recorded(m(2), handover.MOVING, trigger=handover.FAILURE, held=True))
+    (progress,) = step.progress
+    assert progress.phase == handover.BLOCKED and not progress.held
+    assert handover.kept_away(current, after, members, [m(0), m(1)], NOW, held={},
+                              recorded=handover_section(step)) == {}

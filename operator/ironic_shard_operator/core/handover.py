@@ -342,6 +342,10 @@ def kept_away(plan: Plan | None, settings: Handover | None, members: Sequence[Me
     handover with (`pods_to_stop`, unless the last status says a problem stops every
     handover). A member the plan retires is the pod side's to remove, whatever this says."""
     stop, failed = pods_to_stop(plan, settings, members, pods, now, stalled=blocked({"handover": recorded}))
+    # The step's own word comes first: a source it found Blocked with nothing in flight (its
+    # nodes refused) holds nothing, and a plan does not keep it from its pod either.
+    stuck = {m for m, e in recorded_sources(recorded).items() if e.get("phase") == BLOCKED and not recorded_held(e)}
+    stop, failed = stop - stuck, failed - stuck
     away = dict(held)
     for member in sorted(stop):
         away.setdefault(member, "its handover starts: its free nodes have moved and none of its nodes is busy")
