@@ -11,6 +11,7 @@ lives in, and nothing that is a test:
 - task_pods.py              a Job pod's nova-manage or shell script, run for real by the process kubelet
 - service_account_tokens.py ServiceAccount tokens for a process, issued, rotated and revoked
 - operator_objects.py       the CRD and a pool's Secrets, created as a user creates them
+- ironic_venv.py            Ironic's own virtualenv, and `ironic` installed into it (Keystone joins it)
 - ironic_starter.py         the real Ironic service: install, start, stop (hack/ironic/service.py runs it)
 - keystone_starter.py       the real Keystone (identity for Ironic's policy tests): start, stop, users
                             (hack/keystone/service.py runs it)

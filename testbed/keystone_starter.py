@@ -4,7 +4,7 @@ policy (Ironic consults its policy only with `auth_strategy = keystone`).
 The command hack/keystone/service.py (its usage is there) runs `main`; the tests run it as
 `python -m testbed.keystone_starter`. Its commands: install, start, stop, status.
 
-`install` puts `keystone` and `gunicorn` into Ironic's virtualenv (testbed/ironic_starter.py,
+`install` puts `keystone` and `gunicorn` into Ironic's virtualenv (testbed/ironic_venv.py,
 default .tools/ironic-venv): Keystone's requirements are the same OpenStack libraries Ironic
 already has there, so pip runs constrained to the versions that venv holds (Ironic's packages
 never change; only Keystone's own few are added, ~10 s instead of ~60 s for a venv of its own).
@@ -42,7 +42,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from testbed import ironic_starter, service_process
+from testbed import ironic_venv, service_process
 from testbed.ports import free_port
 from testbed.service_process import ServiceProcess
 
@@ -67,7 +67,7 @@ def install() -> Path:
     own freeze, so installing Keystone never changes a package Ironic runs on: where that
     cannot be (a requirement conflict) pip refuses and this raises, saying so.
     """
-    bin_dir = ironic_starter.install()
+    bin_dir = ironic_venv.install()
     target = bin_dir.parent
     stamp = target / ".keystone-installed"
     wanted = "\n".join(KEYSTONE_REQUIREMENTS)
