@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from testbed.kube_client import KubeAPIError, KubeClient
+from testbed.kube_emulator.conditions import pod_ready
 
 FAKE_NODE_LABEL = 'kube-api.tests.ironicshards.io/fake-kubelet'  # on every Node this fake kubelet makes
 LEASE_SECONDS = 40
@@ -103,8 +104,7 @@ def state_of(pod: dict[str, Any]) -> PodState:
     containers = status.get('containerStatuses') or []
     if any(((c.get('state') or {}).get('waiting') or {}).get('reason') == 'CrashLoopBackOff' for c in containers):
         return PodState.CRASH_LOOP
-    ready = any(c['type'] == 'Ready' and c['status'] == 'True' for c in status.get('conditions') or [])
-    return PodState.READY if ready else PodState.NOT_READY
+    return PodState.READY if pod_ready(pod) else PodState.NOT_READY
 
 
 def pod_status(pod: dict[str, Any], state: PodState) -> dict[str, Any]:

@@ -52,6 +52,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from testbed.kube_emulator.conditions import pod_ready
 from testbed.kube_emulator.errors import ApiError, bad_request
 from testbed.kube_emulator.jobs import selector_matches
 
@@ -77,12 +78,6 @@ def timestamp(moment: datetime.datetime) -> str:
 
 def parse_time(text: str) -> datetime.datetime:
     return datetime.datetime.strptime(text, '%Y-%m-%dT%H:%M:%SZ').replace(tzinfo=datetime.UTC)
-
-
-def is_ready(pod: dict[str, Any]) -> bool:
-    """podutil.IsPodReady: the condition Ready is True."""
-    return any(c.get('type') == 'Ready' and c.get('status') == 'True'
-               for c in (pod.get('status') or {}).get('conditions') or ())
 
 
 def selects(budget: dict[str, Any], pod: dict[str, Any]) -> bool:
@@ -156,7 +151,7 @@ def budget_status(budget: dict[str, Any], pods: list[dict[str, Any]], scale_of: 
     disrupted = {name: since for name, since in (old.get('disruptedPods') or {}).items()
                  if name in alive and not alive[name]['metadata'].get('deletionTimestamp')
                  and (now - parse_time(since)).total_seconds() < DELETION_TIMEOUT}
-    healthy = sum(1 for p in matched if is_ready(p) and not p['metadata'].get('deletionTimestamp')
+    healthy = sum(1 for p in matched if pod_ready(p) and not p['metadata'].get('deletionTimestamp')
                   and p['metadata']['name'] not in disrupted)
     allowed = healthy - desired if expected > 0 and healthy - desired > 0 else 0
     status = {'observedGeneration': generation, 'disruptionsAllowed': allowed, 'currentHealthy': healthy,
@@ -202,7 +197,7 @@ def take_from_budget(pod: dict[str, Any], budgets: list[dict[str, Any]],
     budget = budgets[0]
     spec, status = budget.get('spec') or {}, dict(budget.get('status') or {})
     name = budget['metadata']['name']
-    if not is_ready(pod):
+    if not pod_ready(pod):
         if spec.get('unhealthyPodEvictionPolicy') == 'AlwaysAllow':
             return None
         if status.get('currentHealthy', 0) >= status.get('desiredHealthy', 0) > 0:

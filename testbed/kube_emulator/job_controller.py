@@ -41,6 +41,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from testbed.kube_emulator.conditions import condition_true, pod_ready
+
 CHECK_PERIOD = 0.1
 BACKOFF_BASE = 0.2  # real: 10 s
 BACKOFF_CAP = 5.0  # real: 6 min
@@ -77,14 +79,6 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
         if ref.get('controller'):
             return ref.get('uid')
     return None
-
-
-def _condition(status: dict[str, Any], kind: str) -> bool:
-    return any(c.get('type') == kind and c.get('status') == 'True' for c in status.get('conditions') or [])
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return _condition(pod.get('status') or {}, 'Ready')
 
 
 class JobController:
@@ -152,7 +146,7 @@ class JobController:
             if (spec.get('template') or {}).get('spec', {}).get('restartPolicy') == 'OnFailure' else 0
 
         conditions = list(status.get('conditions') or [])
-        finished = _condition(status, 'Complete') or _condition(status, 'Failed')
+        finished = condition_true(job, 'Complete') or condition_true(job, 'Failed')
         if finished:
             self._last_failure.pop(meta['uid'], None)
         if not finished and not spec.get('suspend') and not status.get('startTime'):
@@ -181,7 +175,7 @@ class JobController:
         elif not finished and not spec.get('suspend'):
             active += self._create_pods(job, len(active) + (len(terminating) if only_failed else 0), succeeded)
 
-        status.update(succeeded=succeeded, failed=failed, active=len(active), ready=sum(map(_ready, active)),
+        status.update(succeeded=succeeded, failed=failed, active=len(active), ready=sum(map(pod_ready, active)),
                       terminating=len(terminating), uncountedTerminatedPods={}, conditions=conditions)
         for key in ('succeeded', 'failed', 'active'):
             if not status[key]:

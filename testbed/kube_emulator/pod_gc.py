@@ -39,6 +39,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from testbed.kube_emulator.conditions import node_ready
+
 CHECK_PERIOD = 1.0  # real: 20 s
 QUARANTINE = 2.0  # real: 40 s
 OUT_OF_SERVICE_TAINT = 'node.kubernetes.io/out-of-service'
@@ -46,12 +48,6 @@ ORPHANED_CONDITION = {'type': 'DisruptionTarget', 'status': 'True', 'reason': 'D
                       'message': 'PodGC: node no longer exists'}
 
 log = logging.getLogger(__name__)
-
-
-def node_is_ready(node: dict[str, Any]) -> bool:
-    """Ready=True (nodeutil.IsNodeReady): False and Unknown both count as not ready."""
-    return any(c.get('type') == 'Ready' and c.get('status') == 'True'
-               for c in (node.get('status') or {}).get('conditions') or ())
 
 
 def out_of_service(node: dict[str, Any]) -> bool:
@@ -88,7 +84,7 @@ class PodGarbageCollector:
         for pod in pods:
             node = nodes.get(pod['spec'].get('nodeName') or '')
             if pod['metadata'].get('deletionTimestamp') and node is not None \
-                    and not node_is_ready(node) and out_of_service(node):
+                    and not node_ready(node) and out_of_service(node):
                 self._fail_and_delete(pod, None)
         self._collect_orphans(self._pods(), set(nodes))
 
