@@ -44,6 +44,8 @@ from typing import Any
 
 import yaml
 
+from testbed import ironic_starter
+
 REPO = Path(__file__).resolve().parents[1]
 MICROVERSION = {"X-OpenStack-Ironic-API-Version": "1.82"}
 
@@ -83,7 +85,10 @@ class IronicService:
         os.killpg(self._process_group(), signal.SIGCONT)
 
     def _process_group(self) -> int:
-        return int((self.state_dir / "ironic.pid").read_text())  # the starter's group leader
+        pid = ironic_starter.running_pid(self.state_dir)  # the starter's group leader
+        if pid is None:
+            raise RuntimeError(f"the Ironic service of {self.state_dir} is not running")
+        return pid
 
     def connection(self) -> Any:
         """A fresh openstacksdk connection to this service."""
