@@ -1,9 +1,9 @@
 """The local stand-ins and real peer services that the tests, the demo and the benchmarks run against.
 
 What belongs here: code that tests/, hack/ and bench/ use to bring up the world the operator
-lives in, and nothing that is a test:
+lives in, and nothing that is a test (what each part does in detail: README.md):
 
-- kube_emulator/            the FAKE Kubernetes API server (the only fake of a peer; see its server.py)
+- kube_emulator/            the FAKE Kubernetes API server (the only fake of a peer; see its README.md)
 - kube_client.py            the official `kubernetes` client behind a small path-based interface, its
                             answers parsed by the client's models (any Kubernetes API server)
 - kubelet.py                a FAKE kubelet (and scheduler) for API servers where no kubelet runs pods

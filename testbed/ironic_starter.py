@@ -1,33 +1,9 @@
 """The real Ironic service (PyPI `ironic`), standalone on 127.0.0.1, for tests and the demo.
 
-The command hack/ironic/service.py (its usage is there) runs `main`; testbed/ironic_service.py
-runs it as `python -m testbed.ironic_starter`. Its commands: install, start, stop, status.
-
-`install` puts `ironic` into its own virtualenv (testbed/ironic_venv.py).
-
-`start` installs if needed, renders hack/ironic/ironic.conf.template into STATE_DIR, creates
-the sqlite schema (with `--auth keystone --keystone DIR`: Ironic's service user in that
-running Keystone, testbed/keystone_starter.py, and a clouds.yaml of its system-scoped admin),
-starts the all-in-one `ironic` process (API + conductor, rpc_transport =
-none, fake-hardware) on 127.0.0.1 (or --host-ip, e.g. a bridge a local cluster reaches) in
-its own process group, and returns once the API answers. On
-success it prints shell-style lines (eval-able):
-
-    IRONIC_URL=http://127.0.0.1:PORT
-    OS_CLIENT_CONFIG_FILE=STATE_DIR/clouds.yaml
-    OS_CLOUD=ironic-test
-    IRONIC_PID=PID
-
-A STATE_DIR that already holds a configuration is started again with that same
-configuration (port, credentials, database): that is how a test brings Ironic back after
-stopping it. Starting a service that is already running only prints its lines again.
-
-`stop` ends the whole process group (SIGTERM, then SIGKILL after a bound) and returns only
-once no process of it is left (testbed/service_process.py). `status` exits 0 when the service
-answers.
-
-Only the standard library is used (here and in testbed/service_process.py), so any python3
->= 3.9 runs it, before the project's venv exists.
+Commands (hack/ironic/service.py runs `main`, testbed/ironic_service.py runs the module): install,
+start, stop, status. A STATE_DIR keeps one service's configuration, so a stopped service starts
+again as it was; `stop` returns once nothing of its process group is left. Only the standard
+library, so any python3 >= 3.9 runs it. Details: README.md, "The Ironic starter".
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ nothing here can boot an instance (no Glance/Neutron), and services/hypervisors 
 
 Invariants:
 - every process is started in its own session and recorded as `<run>/pids/<name>.pid`
-  ("<pid> <start-time>"); `stop` ends exactly those process groups (SIGTERM, then SIGKILL),
+  (service_process.py); `stop` ends exactly those process groups (SIGTERM, then SIGKILL),
   never anything found by name, and a recycled PID is recognised by its start time;
 - `stop` leaves nothing behind: processes, databases, vhost, registry entry (and the run dir
   when it created it);
@@ -17,15 +17,8 @@ Invariants:
   stacks that can no longer be used (owner process dead, or all its processes dead);
 - `start` is all-or-nothing: on any failure it stops what it started and raises.
 
-The command hack/nova/novastack.py runs `main` (tests use testbed/nova_stack.py):
-  python3 hack/nova/novastack.py start [--run-dir DIR]   -> prints the state file's path
-  python3 hack/nova/novastack.py status STATE_FILE
-  python3 hack/nova/novastack.py compute-conf STATE_FILE --ironic-url URL
-  python3 hack/nova/novastack.py stop STATE_FILE
-
-The files that run on Nova's side (install.sh, the gunicorn entry point, the test auth filter,
-seed_instance.py) are in hack/nova/ (PEER_FILES); this module and the testbed modules it
-imports use only the standard library, so any python3 >= 3.9 runs the command.
+Commands (hack/nova/novastack.py runs `main`; tests use testbed/nova_stack.py): start, status,
+compute-conf, stop. Only the standard library. Details: README.md, "The Nova starter".
 """
 
 from __future__ import annotations

@@ -1,47 +1,8 @@
-"""Pod disruption budgets at work: the disruption controller of kube-controller-manager
-(pkg/controller/disruption, `--controllers=disruption`, on by default) and the eviction
-subresource of pods (pkg/registry/core/pod/storage/eviction.go), as Kubernetes 1.32 has them.
-What `kubectl drain` meets: it evicts each pod through POST pods/NAME/eviction and retries
-every 5 s while the API server answers 429.
-
-The controller (`budget_status`, run by DisruptionController every CHECK_PERIOD seconds) writes
-each PodDisruptionBudget's status from the pods its selector matches in its namespace (a nil
-selector matches none, an empty one all of them):
-- minAvailable as a number: expectedPods is the count of those pods, desiredHealthy the number;
-- maxUnavailable, or minAvailable as a percentage: expectedPods is the sum of the scales of the
-  pods' controllers (their controller owner reference: here a custom resource whose CRD has a
-  scale subresource, read at its specReplicasPath; pods without a controller are left out, as
-  "unmanaged"); a controller whose scale cannot be read, or a kind this fake cannot scale (no
-  ReplicaSets or StatefulSets are served), is the controller's `failSafe`: disruptionsAllowed
-  0, condition DisruptionAllowed False reason SyncFailed, observedGeneration left as it was;
-- currentHealthy counts the pods that are Ready, not being deleted and not in disruptedPods;
-- disruptionsAllowed is currentHealthy - desiredHealthy, never below 0, and 0 while
-  expectedPods is 0; condition DisruptionAllowed True (SufficientPods) or False
-  (InsufficientPods); observedGeneration the budget's generation;
-- disruptedPods (the pods an eviction was granted for) keeps a pod until it is being deleted or
-  gone, or DELETION_TIMEOUT has passed.
-
-An eviction (`evict`) of a pod that has ended, is Pending or is being deleted needs no budget: it
-is deleted. Otherwise the budgets selecting it decide: none, it is deleted; two or more, 500
-"This pod has more than one PodDisruptionBudget, which the eviction subresource does not
-support."; one whose status is older than its spec (observedGeneration < generation), 429 "is
-still being processed" (Retry-After 10); one that allows no disruption, 429 "Cannot evict pod
-as it would violate the pod's disruption budget." with the cause (reason DisruptionBudget) "The
-disruption budget NAME needs D healthy pods and has C currently". A pod that is not Ready is
-deleted without taking from the budget when its unhealthyPodEvictionPolicy is AlwaysAllow, or
-(IfHealthyBudget, the default) when the budget is met (currentHealthy >= desiredHealthy > 0).
-Otherwise the budget's disruptionsAllowed is decremented and the pod recorded in disruptedPods
-(a status write, so a second eviction right after is refused before the controller runs again).
-The pod then gets the condition DisruptionTarget (reason EvictionByEvictionAPI) and is deleted
-gracefully, as a DELETE would; the answer is 201 with a Status of Success.
-
-Timing: the real controller reacts to each pod and budget change within moments; this one
-looks every CHECK_PERIOD seconds, and right after each eviction (so the evicted pod, being
-deleted, leaves disruptedPods before a replacement of the same name can appear). Tests must wait for the status they need, as clients of a real
-one do. Not imitated: the Events the controller posts (NoPods, UnmanagedPods,
-CalculateExpectedPodCountFailed), dry-run evictions, the eviction's own deleteOptions
-preconditions beyond what a DELETE checks, policy/v1beta1.
-"""
+"""Pod disruption budgets at work (Kubernetes 1.32): the disruption controller, which writes each
+budget's status (DisruptionController: every CHECK_PERIOD seconds, and right after each
+eviction), and the checks of the pods/eviction subresource (429 while a budget allows no
+disruption, worded as a real server words it). Details: README.md, "Disruption budgets and
+evictions"."""
 from __future__ import annotations
 
 import asyncio
