@@ -94,9 +94,9 @@ class ServiceProcess:
                 raise self.error(timed_out())
             time.sleep(interval)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
-        """End the group (see stop_all)."""
-        stop_all([self], sig, timeout)
+    def stop(self) -> None:
+        """End the group: SIGTERM, then SIGKILL (see stop_all)."""
+        stop_all([self])
 
     def _group(self) -> int | None:
         """The recorded group while it may hold our processes: its leader is the one recorded
