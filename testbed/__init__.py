@@ -1,9 +1,9 @@
 """The local stand-ins and real peer services that the tests, the demo and the benchmarks run against.
 
 What belongs here: code that tests/, hack/ and bench/ use to bring up the world the operator
-lives in, and nothing that is a test:
+lives in, and nothing that is a test (what each part does in detail: README.md):
 
-- kube_emulator/            the FAKE Kubernetes API server (the only fake of a peer; see its server.py)
+- kube_emulator/            the FAKE Kubernetes API server (the only fake of a peer; see its README.md)
 - kube_client.py            the official `kubernetes` client behind a small path-based interface, its
                             answers parsed by the client's models (any Kubernetes API server)
 - kubelet.py                a FAKE kubelet (and scheduler) for API servers where no kubelet runs pods
@@ -11,6 +11,7 @@ lives in, and nothing that is a test:
 - task_pods.py              a Job pod's nova-manage or shell script, run for real by the process kubelet
 - service_account_tokens.py ServiceAccount tokens for a process, issued, rotated and revoked
 - operator_objects.py       the CRD and a pool's Secrets, created as a user creates them
+- ironic_venv.py            Ironic's own virtualenv, and `ironic` installed into it (Keystone joins it)
 - ironic_starter.py         the real Ironic service: install, start, stop (hack/ironic/service.py runs it)
 - keystone_starter.py       the real Keystone (identity for Ironic's policy tests): start, stop, users
                             (hack/keystone/service.py runs it)

@@ -1,29 +1,7 @@
-"""The real Ironic service for Python callers (the tests, the demo, the benchmark): a running
-service (`running_ironic`) and helpers to fill it with nodes.
-
-The service is started and stopped by testbed/ironic_starter.py, run as a command: the same
-code as hack/ironic/service.py (it installs PyPI `ironic` into .tools/ironic-venv on first
-use, ~40 s).
-
-Callers that share one service (the tests do) keep to their own nodes: give each its own
-resource class (`unique_resource_class`) and select the pool by it.
-
-Helpers:
-- `enrol_nodes`: create nodes through the API (~50 ms each; for tens of nodes).
-- `seed_nodes_directly_in_db`: a SETUP SHORTCUT for thousands of nodes. One node is
-  created and made `available` through the API, then its database row is cloned in the
-  service's sqlite file. Ironic then serves them like any node (listing, PATCH, state
-  changes); only their creation skipped the API. Used where counts make the API too slow
-  (10,000 nodes would take ~8 minutes).
-- `claim_for_instance`: pin nodes the way Nova does, through the API.
-- `assign_shards_directly_in_db`: a SETUP SHORTCUT that gives nodes owners at once.
-- `set_provision_state_directly_in_db`: a SETUP SHORTCUT that pins nodes in a transitional
-  provision state (deploying, cleaning), which fake-hardware never stays in.
-- `shards_of`: every node's shard for a resource class, read through the API.
-
-A service can be made to misbehave as a real one does: `stop()`/`start()` (connections
-refused meanwhile), `freeze()`/`thaw()` (hung: connections accepted, nothing answered).
-"""
+"""The real Ironic service for Python callers: a running service (`running_ironic`, started and
+stopped through ironic_starter.py's command) and helpers that fill it with nodes, through its API
+or, as SETUP SHORTCUTS named so, directly in its database. Callers that share one service keep to
+their own resource class. Details: README.md, "Ironic for Python callers"."""
 
 from __future__ import annotations
 
@@ -43,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from testbed import ironic_starter
 
 REPO = Path(__file__).resolve().parents[1]
 MICROVERSION = {"X-OpenStack-Ironic-API-Version": "1.82"}
@@ -83,7 +63,10 @@ class IronicService:
         os.killpg(self._process_group(), signal.SIGCONT)
 
     def _process_group(self) -> int:
-        return int((self.state_dir / "ironic.pid").read_text())  # the starter's group leader
+        pid = ironic_starter.running_pid(self.state_dir)  # the starter's group leader
+        if pid is None:
+            raise RuntimeError(f"the Ironic service of {self.state_dir} is not running")
+        return pid
 
     def connection(self) -> Any:
         """A fresh openstacksdk connection to this service."""

@@ -1,60 +1,29 @@
 """The real Ironic service (PyPI `ironic`), standalone on 127.0.0.1, for tests and the demo.
 
-The command hack/ironic/service.py (its usage is there) runs `main`; testbed/ironic_service.py
-runs it as `python -m testbed.ironic_starter`. Its commands: install, start, stop, status.
-
-`install` puts `ironic` into its own virtualenv (default .tools/ironic-venv, or
-$IRONIC_VENV): Ironic is a peer we talk to, not a dependency of ours. It is idempotent and
-safe to run concurrently (a file lock serialises installers).
-
-`start` installs if needed, renders hack/ironic/ironic.conf.template into STATE_DIR, creates
-the sqlite schema (with `--auth keystone --keystone DIR`: Ironic's service user in that
-running Keystone, testbed/keystone_starter.py, and a clouds.yaml of its system-scoped admin),
-starts the all-in-one `ironic` process (API + conductor, rpc_transport =
-none, fake-hardware) on 127.0.0.1 (or --host-ip, e.g. a bridge a local cluster reaches) in
-its own process group, and returns once the API answers. On
-success it prints shell-style lines (eval-able):
-
-    IRONIC_URL=http://127.0.0.1:PORT
-    OS_CLIENT_CONFIG_FILE=STATE_DIR/clouds.yaml
-    OS_CLOUD=ironic-test
-    IRONIC_PID=PID
-
-A STATE_DIR that already holds a configuration is started again with that same
-configuration (port, credentials, database): that is how a test brings Ironic back after
-stopping it. Starting a service that is already running only prints its lines again.
-
-`stop` ends the whole process group (SIGTERM, then SIGKILL after a bound) and returns only
-once no process of it is left (testbed/service_process.py). `status` exits 0 when the service
-answers.
-
-Only the standard library is used (here and in testbed/service_process.py), so any python3
->= 3.9 runs it, before the project's venv exists.
+Commands (hack/ironic/service.py runs `main`, testbed/ironic_service.py runs the module): install,
+start, stop, status. A STATE_DIR keeps one service's configuration, so a stopped service starts
+again as it was; `stop` returns once nothing of its process group is left. Only the standard
+library, so any python3 >= 3.9 runs it. Details: README.md, "The Ironic starter".
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
-import os
 import secrets
 import subprocess
 import sys
-import urllib.error
 import urllib.request
-import venv
 from pathlib import Path
 
-from testbed import service_process
+from testbed import keystone_starter, service_process
+from testbed.ironic_venv import install, venv_dir
 from testbed.ports import free_port
 from testbed.service_process import ServiceProcess
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_TEMPLATE = REPO / "hack" / "ironic" / "ironic.conf.template"
 KEYSTONE_TEMPLATE = REPO / "hack" / "ironic" / "keystone.conf.template"
-# Pinned for reproducible runs; 39.0.0 serves API 1.115 (shards need >= 1.82).
-IRONIC_REQUIREMENT = "ironic==39.0.0"
 CLOUD_NAME = "ironic-test"
 HTTP_BASIC_USER = "admin"
 START_TIMEOUT_SECONDS = 180.0  # ~5 s alone; CI runs other tiers beside it on 2 cores
@@ -65,41 +34,6 @@ DEFAULT_MAX_LIMIT = 1000
 
 class ServiceError(service_process.ServiceError):
     """A problem starting or stopping the service, with a message a person can act on."""
-
-
-def venv_dir() -> Path:
-    return Path(os.environ.get("IRONIC_VENV", REPO / ".tools" / "ironic-venv"))
-
-
-def install() -> Path:
-    """Ensure `ironic` is installed in its own venv; return the venv's bin directory.
-
-    Idempotent: a stamp file records the installed requirement; nothing runs when it
-    matches. A file lock makes concurrent callers (two test sessions, the demo) wait for
-    one installer instead of racing it.
-    """
-    target = venv_dir()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    stamp = target / ".installed"
-    with open(target.parent / (target.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists() and stamp.read_text().strip() == IRONIC_REQUIREMENT \
-                and (target / "bin" / "ironic").exists():
-            return target / "bin"
-        print(f"installing {IRONIC_REQUIREMENT} into {target} (~40 s, ~300 MB)", file=sys.stderr)
-        if not (target / "bin" / "python").exists():
-            venv.EnvBuilder(with_pip=True, clear=True).create(target)
-        pip = [str(target / "bin" / "python"), "-m", "pip", "install",
-               "--disable-pip-version-check"]
-        if os.environ.get("CI"):
-            pip.append("--progress-bar=off")
-        try:
-            subprocess.run(pip + ["-q", IRONIC_REQUIREMENT], check=True)
-        except subprocess.CalledProcessError as error:
-            raise ServiceError(f"pip could not install {IRONIC_REQUIREMENT} into {target} "
-                               f"(exit {error.returncode}); see pip's output above") from None
-        stamp.write_text(IRONIC_REQUIREMENT + "\n")
-    return target / "bin"
 
 
 def render_config(state: Path, auth: str, host_ip: str, port: int, conductor_group: str,
@@ -120,8 +54,6 @@ def render_config(state: Path, auth: str, host_ip: str, port: int, conductor_gro
     url = f"http://{host_ip}:{port}"
     (state / "htpasswd").write_text("")
     if auth == "keystone":
-        from testbed import keystone_starter
-
         if keystone is None:
             raise ServiceError("--auth keystone needs --keystone STATE_DIR (a running Keystone)")
         keystone_url = keystone_starter.configured_url(keystone)

@@ -1,32 +1,10 @@
 """The real Keystone (PyPI `keystone`) on 127.0.0.1, for tests that need Ironic to enforce its
 policy (Ironic consults its policy only with `auth_strategy = keystone`).
 
-The command hack/keystone/service.py (its usage is there) runs `main`; the tests run it as
-`python -m testbed.keystone_starter`. Its commands: install, start, stop, status.
-
-`install` puts `keystone` and `gunicorn` into Ironic's virtualenv (testbed/ironic_starter.py,
-default .tools/ironic-venv): Keystone's requirements are the same OpenStack libraries Ironic
-already has there, so pip runs constrained to the versions that venv holds (Ironic's packages
-never change; only Keystone's own few are added, ~10 s instead of ~60 s for a venv of its own).
-Idempotent and safe to run concurrently (a file lock serialises installers).
-
-`start` installs if needed and, for a STATE_DIR without a configuration, writes keystone.conf
-(sqlite, fernet tokens), runs `keystone-manage db_sync`, `fernet_setup`, `credential_setup` and
-`bootstrap` (user `admin` with the `admin` role on project `admin` and on the system, region
-RegionOne, the identity endpoint), then serves Keystone's WSGI application with gunicorn on a
-free port in its own process group, and creates the project `service` (where OpenStack puts
-its service users). It returns once a token is issued. On success it prints (eval-able):
-
-    KEYSTONE_URL=http://127.0.0.1:PORT/v3
-    KEYSTONE_ADMIN_PASSWORD=...
-    KEYSTONE_PID=PID
-
-A STATE_DIR that already holds a configuration is started again with it; a running one only
-prints its lines again. `stop` ends the process group and returns once none of it is left
-(testbed/service_process.py).
-
-Only the standard library is used (the Keystone API is called with urllib), so any python3
->= 3.9 runs it.
+Commands (hack/keystone/service.py runs `main`): install (into Ironic's venv, never changing a
+package Ironic runs on), start, stop, status; a STATE_DIR keeps one Keystone. Its users are made
+through its API (`ensure_user`). Only the standard library. Details: README.md, "The Keystone
+starter".
 """
 
 from __future__ import annotations
@@ -42,7 +20,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from testbed import ironic_starter, service_process
+from testbed import ironic_venv, service_process
 from testbed.ports import free_port
 from testbed.service_process import ServiceProcess
 
@@ -67,7 +45,7 @@ def install() -> Path:
     own freeze, so installing Keystone never changes a package Ironic runs on: where that
     cannot be (a requirement conflict) pip refuses and this raises, saying so.
     """
-    bin_dir = ironic_starter.install()
+    bin_dir = ironic_venv.install()
     target = bin_dir.parent
     stamp = target / ".keystone-installed"
     wanted = "\n".join(KEYSTONE_REQUIREMENTS)

@@ -1,22 +1,8 @@
-"""The test bed's synchronous client for any Kubernetes API server (the fake of
-testbed/kube_emulator/, kind, or a real cluster): what the tests, the fake kubelets and the demo
-use to read and write objects and to follow watches.
-
-It is the official `kubernetes` Python client under a path-based interface. The kubeconfig is
-loaded as `kubectl ics` loads it (adapters/user_cluster.py); every request is serialised, signed
-(bearer token, client certificate, exec plugin) and sent by the official client's ApiClient, over
-its TLS; errors come back as its ApiException and are handed on as KubeAPIError (HTTP status and
-the Status body). Every answer is then parsed as the official client parses the answer of the same
-request: into its model of what was asked for (GET pods/NAME -> V1Pod, a list -> V1PodList, a
-scale subresource -> V1Scale, discovery -> V1APIResourceList, /version -> VersionInfo, ...; which
-kind a path serves is read from the server's discovery), with its content-type rules, and watch
-streams are read by its Watch. That parsing is strict (pydantic: a string where an integer
-belongs, a timestamp that is none, a required field missing, a content type it does not take):
-an answer it refuses raises MalformedAnswer, so a fake API server that answers other than a real
-one fails the test that asked. Kinds the official client has no model for (custom resources)
-are parsed as plain JSON. Callers get the answer as the server sent it (the API's JSON: dicts,
-camelCase keys), not the model.
-"""
+"""The test bed's synchronous client for any Kubernetes API server (the fake, kind, a real
+cluster): the official `kubernetes` client under a path-based interface. Every answer is parsed
+strictly into the official client's model of what was asked for (MalformedAnswer when it does
+not fit), so a fake API server that answers other than a real one fails the test that asked.
+Callers get the API's JSON as the server sent it. Details: README.md, "kube_client.py"."""
 from __future__ import annotations
 
 import json

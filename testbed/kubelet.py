@@ -1,33 +1,8 @@
-"""A FAKE kubelet (and scheduler) for clusters where no kubelet runs pods: the fake API server
-of testbed/kube_emulator/, or a real API server without nodes. Where real kubelets run
-pods it is not used (the `kubelet` fixture of tests/support/kube_api.py skips there).
-
-It writes only what a real API server accepts from a kubelet and a scheduler:
-- its fake Node objects (labelled FAKE_NODE_LABEL and tainted NoSchedule so that a real scheduler
-  leaves them alone; status Ready; heartbeats through Leases in kube-node-lease, as kubelets send
-  them), deleted again at stop();
-- pods/binding, as a scheduler: an unscheduled pod of its namespace goes to the fake node with
-  the fewest pods;
-- pods/status, as a kubelet: Pending -> Running with the conditions PodScheduled, Initialized,
-  ContainersReady, Ready and containerStatuses; on command Failed, NotReady or CrashLoopBackOff;
-- DELETE with gracePeriodSeconds=0 and a uid precondition for its pods that are being deleted:
-  how a kubelet finishes a graceful deletion. At stop(), pods left on its nodes are deleted the
-  same way, as the pod garbage collector does for pods of deleted nodes.
-
-A node can be made unreachable (its kubelet is gone): its heartbeats stop, the node turns
-Ready=Unknown with the unreachable taints, its pods turn NotReady (what the node lifecycle
-controller does), and its pods are neither updated nor finished until it is reachable again.
-
-Run-to-completion pods (restartPolicy Never or OnFailure, e.g. a Job's): once bound they turn
-Running, then their container "exits" as the test chose with `run_outcomes(job_name, ...)` (one
-RunOutcome per pod of that Job, in creation order; RunOutcome() = exit 0 with an empty log, the
-default): exit 0 -> phase Succeeded (reason Completed); non-zero with Never -> phase Failed with
-that exit code; non-zero with OnFailure -> the container restarts in place (restartCount + 1,
-lastState terminated) and the pod's next outcome applies. An outcome with exit_code None keeps
-the container running until `finish(pod_name, exit_code, log)`. The log is handed to the fake
-API server (testbed/kube_emulator/pod_logs.py) before the status says the container ended, so
-`kubectl logs` shows it as soon as the pod has ended. Against a real API server there is no log.
-"""
+"""A FAKE kubelet (and scheduler) for API servers where no kubelet runs pods. It writes only what
+a real API server accepts from a kubelet and a scheduler: its Nodes and their heartbeats,
+pods/binding, pods/status, and the last DELETE of a pod being deleted. Tests steer its pods (not
+ready, crash loop, failed, the outcome of a run-to-completion pod) and nodes (unreachable).
+Details: README.md, "The fake kubelet"."""
 from __future__ import annotations
 
 import dataclasses
@@ -40,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from testbed.kube_client import KubeAPIError, KubeClient
+from testbed.kube_emulator.conditions import pod_ready
 
 FAKE_NODE_LABEL = 'kube-api.tests.ironicshards.io/fake-kubelet'  # on every Node this fake kubelet makes
 LEASE_SECONDS = 40
@@ -103,8 +79,7 @@ def state_of(pod: dict[str, Any]) -> PodState:
     containers = status.get('containerStatuses') or []
     if any(((c.get('state') or {}).get('waiting') or {}).get('reason') == 'CrashLoopBackOff' for c in containers):
         return PodState.CRASH_LOOP
-    ready = any(c['type'] == 'Ready' and c['status'] == 'True' for c in status.get('conditions') or [])
-    return PodState.READY if ready else PodState.NOT_READY
+    return PodState.READY if pod_ready(pod) else PodState.NOT_READY
 
 
 def pod_status(pod: dict[str, Any], state: PodState) -> dict[str, Any]:

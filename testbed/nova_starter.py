@@ -9,7 +9,7 @@ nothing here can boot an instance (no Glance/Neutron), and services/hypervisors 
 
 Invariants:
 - every process is started in its own session and recorded as `<run>/pids/<name>.pid`
-  ("<pid> <start-time>"); `stop` ends exactly those process groups (SIGTERM, then SIGKILL),
+  (service_process.py); `stop` ends exactly those process groups (SIGTERM, then SIGKILL),
   never anything found by name, and a recycled PID is recognised by its start time;
 - `stop` leaves nothing behind: processes, databases, vhost, registry entry (and the run dir
   when it created it);
@@ -17,15 +17,8 @@ Invariants:
   stacks that can no longer be used (owner process dead, or all its processes dead);
 - `start` is all-or-nothing: on any failure it stops what it started and raises.
 
-The command hack/nova/novastack.py runs `main` (tests use testbed/nova_stack.py):
-  python3 hack/nova/novastack.py start [--run-dir DIR]   -> prints the state file's path
-  python3 hack/nova/novastack.py status STATE_FILE
-  python3 hack/nova/novastack.py compute-conf STATE_FILE --ironic-url URL
-  python3 hack/nova/novastack.py stop STATE_FILE
-
-The files that run on Nova's side (install.sh, the gunicorn entry point, the test auth filter,
-seed_instance.py) are in hack/nova/ (PEER_FILES); this module and the testbed modules it
-imports use only the standard library, so any python3 >= 3.9 runs the command.
+Commands (hack/nova/novastack.py runs `main`; tests use testbed/nova_stack.py): start, status,
+compute-conf, stop. Only the standard library. Details: README.md, "The Nova starter".
 """
 
 from __future__ import annotations
@@ -37,7 +30,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -45,7 +37,8 @@ import urllib.request
 from pathlib import Path
 
 from testbed.ports import free_port
-from testbed.procgroup import cpu_seconds as group_cpu_seconds, group_members, start_time_of
+from testbed.procgroup import cpu_seconds as group_cpu_seconds, resident_bytes, start_time_of
+from testbed.service_process import ServiceProcess, stop_all
 
 REPO = Path(__file__).resolve().parents[1]
 PEER_FILES = REPO / "hack" / "nova"
@@ -165,50 +158,28 @@ def render_api_paste(upstream: str) -> str:
 
 # ----------------------------------------------------------------------------- processes
 
-def _reap(pid: int) -> None:
-    """Collect `pid`'s exit status if it is our child (so it does not linger as a zombie)."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+def _service(run_dir: Path, name: str) -> ServiceProcess:
+    """The process recorded as `name` in `run_dir` (its pid file `<run>/pids/<name>.pid`)."""
+    return ServiceProcess(Path(run_dir) / "pids" / f"{name}.pid", name, StackError)
 
 
 def spawn(run_dir: Path, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
     """Start `argv` in its own session, log to `<run>/logs/<name>.log`, record its pid file."""
-    pid_file = run_dir / "pids" / f"{name}.pid"
-    if pid_file.exists() and is_running(run_dir, name):
+    service = _service(run_dir, name)
+    if service.leader_pid() is not None:
         raise StackError(f"process {name!r} is already running in {run_dir}")
-    log = (run_dir / "logs" / f"{name}.log").open("ab")
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, cwd=run_dir,
-                                start_new_session=True)
-    finally:
-        log.close()
-    pid_file.write_text(f"{proc.pid} {start_time_of(proc.pid) or ''}\n")
-    return proc.pid
-
-
-def _read_pid_file(pid_file: Path) -> tuple[int, str]:
-    pid, _, start = pid_file.read_text().strip().partition(" ")
-    return int(pid), start
+    return service.start(argv, run_dir / "logs" / f"{name}.log",
+                         env={**os.environ, **(env or {})}, cwd=run_dir).pid
 
 
 def is_running(run_dir: Path, name: str) -> bool:
-    """True while the process recorded as `name` is alive (same PID *and* same start time)."""
-    pid_file = Path(run_dir) / "pids" / f"{name}.pid"
-    if not pid_file.exists():
-        return False
-    pid, start = _read_pid_file(pid_file)
-    _reap(pid)
-    return start_time_of(pid) == start
+    """True while the process recorded as `name` is alive (same PID *and* start time)."""
+    return pid_of(run_dir, name) is not None
 
 
 def pid_of(run_dir: Path, name: str) -> int | None:
     """PID of the running process recorded as `name`, or None."""
-    if not is_running(run_dir, name):
-        return None
-    return _read_pid_file(Path(run_dir) / "pids" / f"{name}.pid")[0]
+    return _service(run_dir, name).leader_pid()
 
 
 def terminate(run_dir: Path, names: str | list[str], sig: int = signal.SIGTERM,
@@ -218,38 +189,8 @@ def terminate(run_dir: Path, names: str | list[str], sig: int = signal.SIGTERM,
     All groups get `sig` at once (so shutdowns overlap), then SIGKILL after `timeout`.
     `sig=SIGKILL` is a crash (no graceful shutdown), SIGTERM a clean stop.
     """
-    pid_files = [Path(run_dir) / "pids" / f"{name}.pid"
-                 for name in ([names] if isinstance(names, str) else names)]
-    groups = []
-    for pid_file in pid_files:
-        if not pid_file.exists():
-            continue
-        pid, start = _read_pid_file(pid_file)
-        _reap(pid)
-        now = start_time_of(pid)
-        # the leader is ours (same start time), or it is gone but its group lives on
-        if now == start or (now is None and group_members(pid)):
-            groups.append(pid)
-            _signal_group(pid, sig)
-    deadline = time.monotonic() + timeout
-    killed = sig == signal.SIGKILL
-    while any(group_members(g) for g in groups):
-        if not killed and time.monotonic() > deadline:
-            for g in groups:
-                _signal_group(g, signal.SIGKILL)
-            killed = True
-        for g in groups:
-            _reap(g)
-        time.sleep(0.1)
-    for pid_file in pid_files:
-        pid_file.unlink(missing_ok=True)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
+    stop_all([_service(run_dir, name) for name in ([names] if isinstance(names, str) else names)],
+             sig, timeout)
 
 
 def process_names(run_dir: Path) -> list[str]:
@@ -263,17 +204,8 @@ def rss_bytes(run_dir: Path) -> dict[str, int]:
     usage = {}
     for name in process_names(run_dir):
         pid = pid_of(run_dir, name)
-        if pid is None:
-            continue
-        total = 0
-        for member in group_members(pid):
-            try:
-                for line in Path(f"/proc/{member}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-            except OSError:
-                pass
-        usage[name] = total
+        if pid is not None:
+            usage[name] = resident_bytes(pid)
     return usage
 
 

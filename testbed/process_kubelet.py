@@ -1,48 +1,9 @@
-"""A FAKE kubelet whose member pods run as REAL nova-compute processes (the real-Nova test tier).
-
-Built by composition on testbed/kubelet.py's FakeKubelet, which still plays the scheduler,
-owns the fake Node objects and writes pod statuses; this class decides which status a pod of
-the test compute image (`PROCESS_IMAGE`, "nova-compute:process") has, by running it:
-
-- Start: once the pod is bound (and not held, see `hold`), its container command is read
-  (`nova-compute --config-file A --config-file B ...`, command + args, in the pod's order),
-  each config file is materialised from the volume mounted at that path (the Secret key or
-  ConfigMap key the pod's volume names, read when the container starts, as a kubelet does)
-  and a real `nova-compute` of the test stack is started with those files in that order. So
-  the config the operator renders is the config real Nova runs. A missing Secret, ConfigMap
-  or key keeps the pod Pending until it appears (a kubelet's FailedMount).
-- Ready: the process is alive AND its Nova service reports in: a heartbeat (`updated_at`)
-  since this process started and younger than Nova's `service_down_time`. A forced-down
-  service still heartbeats, so a member whose service the operator forced down can become
-  Ready again (that is when the operator clears the flag). Heartbeats going stale while the
-  process lives turn the pod NotReady.
-- Container failure: a process that exits (or that `kill()` crashes) turns its pod Failed with
-  the container's exit code (137 after SIGKILL). Simplification: a real kubelet would first
-  restart the container in place (restartPolicy Always, CrashLoopBackOff) and the operator
-  replaces the pod only after repeated crashes; here one crash ends the pod, so one kill
-  exercises the replacement path, as FakeKubelet.fail() does.
-- Deletion: the process is stopped (SIGTERM, Nova's graceful shutdown; SIGKILL after the pod's
-  terminationGracePeriodSeconds) BEFORE the pod object may go: each such pod carries the
-  finalizer `FINALIZER`, removed once its process has ended. So, as with a real kubelet, a pod
-  object outlives its container, and a replacement with the same name (same Nova host) never
-  runs next to the old process; a replacement's process is started only once the old one
-  has ended.
-
-Task pods (testbed/task_pods.py): a pod of that image whose container runs `nova-manage ...`
-or `sh -c SCRIPT` (a Job's pod, restartPolicy Never or OnFailure) runs that command FOR REAL:
-every volume mount of its container is materialised from its Secret or ConfigMap (all keys, or
-the `items`; a subPath as one file; missing ones keep the pod Pending), mount paths in the
-command, args and script are mapped to those local paths, and `nova-manage` is the Nova venv's.
-Running -> Ready while the process lives; its output (stdout and stderr) is the pod's log, handed
-to the fake API server every round and before the end is reported. Exit 0 -> Succeeded; non-zero
--> Failed with that exit code (Never), or a restart in place (OnFailure: restartCount + 1, a new
-run, a new log). `kill(name)` crashes it (exit 137); deleting the pod stops it (SIGTERM, SIGKILL
-after the grace period) before the pod object may go, as for nova-compute.
-
-Pods with any other image follow FakeKubelet's usual policy (Running and Ready once bound; Job
-pods run to the outcome set with `fake.run_outcomes`).
-Every process started here is stopped by `stop()` (also on errors), finalizers included.
-"""
+"""A FAKE kubelet whose member pods run as REAL nova-compute processes, and whose Job pods run
+their nova-manage or shell script for real (task_pods.py); FakeKubelet still schedules and writes
+the statuses. A pod is Ready while its process lives and its Nova service heartbeats. A pod
+object outlives its process (the finalizer FINALIZER), so a replacement of the same name never
+runs beside it. Every process started here is stopped by `stop()`. Details: README.md, "The
+process kubelet"."""
 
 from __future__ import annotations
 

@@ -38,6 +38,19 @@ def cpu_seconds(pgid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def resident_bytes(pgid: int) -> int:
+    """Resident memory (VmRSS) of the live processes of group `pgid`, in bytes."""
+    total = 0
+    for pid in group_members(pgid):
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
 def start_time_of(pid: int) -> str | None:
     """The kernel's start time of `pid` (tells it apart from a later process with the same PID);
     None when it is gone or a zombie."""

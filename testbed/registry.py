@@ -2,50 +2,10 @@
 127.0.0.1 with TLS (or, asked for, plain HTTP), holding one small image: the peer of
 preflight's image check.
 
-Run as `.venv/bin/python -m testbed.registry` (it needs `cryptography`, which the project's
-venv has through openstacksdk). Its commands: install, start, stop, status.
-
-`install` runs hack/registry.sh (the package unpacked into .tools/docker-registry, nothing installed
-on the system); exit 3 there means "cannot install here" and raises CannotInstall with its
-reason.
-
-`start STATE_DIR [--auth none|htpasswd|token] [--plain-http]`, for a STATE_DIR without a
-configuration, makes a CA and a server certificate for localhost / 127.0.0.1 (ca.pem is what a
-client trusts: SSL_CERT_FILE), writes config.yml (filesystem storage in STATE_DIR/data, a free
-port), starts
-`docker-registry serve` in its own process group, waits until /v2/ answers, and pushes IMAGE
-(a config blob, one small layer and an OCI manifest, through the distribution HTTP API: POST +
-PUT blob uploads, PUT manifest). Its auth:
-
-- none: anyone pulls and pushes.
-- htpasswd: every request needs Basic credentials. The registry provisions its htpasswd file
-  itself on its first start, with user `docker` and a generated password it logs (the
-  documented behaviour of a missing htpasswd file), so no bcrypt is needed here.
-- token: the registry's `token` provider, as Docker Hub, quay.io and ghcr.io answer: a 401
-  with `WWW-Authenticate: Bearer realm=...,service=...,scope=...` and JWTs it verifies against
-  ca.pem. The realm is this module's token server (`token-server`, a child in the registry's
-  process group) that gives anyone an anonymous *pull* token, except for repositories under
-  `private/` (the token then grants nothing). The testbed pushes with a token it signs itself.
-
-`--plain-http` serves the registry without TLS (no `tls` in config.yml), as in-cluster and
-`localhost:5000` registries often are: the peer of preflight's plain-HTTP retry. The
-certificates are still made (a token registry signs and checks its JWTs with them, and its
-token server keeps TLS).
-
-It prints (eval-able):
-
-    REGISTRY_HOST=localhost:PORT
-    REGISTRY_IMAGE=localhost:PORT/testbed/member:1.0
-    REGISTRY_PRIVATE_IMAGE=localhost:PORT/private/member:1.0
-    REGISTRY_CA=STATE_DIR/ca.pem
-    REGISTRY_SCHEME=https   (http with --plain-http)
-    REGISTRY_USER=docker REGISTRY_PASSWORD=...   (htpasswd)
-    REGISTRY_PID=PID
-
-A STATE_DIR that already holds a configuration starts again with it (same port, storage and
-credentials): that is how a test brings the registry back after stopping it. A running one
-only prints its lines again. `stop` ends the process group and returns once none of it is
-left (testbed/service_process.py).
+Commands: install (hack/registry.sh), start STATE_DIR (TLS or plain HTTP; auth none, htpasswd or
+token, with this module's token server in the registry's process group), stop, status, and the
+token server itself. A STATE_DIR keeps one registry (port, storage, credentials), so a stopped
+one starts again as it was. Details: README.md, "The OCI registry".
 """
 
 from __future__ import annotations

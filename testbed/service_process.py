@@ -1,9 +1,11 @@
-"""A peer service run by a starter (ironic_starter.py, keystone_starter.py, registry.py): one
-process group, its leader's PID in a pid file of the service's state directory, started,
-waited for until it answers, and stopped as a whole; and the starters' shared command line
-(install, start, stop, status).
+"""A peer service's process group, run by a starter (ironic_starter.py, keystone_starter.py,
+registry.py, nova_starter.py): started with its leader recorded in a pid file, waited for until it
+answers, and stopped as a whole; and the starters' shared command line (install, start, stop,
+status).
 
-Only the standard library (see procgroup.py): the starters run under any python3 >= 3.9.
+A pid file holds "<pid> <start time>": a later process that reuses the PID is never taken for the
+service, nor signalled. Only the standard library (see procgroup.py): the starters run under any
+python3 >= 3.9.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.procgroup import group_members
+from testbed.procgroup import group_members, start_time_of
 
 STOP_TIMEOUT_SECONDS = 20.0  # SIGTERM's bound; SIGKILL then gets KILL_TIMEOUT_SECONDS
 KILL_TIMEOUT_SECONDS = 5.0
@@ -38,15 +40,31 @@ class ServiceProcess:
     """
 
     pidfile: Path
-    name: str  # names the service in errors: "Ironic", "Keystone", "registry"
+    name: str  # names the service in errors: "Ironic", "Keystone", "registry", "nova-api"
     error: type[Exception] = ServiceError  # what its failures raise
+
+    def recorded(self) -> tuple[int, str | None] | None:
+        """The leader's PID and start time from the pid file (no start time in a file written
+        before it was recorded), or None without a pid file."""
+        if not self.pidfile.exists():
+            return None
+        pid, _, start = self.pidfile.read_text().strip().partition(" ")
+        return int(pid), start or None
 
     def running_pid(self) -> int | None:
         """The group's leader PID while any process of the group lives, else None."""
-        if not self.pidfile.exists():
+        recorded = self.recorded()
+        return recorded[0] if recorded is not None and group_members(recorded[0]) else None
+
+    def leader_pid(self) -> int | None:
+        """The leader's PID while the process `start` started (same PID and start time) lives,
+        else None (its exit status is collected if it was our child)."""
+        recorded = self.recorded()
+        if recorded is None:
             return None
-        pid = int(self.pidfile.read_text())
-        return pid if group_members(pid) else None
+        pid, start = recorded
+        _reap(pid)
+        return pid if start is not None and start_time_of(pid) == start else None
 
     def start(self, argv: list[str], log: Path, *, own_session: bool = True,
               **popen: Any) -> subprocess.Popen:
@@ -57,7 +75,7 @@ class ServiceProcess:
         with open(log, "ab") as out:
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                        stderr=subprocess.STDOUT, **grouping, **popen)
-        self.pidfile.write_text(f"{process.pid}\n")
+        self.pidfile.write_text(f"{process.pid} {start_time_of(process.pid) or ''}\n")
         return process
 
     def await_ready(self, process: subprocess.Popen, ready: Callable[[], bool], *,
@@ -77,26 +95,66 @@ class ServiceProcess:
             time.sleep(interval)
 
     def stop(self) -> None:
-        """End the group: nothing of it is left running when this returns, and the pid file is
-        gone (idempotent). SIGTERM, then SIGKILL after STOP_TIMEOUT_SECONDS; `error` is raised
-        (and the pid file kept) only when a process survives SIGKILL."""
-        if not self.pidfile.exists():
-            return
-        pgid = int(self.pidfile.read_text())
-        for sig, bound in ((signal.SIGTERM, STOP_TIMEOUT_SECONDS),
-                           (signal.SIGKILL, KILL_TIMEOUT_SECONDS)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + bound
-            while group_members(pgid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if not group_members(pgid):
-                break
-        if group_members(pgid):
-            raise self.error(f"process group {pgid} of the {self.name} service survived SIGKILL")
-        self.pidfile.unlink()
+        """End the group: SIGTERM, then SIGKILL (see stop_all)."""
+        stop_all([self])
+
+    def _group(self) -> int | None:
+        """The recorded group while it may hold our processes: its leader is the one recorded
+        (same start time), or the leader is gone and the group lives on."""
+        recorded = self.recorded()
+        if recorded is None:
+            return None
+        pid, start = recorded
+        _reap(pid)
+        now = start_time_of(pid)
+        ours = now == start if start is not None and now is not None else bool(group_members(pid))
+        return pid if ours else None
+
+
+def stop_all(services: Iterable[ServiceProcess], sig: int = signal.SIGTERM,
+             timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+    """End the services' groups: nothing of them is left running when this returns, and their pid
+    files are gone (idempotent). All get `sig` at once (so their shutdowns overlap; SIGKILL is a
+    crash, SIGTERM a clean stop), then SIGKILL after `timeout` seconds; a service's `error` is
+    raised (and its pid file kept) only when a process of it survives SIGKILL."""
+    services = list(services)
+    groups = {service: pgid for service in services if (pgid := service._group()) is not None}
+    for pgid in groups.values():
+        _signal_group(pgid, sig)
+    if sig != signal.SIGKILL:
+        _wait_until_gone(groups.values(), timeout)
+        for pgid in groups.values():
+            if group_members(pgid):
+                _signal_group(pgid, signal.SIGKILL)
+    _wait_until_gone(groups.values(), KILL_TIMEOUT_SECONDS)
+    for service in services:
+        pgid = groups.get(service)
+        if pgid is not None and group_members(pgid):
+            raise service.error(f"process group {pgid} of the {service.name} service survived SIGKILL")
+        service.pidfile.unlink(missing_ok=True)
+
+
+def _wait_until_gone(groups: Iterable[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while any(group_members(pgid) for pgid in groups) and time.monotonic() < deadline:
+        for pgid in groups:
+            _reap(pgid)
+        time.sleep(0.1)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int) -> None:
+    """Collect `pid`'s exit status if it is our child (so it does not linger as a zombie)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
 
 
 def last_lines(log: Path, count: int) -> str:

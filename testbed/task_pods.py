@@ -1,21 +1,7 @@
-"""Run-to-completion containers of the process kubelet (testbed/process_kubelet.py): a Job pod's
-`nova-manage ...` or `/bin/sh -c SCRIPT` run FOR REAL on this machine, as a container would run it.
-
-- What runs: the container's command + args. `nova-manage` (and any other tool) resolves to the
-  Nova venv's bin directory first (PATH), so `nova-manage` is Nova's real one; `sh -c SCRIPT`
-  runs the script with /bin/sh. Mount paths in the arguments (and so in the script) are mapped
-  to the local files the kubelet materialised from the pod's Secret and ConfigMap volumes
-  (`map_mount_paths`): `--config-file /etc/nova-manage/nova.conf` reads the Secret's key.
-- Output: stdout and stderr together, in one file per run: the pod's log.
-- As PID 1: the command runs in a PID namespace of its own (`unshare --pid --fork`), as the
-  first process of a container does, with the kernel's rules for it: a signal it has no handler
-  for is ignored (an `sh -c` without a `trap` lives through SIGTERM), and when it ends every
-  other process of the container is killed.
-- End: the exit code (128 + N after signal N). `kill()` is SIGKILL of the container's PID 1
-  (a container crash or a node losing power: everything in it dies), `terminate(grace)` is
-  SIGTERM to its PID 1 alone, SIGKILL after `grace` seconds (what a kubelet does when the pod is
-  deleted: the runtime signals the container's main process only).
-"""
+"""Run-to-completion containers of the process kubelet: a Job pod's `nova-manage ...` or
+`sh -c SCRIPT` run FOR REAL, its mount paths mapped to the files made from the pod's volumes, as
+PID 1 of a PID namespace of its own (so signals and the container's end behave as in a
+container). Details: README.md, "Task pods"."""
 from __future__ import annotations
 
 import os

@@ -9,8 +9,9 @@
     python3 hack/ironic/service.py stop STATE_DIR
     python3 hack/ironic/service.py status STATE_DIR
 
-What each command does is written in testbed/ironic_starter.py, which this file runs. Only the
-standard library is used, so any python3 >= 3.9 runs it, before the project's venv exists.
+What each command does is written in testbed/README.md ("The Ironic starter"); this file runs
+testbed/ironic_starter.py. Only the standard library is used, so any python3 >= 3.9 runs it,
+before the project's venv exists.
 """
 
 import sys

@@ -6,8 +6,9 @@
     python3 hack/keystone/service.py stop STATE_DIR
     python3 hack/keystone/service.py status STATE_DIR
 
-What each command does is written in testbed/keystone_starter.py, which this file runs. Only the
-standard library is used, so any python3 >= 3.9 runs it, before the project's venv exists.
+What each command does is written in testbed/README.md ("The Keystone starter"); this file runs
+testbed/keystone_starter.py. Only the standard library is used, so any python3 >= 3.9 runs it,
+before the project's venv exists.
 """
 
 import sys

@@ -6,8 +6,8 @@
   python3 hack/nova/novastack.py compute-conf STATE_FILE --ironic-url URL
   python3 hack/nova/novastack.py stop STATE_FILE
 
-What a stack is and what each command does is written in testbed/nova_starter.py, which this
-file runs. Only the standard library is used, so any python3 >= 3.9 runs it.
+What a stack is, and what it keeps to, is written in testbed/nova_starter.py (which this file
+runs) and testbed/README.md ("The Nova starter"). Only the standard library is used, so any python3 >= 3.9 runs it.
 """
 
 import sys

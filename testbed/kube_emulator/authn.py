@@ -1,20 +1,7 @@
-"""Authentication by ServiceAccount tokens, as a real API server does it, and an audit log of writes.
-
-- TokenRequest (`POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`, what the kubelet
-  asks for a pod's projected token) issues a bearer token for the ServiceAccount, valid for
-  `spec.expirationSeconds` (default 3600; less than 600 is refused, as a real server does) and,
-  with `spec.boundObjectRef` (a Secret or Pod), only while that object exists.
-- A request with `Authorization: Bearer <token>` is answered 401 Unauthorized when the token is
-  unknown, expired, or its ServiceAccount or bound object is gone or was replaced (another uid):
-  that is what a client holding a rotated-away token meets. A request without credentials is
-  anonymous; the fake authorizes nothing, so it is served (as before tokens existed).
-- The audit log records every write request (create, update, patch, delete) of a token holder:
-  the user, the token's credential id, verb, URI, response code and time: what a real server's
-  audit log at level Metadata says about writes (the `authentication.kubernetes.io/credential-id`
-  extra names the token). Tests read it to count who wrote what.
-
-Tokens are opaque random strings here, not signed JWTs: the clients of the fake never parse them.
-"""
+"""Authentication by ServiceAccount tokens, as a real API server does it: TokenRequest issues
+them; a bearer token is refused (401) once unknown, expired, or its ServiceAccount or bound object
+is gone; a request without credentials is anonymous. Every write of a token holder is audited,
+for tests to count who wrote what. Details: README.md, "Authentication"."""
 import dataclasses
 import datetime
 import secrets

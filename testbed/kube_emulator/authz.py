@@ -1,37 +1,8 @@
-"""Authorization by RBAC, as a real API server's RBAC authorizer decides, and a record of its decisions.
-
-- Who: a request with a bearer token is its ServiceAccount's user `system:serviceaccount:NS:NAME`,
-  in the groups `system:serviceaccounts`, `system:serviceaccounts:NS` and `system:authenticated`
-  (tokens: authn.py). A request without credentials stands for the cluster administrator (what a
-  client certificate in the group `system:masters` is to a real server): it is allowed everything,
-  as every request was before this fake authorized any.
-- What: the request's attributes as kube-apiserver's RequestInfoFactory derives them
-  (`request_info`): a resource request under /api/v1 or /apis/GROUP/VERSION has a verb (get, list,
-  watch, create, update, patch, delete, deletecollection), an API group, a resource and
-  subresource (`pods/status`), a namespace (that of the URL; a Namespace object's own name) and a
-  name (that of the URL, or of a list's or watch's `fieldSelector=metadata.name=NAME`); any other
-  path is a non-resource request whose verb is the HTTP method (`get /apis`).
-- Decision: the rules of the ClusterRoleBindings that name the user (by User, Group or
-  ServiceAccount subject), then those of the RoleBindings in the request's namespace; a rule
-  allows when its verbs, apiGroups, resources (`*`, `pods/status`, `*/status`) and resourceNames
-  (empty: any; never matches a request without a name, such as a create or a list) all match, or
-  for non-resource requests its nonResourceURLs (`/apis/*`). A ClusterRole bound by a RoleBinding
-  grants only in that binding's namespace. The first allowing rule decides.
-- Refusal: 403 Forbidden, worded as a real server words it:
-  `pods "x" is forbidden: User "system:serviceaccount:ns:sa" cannot delete resource "pods" in API
-  group "" in the namespace "ns"` (`at the cluster scope` for cluster-scoped requests), followed by
-  `: RBAC: role.rbac.authorization.k8s.io "r" not found` when a binding names a missing role.
-- The bootstrap policy (`bootstrap_policy`): the default ClusterRoles and ClusterRoleBindings a
-  real server creates and that clients depend on: cluster-admin (group system:masters),
-  system:discovery and system:basic-user (every authenticated user), system:public-info-viewer.
-- Not emulated: aggregated ClusterRoles (aggregationRule), the escalation and `bind` checks on
-  writes of RBAC objects (only the administrator writes them here), impersonation, the Node and
-  webhook authorizers.
-
-The record (`decisions`) keeps every decision about a token holder: who, the attributes, allowed
-or not, and the binding and rule that allowed it. Tests read it to list what a ServiceAccount was
-refused (`refused`) and which of its granted rules no request ever used (`unused_grants`).
-"""
+"""Authorization by RBAC, as a real API server's RBAC authorizer decides it (bindings and rules
+over the stored RBAC objects, the bootstrap policy, refusals worded as a real server words them),
+and the record of every decision about a token holder, for tests to read (`refused`,
+`unused_grants`). A request without credentials is the cluster administrator's. Details:
+README.md, "Authorization"."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,47 +1,8 @@
-"""Pod disruption budgets at work: the disruption controller of kube-controller-manager
-(pkg/controller/disruption, `--controllers=disruption`, on by default) and the eviction
-subresource of pods (pkg/registry/core/pod/storage/eviction.go), as Kubernetes 1.32 has them.
-What `kubectl drain` meets: it evicts each pod through POST pods/NAME/eviction and retries
-every 5 s while the API server answers 429.
-
-The controller (`budget_status`, run by DisruptionController every CHECK_PERIOD seconds) writes
-each PodDisruptionBudget's status from the pods its selector matches in its namespace (a nil
-selector matches none, an empty one all of them):
-- minAvailable as a number: expectedPods is the count of those pods, desiredHealthy the number;
-- maxUnavailable, or minAvailable as a percentage: expectedPods is the sum of the scales of the
-  pods' controllers (their controller owner reference: here a custom resource whose CRD has a
-  scale subresource, read at its specReplicasPath; pods without a controller are left out, as
-  "unmanaged"); a controller whose scale cannot be read, or a kind this fake cannot scale (no
-  ReplicaSets or StatefulSets are served), is the controller's `failSafe`: disruptionsAllowed
-  0, condition DisruptionAllowed False reason SyncFailed, observedGeneration left as it was;
-- currentHealthy counts the pods that are Ready, not being deleted and not in disruptedPods;
-- disruptionsAllowed is currentHealthy - desiredHealthy, never below 0, and 0 while
-  expectedPods is 0; condition DisruptionAllowed True (SufficientPods) or False
-  (InsufficientPods); observedGeneration the budget's generation;
-- disruptedPods (the pods an eviction was granted for) keeps a pod until it is being deleted or
-  gone, or DELETION_TIMEOUT has passed.
-
-An eviction (`evict`) of a pod that has ended, is Pending or is being deleted needs no budget: it
-is deleted. Otherwise the budgets selecting it decide: none, it is deleted; two or more, 500
-"This pod has more than one PodDisruptionBudget, which the eviction subresource does not
-support."; one whose status is older than its spec (observedGeneration < generation), 429 "is
-still being processed" (Retry-After 10); one that allows no disruption, 429 "Cannot evict pod
-as it would violate the pod's disruption budget." with the cause (reason DisruptionBudget) "The
-disruption budget NAME needs D healthy pods and has C currently". A pod that is not Ready is
-deleted without taking from the budget when its unhealthyPodEvictionPolicy is AlwaysAllow, or
-(IfHealthyBudget, the default) when the budget is met (currentHealthy >= desiredHealthy > 0).
-Otherwise the budget's disruptionsAllowed is decremented and the pod recorded in disruptedPods
-(a status write, so a second eviction right after is refused before the controller runs again).
-The pod then gets the condition DisruptionTarget (reason EvictionByEvictionAPI) and is deleted
-gracefully, as a DELETE would; the answer is 201 with a Status of Success.
-
-Timing: the real controller reacts to each pod and budget change within moments; this one
-looks every CHECK_PERIOD seconds, and right after each eviction (so the evicted pod, being
-deleted, leaves disruptedPods before a replacement of the same name can appear). Tests must wait for the status they need, as clients of a real
-one do. Not imitated: the Events the controller posts (NoPods, UnmanagedPods,
-CalculateExpectedPodCountFailed), dry-run evictions, the eviction's own deleteOptions
-preconditions beyond what a DELETE checks, policy/v1beta1.
-"""
+"""Pod disruption budgets at work (Kubernetes 1.32): the disruption controller, which writes each
+budget's status (DisruptionController: every CHECK_PERIOD seconds, and right after each
+eviction), and the checks of the pods/eviction subresource (429 while a budget allows no
+disruption, worded as a real server words it). Details: README.md, "Disruption budgets and
+evictions"."""
 from __future__ import annotations
 
 import asyncio
@@ -52,6 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from testbed.kube_emulator.conditions import pod_ready
 from testbed.kube_emulator.errors import ApiError, bad_request
 from testbed.kube_emulator.jobs import selector_matches
 
@@ -77,12 +39,6 @@ def timestamp(moment: datetime.datetime) -> str:
 
 def parse_time(text: str) -> datetime.datetime:
     return datetime.datetime.strptime(text, '%Y-%m-%dT%H:%M:%SZ').replace(tzinfo=datetime.UTC)
-
-
-def is_ready(pod: dict[str, Any]) -> bool:
-    """podutil.IsPodReady: the condition Ready is True."""
-    return any(c.get('type') == 'Ready' and c.get('status') == 'True'
-               for c in (pod.get('status') or {}).get('conditions') or ())
 
 
 def selects(budget: dict[str, Any], pod: dict[str, Any]) -> bool:
@@ -156,7 +112,7 @@ def budget_status(budget: dict[str, Any], pods: list[dict[str, Any]], scale_of: 
     disrupted = {name: since for name, since in (old.get('disruptedPods') or {}).items()
                  if name in alive and not alive[name]['metadata'].get('deletionTimestamp')
                  and (now - parse_time(since)).total_seconds() < DELETION_TIMEOUT}
-    healthy = sum(1 for p in matched if is_ready(p) and not p['metadata'].get('deletionTimestamp')
+    healthy = sum(1 for p in matched if pod_ready(p) and not p['metadata'].get('deletionTimestamp')
                   and p['metadata']['name'] not in disrupted)
     allowed = healthy - desired if expected > 0 and healthy - desired > 0 else 0
     status = {'observedGeneration': generation, 'disruptionsAllowed': allowed, 'currentHealthy': healthy,
@@ -202,7 +158,7 @@ def take_from_budget(pod: dict[str, Any], budgets: list[dict[str, Any]],
     budget = budgets[0]
     spec, status = budget.get('spec') or {}, dict(budget.get('status') or {})
     name = budget['metadata']['name']
-    if not is_ready(pod):
+    if not pod_ready(pod):
         if spec.get('unhealthyPodEvictionPolicy') == 'AlwaysAllow':
             return None
         if status.get('currentHealthy', 0) >= status.get('desiredHealthy', 0) > 0:

@@ -1,37 +1,7 @@
-"""JobController: the Job controller of kube-controller-manager (pkg/controller/job, Kubernetes
-1.32, `--controllers=job`, on by default), for NonIndexed Jobs, over the fake's store.
-
-Each pass (every CHECK_PERIOD seconds once something changed) does, per Job:
-
-- Pods: a Job's pods are those whose controller ownerReference names it (no adoption by
-  selector). Each is created from spec.template with generateName `<job>-` (5 random chars),
-  the ownerReference (controller and blockOwnerDeletion true) and the finalizer
-  `batch.kubernetes.io/job-tracking`, through the fake's own create path (admission, quota).
-  A refused creation posts a FailedCreate Warning Event and is retried on a later pass.
-- Counting (job tracking with finalizers): a pod that ended (Succeeded, Failed) or, with
-  podReplacementPolicy TerminatingOrFailed (the default), is being deleted while not Succeeded
-  (a deleted running pod counts as failed) is counted once into status.succeeded/failed, then
-  its finalizer is removed. With podReplacementPolicy Failed a pod being deleted counts only
-  once it has ended (phase Failed). Finalizers of pods whose Job is gone (deleted with the
-  default orphan policy, or collected) are removed uncounted.
-- Status: active, ready, terminating, succeeded, failed, startTime, uncountedTerminatedPods,
-  as the real controller writes them (zero counts omitted except ready and terminating).
-- Replacement and backoff: while fewer pods are active than min(parallelism, completions -
-  succeeded) (with podReplacementPolicy Failed, pods still terminating count as active: no
-  replacement runs beside a pod that has not ended), new pods are created, after an exponential delay from the last failure
-  (BACKOFF_BASE * 2^(failures-1), capped at BACKOFF_CAP; a real controller waits 10 s, 20 s,
-  ... up to 6 min: compressed here so tests do not wait minutes, like pod_gc.py's periods).
-- The end: failed + restarts of active OnFailure pods > backoffLimit -> FailureTarget, reason
-  BackoffLimitExceeded; activeDeadlineSeconds past startTime -> FailureTarget, reason
-  DeadlineExceeded; succeeded >= completions -> SuccessCriteriaMet, reason CompletionsReached.
-  The remaining active pods are deleted; once no pod of the Job is active or terminating,
-  the terminal condition follows (Failed, or Complete with completionTime), as since 1.31.
-  Events: SuccessfulCreate, SuccessfulDelete, Completed, BackoffLimitExceeded, DeadlineExceeded.
-
-Not modelled: Indexed Jobs, podFailurePolicy, successPolicy, backoffLimitPerIndex, suspend
-(a suspended Job creates no pods, nothing more: no Suspended condition, active pods stay),
-ttlSecondsAfterFinished, managedBy, adoption and release of pods by selector, the backoff reset.
-"""
+"""JobController: kube-controller-manager's Job controller (Kubernetes 1.32) for NonIndexed Jobs,
+over the fake's store: a Job's pods made from its template, each end counted once (the
+job-tracking finalizer), replacements after a compressed backoff, and the Job's end (Complete,
+Failed). Details: README.md, "The Job controller"."""
 from __future__ import annotations
 
 import asyncio
@@ -40,6 +10,8 @@ import datetime
 import logging
 from collections.abc import Callable
 from typing import Any
+
+from testbed.kube_emulator.conditions import condition_true, pod_ready
 
 CHECK_PERIOD = 0.1
 BACKOFF_BASE = 0.2  # real: 10 s
@@ -77,14 +49,6 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
         if ref.get('controller'):
             return ref.get('uid')
     return None
-
-
-def _condition(status: dict[str, Any], kind: str) -> bool:
-    return any(c.get('type') == kind and c.get('status') == 'True' for c in status.get('conditions') or [])
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return _condition(pod.get('status') or {}, 'Ready')
 
 
 class JobController:
@@ -152,7 +116,7 @@ class JobController:
             if (spec.get('template') or {}).get('spec', {}).get('restartPolicy') == 'OnFailure' else 0
 
         conditions = list(status.get('conditions') or [])
-        finished = _condition(status, 'Complete') or _condition(status, 'Failed')
+        finished = condition_true(job, 'Complete') or condition_true(job, 'Failed')
         if finished:
             self._last_failure.pop(meta['uid'], None)
         if not finished and not spec.get('suspend') and not status.get('startTime'):
@@ -181,7 +145,7 @@ class JobController:
         elif not finished and not spec.get('suspend'):
             active += self._create_pods(job, len(active) + (len(terminating) if only_failed else 0), succeeded)
 
-        status.update(succeeded=succeeded, failed=failed, active=len(active), ready=sum(map(_ready, active)),
+        status.update(succeeded=succeeded, failed=failed, active=len(active), ready=sum(map(pod_ready, active)),
                       terminating=len(terminating), uncountedTerminatedPods={}, conditions=conditions)
         for key in ('succeeded', 'failed', 'active'):
             if not status[key]:

@@ -1,22 +1,6 @@
-"""batch/v1 Jobs as the real registry admits them (pkg/registry/batch/job/strategy.go and
-pkg/apis/batch/validation, Kubernetes 1.32): the API defaults of a Job and its pod template,
-the generated selector and labels, and the refusals (422 Invalid) a real server answers.
-
-- Defaults (`job_defaults`): parallelism and completions 1 when both are unset, backoffLimit 6,
-  completionMode NonIndexed, suspend false, podReplacementPolicy TerminatingOrFailed (Failed
-  with a podFailurePolicy), and the PodSpec defaults of the template (restartPolicy Always,
-  which a Job then refuses). On create, unless `spec.manualSelector` is true, the template gets
-  the labels `batch.kubernetes.io/controller-uid` and `controller-uid` (the Job's uid),
-  `batch.kubernetes.io/job-name` and `job-name` (its name), and the selector
-  `matchLabels: {batch.kubernetes.io/controller-uid: UID}`; status starts as `{}`.
-- Refusals (`job_errors`): a name that is not a DNS-1123 subdomain or too long for the job-name
-  label, a template without containers, a restartPolicy other than OnFailure/Never, a
-  podReplacementPolicy other than Failed/TerminatingOrFailed (only Failed with a
-  podFailurePolicy), negative counts, a selector that does not match the template's labels or that the user set without
-  manualSelector; on update a changed spec.selector, spec.template or spec.completionMode
-  (immutable; a real server lets a suspended Job that never started change some scheduling
-  fields of its template: not modelled).
-"""
+"""batch/v1 Jobs as the real registry admits them (Kubernetes 1.32): the API defaults of a Job
+and its pod template (`job_defaults`), the generated selector and labels, and the 422 refusals
+(`job_errors`). Details: README.md, "Jobs"."""
 from __future__ import annotations
 
 import json

@@ -1,36 +1,8 @@
-"""PodGarbageCollector: the pod garbage collector of kube-controller-manager (pkg/controller/podgc,
-`--controllers=pod-garbage-collector`, on by default), the part of it that fencing meets.
-
-Every CHECK_PERIOD seconds it lists pods and nodes, and force-deletes:
-
-- terminating pods on out-of-service nodes (`gcTerminating`, the NodeOutOfServiceVolumeDetach
-  feature, GA and always on since Kubernetes 1.28): a pod that is being deleted
-  (deletionTimestamp set) on a node that is not Ready (Ready False or Unknown) and carries the
-  taint `node.kubernetes.io/out-of-service` (any value and effect). This is how an
-  administrator declares a dead node's pods gone: `kubectl taint node N
-  node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
-- orphaned pods (`gcOrphaned`): a pod bound to a node (spec.nodeName) whose Node object does not
-  exist. A missing node is first quarantined for QUARANTINE seconds and then looked up again, so
-  that a node that is only late in the informer's cache is not taken for deleted; its pods go
-  once it is still missing after that.
-
-Each deletion is what `markFailedAndDeletePod` does: unless the pod has already ended, its status
-is first set to phase Failed (an orphaned pod also gets the condition DisruptionTarget=True,
-reason DeletionByPodGC, message "PodGC: node no longer exists"), then the pod is deleted with
-gracePeriodSeconds 0, without preconditions: it is gone at once, whatever its kubelet thinks.
-
-Timing: a real controller-manager checks every 20 s (gcCheckPeriod) and quarantines a missing
-node for 40 s (quarantineTime), so a real cluster force-deletes such pods 0-20 s after the
-out-of-service taint, and 40-60 s after their Node was deleted. The fake compresses both
-(CHECK_PERIOD 1 s, QUARANTINE 2 s) so that tests do not wait a minute; code under test must
-not depend on either number, only on "some seconds later".
-
-Not imitated: gcTerminated (more than --terminated-pod-gc-threshold=12500 ended pods) and
-gcUnscheduledTerminating (this fake deletes an unbound pod at once, so none is left terminating).
-The taint eviction controller, which deletes (gracefully) the pods that do not tolerate a
-NoExecute taint such as the out-of-service one, is not imitated either: pods here are deleted
-by their owners (the operator), and the collector then finishes the deletion.
-"""
+"""PodGarbageCollector: the part of kube-controller-manager's pod garbage collector that fencing
+meets. It force-deletes terminating pods of not-Ready out-of-service nodes, and the pods of nodes
+that no longer exist (after a quarantine); each is set Failed first unless it has ended. Its
+periods are compressed: code under test may rely only on "some seconds later". Details:
+README.md, "Pod garbage collector"."""
 from __future__ import annotations
 
 import asyncio
@@ -39,6 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from testbed.kube_emulator.conditions import node_ready
+
 CHECK_PERIOD = 1.0  # real: 20 s
 QUARANTINE = 2.0  # real: 40 s
 OUT_OF_SERVICE_TAINT = 'node.kubernetes.io/out-of-service'
@@ -46,12 +20,6 @@ ORPHANED_CONDITION = {'type': 'DisruptionTarget', 'status': 'True', 'reason': 'D
                       'message': 'PodGC: node no longer exists'}
 
 log = logging.getLogger(__name__)
-
-
-def node_is_ready(node: dict[str, Any]) -> bool:
-    """Ready=True (nodeutil.IsNodeReady): False and Unknown both count as not ready."""
-    return any(c.get('type') == 'Ready' and c.get('status') == 'True'
-               for c in (node.get('status') or {}).get('conditions') or ())
 
 
 def out_of_service(node: dict[str, Any]) -> bool:
@@ -88,7 +56,7 @@ class PodGarbageCollector:
         for pod in pods:
             node = nodes.get(pod['spec'].get('nodeName') or '')
             if pod['metadata'].get('deletionTimestamp') and node is not None \
-                    and not node_is_ready(node) and out_of_service(node):
+                    and not node_ready(node) and out_of_service(node):
                 self._fail_and_delete(pod, None)
         self._collect_orphans(self._pods(), set(nodes))
 

@@ -1,26 +1,7 @@
-"""Pod logs: `GET /api/v1/namespaces/NS/pods/NAME/log` as a real API server answers it.
-
-On a real cluster the API server proxies the request to the pod's kubelet, which reads the
-container runtime's log. Here the FAKE kubelets (testbed/kubelet.py, testbed/process_kubelet.py)
-hand the fake their containers' output over a TEST-ONLY route that no real API server has:
-
-    PUT /testbed/kubelet/pods/<pod uid>/containers/<container>/log   body {"log": "<whole text>"}
-
-(a non-resource URL: only the cluster administrator, i.e. a request without a token, may call
-it). The text is kept per pod uid, so a replacement pod with the same name starts empty, and is
-forgotten with the pod. Against a real API server the route does not exist (404) and the real
-kubelet serves real logs.
-
-What a read answers (text/plain; errors as Status, as the API server and kubelet word them):
-- the pod is not bound to a node: an empty log (the API server has no kubelet to ask);
-- no `container` and more than one container: 400 "a container name must be specified for
-  pod P, choose one of: [a b]"; an unknown container: 400 "container c is not valid for pod P";
-- a container not started (no status, or waiting): 400 `container "c" in pod "P" is waiting to
-  start: <reason>` (ContainerCreating when the kubelet gave none);
-- else the text: whole, or its last `tailLines` lines, cut to `limitBytes`.
-Not modelled: `previous`, `sinceSeconds`, `sinceTime`, `timestamps`, `follow` (answered 400, so
-that no caller believes it got what it asked for), and the separation of stdout and stderr.
-"""
+"""Pod logs (PodLogs): `GET pods/NAME/log` answered as a real API server answers it, from the
+text the fake kubelets hand in over a TEST-ONLY route (UPLOAD_ROUTE). A log is kept per pod uid (a
+replacement of the same name starts empty) and forgotten with its pod. Details: README.md, "Pod
+logs"."""
 from __future__ import annotations
 
 import re

@@ -1,20 +1,7 @@
 """apps/v1 Deployments and policy/v1 PodDisruptionBudgets as the real registry admits them
-(pkg/apis/apps/v1/defaults.go, pkg/apis/apps/validation, pkg/registry/apps/deployment/strategy.go,
-pkg/apis/policy/validation, pkg/registry/policy/poddisruptionbudget/strategy.go; Kubernetes
-1.32): what a chart such as ours installs. Deployments are stored and served only: no
-Deployment controller (no ReplicaSets, no pods, status stays as created); a budget's status is
-the disruption controller's (disruption.py).
-
-- Deployment defaults (`deployment_defaults`): replicas 1, strategy RollingUpdate with
-  maxUnavailable and maxSurge 25%, revisionHistoryLimit 10, progressDeadlineSeconds 600 (the
-  template's PodSpec defaults are admission.py's); status `{}` on create.
-- Deployment refusals (`deployment_errors`, 422): a name that is not a DNS-1123 subdomain, no
-  or an empty selector, a selector that does not match the template's labels, a template
-  restartPolicy other than Always, no containers, negative replicas, a rollingUpdate with a
-  Recreate strategy, maxUnavailable and maxSurge both 0; on update a changed spec.selector.
-- PodDisruptionBudget: status with its zero counts on create (`pdb_defaults`); refused when it
-  sets both minAvailable and maxUnavailable, or a negative or above-100% value (`pdb_errors`).
-"""
+(Kubernetes 1.32): their defaults and 422 refusals. Deployments are stored only (no controller);
+a budget's status is the disruption controller's (disruption.py). Details: README.md,
+"Deployments and PodDisruptionBudgets"."""
 from __future__ import annotations
 
 import json

@@ -37,6 +37,8 @@ from typing import Any
 
 import yaml
 
+from tests.support.operator_harness import is_ready
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ironic-shard-operator"
 RELEASE, OPERATOR_NS, POOL_NS = "iso", "iso-system", "e2e"
@@ -122,11 +124,6 @@ def member_pods() -> dict[str, dict]:
     return {p["metadata"]["name"]: p for p in pods}
 
 
-def is_ready(pod: dict) -> bool:
-    if pod["metadata"].get("deletionTimestamp"):
-        return False
-    conditions = pod.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def listed_by(member: str) -> set[str] | None:

@@ -1,4 +1,4 @@
-"""The bad-input catalogue (issue 12, item 18): malformed pools, Secrets and clouds, as users
+"""The bad-input catalogue: malformed pools, Secrets and clouds, as users
 write them.
 
 Each case ends one of two ways, and the table says which:

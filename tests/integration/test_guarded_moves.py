@@ -1,4 +1,4 @@
-"""Guarded free moves (issue 11, item 5) against the real Ironic: a node claimed by a build
+"""Guarded free moves against the real Ironic: a node claimed by a build
 AFTER its batch was re-read, but before its own write, is never moved away from its live
 owner.
 
@@ -77,7 +77,7 @@ def test_a_move_away_from_a_dead_owner_is_not_read_again(ironic_service: IronicS
 
 def test_a_node_claimed_between_its_read_and_its_write_is_put_back_to_its_live_owner(
         ironic_service: IronicService) -> None:
-    """The last window of the move race (issue 19, item 12): Ironic refuses a JSON-patch `test`,
+    """The last window of the move race: Ironic refuses a JSON-patch `test`,
     so no write is conditional. A build claims the node exactly between the guard's read of it
     and its PATCH (a forwarder in front of the real Ironic runs the claim when the PATCH comes
     and only then lets it through): the read right after the write sees the claim, and the

@@ -17,6 +17,7 @@ import pytest
 from testbed.kube_client import KubeAPIError, KubeClient
 from testbed.kubelet import FakeKubelet
 from tests.support.kube_api import KubeAPI
+from tests.support.operator_harness import is_ready
 
 pytestmark = pytest.mark.integration
 
@@ -46,8 +47,7 @@ def refusal(client: KubeClient, ns: str, name: str) -> KubeAPIError:
 
 def ready(client: KubeClient, ns: str, names: list[str]) -> bool:
     pods = {p["metadata"]["name"]: p for p in client.get(f"/api/v1/namespaces/{ns}/pods")["items"]}
-    return all(any(c["type"] == "Ready" and c["status"] == "True" for c in
-                   (pods.get(n, {}).get("status") or {}).get("conditions") or ()) for n in names)
+    return all(n in pods and is_ready(pods[n]) for n in names)
 
 
 def budget_status(client: KubeClient, ns: str, name: str) -> dict[str, Any]:

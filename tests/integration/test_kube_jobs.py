@@ -1,4 +1,4 @@
-"""batch/v1 Jobs and pod logs as a real cluster serves them (issue 11's handover runs
+"""batch/v1 Jobs and pod logs as a real cluster serves them (the handover runs
 `nova-manage` in a Job and reads its log): what the API server refuses and defaults, what the
 Job controller does with its pods' ends (success, failure, backoff, a deleted pod), how deleting
 a Job treats its pods, and who may read a pod's log.

@@ -1,4 +1,4 @@
-"""Observation by need against the real Ironic service (issue 14): a steady poll costs at most 2
+"""Observation by need against the real Ironic service: a steady poll costs at most 2
 requests and writes nothing, and each change that matters is acted on within one poll.
 
 A poll is one `run_cycle` with the pool's `ObservationMemory`, as the operator's Ironic side

@@ -1,4 +1,4 @@
-"""The race guard with the real Placement (issue 11, item 5): a build in flight claims its node
+"""The race guard with the real Placement: a build in flight claims its node
 in Placement before Ironic shows an instance_uuid. While Placement holds an allocation on a
 node's resource provider, that free node does not move away from its live owner when a member
 joins (the consumer holding it reported, for status.guard); once the allocation is gone, it

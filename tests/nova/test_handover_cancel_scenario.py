@@ -1,4 +1,4 @@
-"""Scaling back up in the middle of a retire, as Nova sees it (issue 19, item 2): the real
+"""Scaling back up in the middle of a retire, as Nova sees it: the real
 operator, real Ironic, the real Nova stack, member pods as REAL nova-compute processes and the
 handover Jobs' pods as REAL `nova-manage db ironic_compute_node_move` (testbed/process_kubelet.py).
 

@@ -1,4 +1,4 @@
-"""Handover chaos with real Nova (issue 19): random faults during a retire and a long failure at
+"""Handover chaos with real Nova: random faults during a retire and a long failure at
 once, the handover's invariants checked every second, the seed printed so a failure replays
 (`CHAOS_SEED=<seed>`).
 

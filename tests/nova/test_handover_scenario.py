@@ -1,4 +1,4 @@
-"""Retire with handover under the faults it exists for, as Nova sees it (issue 19): the real
+"""Retire with handover under the faults it exists for, as Nova sees it: the real
 operator, real Ironic, the real Nova stack, member pods run as REAL nova-compute processes and
 the handover Job's pod as a REAL `nova-manage db ironic_compute_node_move` with the mounted config
 (testbed/process_kubelet.py).

@@ -1,5 +1,5 @@
 """A Job's pod on the process kubelet runs the REAL nova-manage of the Nova stack, with the
-config its Secret volume carries, as issue 11's handover Job will: its output is the pod's log,
+config its Secret volume carries, as the handover Job does: its output is the pod's log,
 its exit code the pod's end, and the Job controller counts that end.
 
 Needs the fake API server's Job controller and the process kubelet: skipped on a real cluster.

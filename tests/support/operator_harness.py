@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ironic_shard_operator.core.pods import member_readiness, read_pod
 from testbed import service_account_tokens as tokens
 from testbed.kube_client import KubeAPIError, KubeClient
 from tests.support.kube_api import KubeAPI
@@ -158,8 +159,9 @@ def member_pods(client: KubeClient, namespace: str, pool: str) -> dict[str, dict
 
 
 def is_ready(pod: dict[str, Any]) -> bool:
-    return not pod["metadata"].get("deletionTimestamp") and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or ())
+    """Whether the operator counts the pod's member ready (core/pods.py: Ready, not being deleted)."""
+    view = read_pod(pod)
+    return member_readiness(view.member, view, None, now=time.time()).ready
 
 
 def ready_members(client: KubeClient, namespace: str, pool: str) -> list[str]:

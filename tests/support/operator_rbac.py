@@ -100,7 +100,7 @@ def install_identity(client: KubeClient, namespace: str, *settings: str, watch_a
     return service_account_name(documents)
 
 
-# The grants only a handover of nodes with instances uses (issue 11): its Jobs and their logs.
+# The grants only a handover of nodes with instances uses: its Jobs and their logs.
 # The Nova-less RBAC scenario (tests/integration/test_operator_rbac.py) cannot use them; the
 # real-Nova handover scenario must.
 HANDOVER_GRANTS = (' jobs in API group "batch"', ' pods/log in API group ""')

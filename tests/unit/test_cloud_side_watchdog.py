@@ -1,5 +1,5 @@
 """A pool's Ironic and Nova side whose requests all hang for good (a library deadlock) is found
-out and abandoned (controller/cloud_side.py, issue 19 item 11): it has sent no request for
+out and abandoned (controller/cloud_side.py): it has sent no request for
 HUNG_AFTER_SECONDS; abandoned, it can write nothing more (its interrupt set, `may_write`
 False for it alone), and the pool's next cycle starts a new side on a new connection."""
 

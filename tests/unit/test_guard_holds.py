@@ -1,7 +1,7 @@
 """status.guard (core/guard_holds.py): the free nodes the shard-write guard holds back for
 Placement allocations are listed with since when, and one held longer than
 spec.nova.leakedAllocationSeconds is reported once as a leaked allocation, never waited on
-silently (issue 19, item 8)."""
+silently."""
 
 from ironic_shard_operator.core.guard_holds import LISTED, guard_section
 from ironic_shard_operator.core.shard_write import GuardHold

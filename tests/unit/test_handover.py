@@ -402,7 +402,7 @@ def test_a_failed_jobs_retry_wakes_the_pool_when_it_falls_due_not_a_poll_later()
     assert delay == 60.0 + AFTER_WAKE_SECONDS
 
 
-# --- the hold, cancellation and the rules of issue 19 -------------------------------------------
+# --- the hold, destinations, cancellation and failed sources -----------------------------------
 
 FORCED = {m(0): service(m(0)), m(1): service(m(1)), m(2): service(m(2), forced_down=True)}
 

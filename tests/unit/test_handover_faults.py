@@ -1,4 +1,4 @@
-"""Handovers under faults (issue 19): a hypothesis state machine runs the operator's own
+"""Handovers under faults: a hypothesis state machine runs the operator's own
 decisions against a simulated cloud, with a fault between any two steps.
 
 The operator's part is the product's code, step for step as a cycle runs it (controller/

@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 
 from ironic_shard_operator.controller import pool_loop, runner
+from ironic_shard_operator.controller.runtime import Operator
 from ironic_shard_operator.controller.handlers import LoopStopped
 from ironic_shard_operator.core import liveness
 from testbed.ports import free_port
@@ -49,9 +50,9 @@ async def test_a_pool_loop_stuck_in_a_cycle_makes_the_operator_unhealthy(monkeyp
         return 100.0
 
     monkeypatch.setattr(pool_loop, "reconcile", hung)
-    operator = pool_loop.Operator(kube=None, monotonic=clock)
+    operator = Operator(kube=None, monotonic=clock)
     stopped = LoopStopped()
-    loop = asyncio.ensure_future(operator.run_pool(BODY, stopped, claims=lambda: []))
+    loop = asyncio.ensure_future(pool_loop.run_pool(operator, BODY, stopped, claims=lambda: []))
     await asyncio.wait_for(entered.wait(), timeout=5)
     clock.now += 400
     assert operator.stuck_loops() == []  # 4 intervals: still alive

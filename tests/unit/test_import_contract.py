@@ -1,8 +1,8 @@
-"""The layer contract (pyproject.toml, [tool.importlinter]) holds, and it does bite.
+"""The import contracts (pyproject.toml, [tool.importlinter]) hold, and each of them bites.
 
-`lint-imports` (import-linter) builds the package's import graph statically, so these tests
-need no service. The second test breaks the contract on purpose in a copy of the package and
-expects the linter to refuse it: a contract that cannot fail proves nothing.
+`lint-imports` (import-linter) builds the import graph statically, so these tests need no
+service. The second test breaks a contract on purpose in a copy of the package and the test bed
+and expects the linter to refuse it: a contract that cannot fail proves nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "operator" / "ironic_shard_operator"
+SOURCES = {"ironic_shard_operator": REPO / "operator" / "ironic_shard_operator", "testbed": REPO / "testbed"}
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -33,19 +33,32 @@ def test_the_package_keeps_its_layers() -> None:
 
 
 @pytest.mark.parametrize(("module", "line", "contract"), [
-    ("core/planner.py", "import kopf", "core is pure"),
-    ("core/status.py", "from ironic_shard_operator.adapters import ironic", "core is pure"),
-    ("adapters/kube.py", "from ironic_shard_operator.controller import metrics",
+    ("ironic_shard_operator/core/planner.py", "import kopf", "core is pure"),
+    ("ironic_shard_operator/core/status.py", "from ironic_shard_operator.adapters import ironic", "core is pure"),
+    ("ironic_shard_operator/adapters/kube.py", "from ironic_shard_operator.controller import metrics",
      "adapters only talk"),
-    ("controller/reconcile.py", "import testbed.kube_client", "the product never imports"),
+    ("ironic_shard_operator/controller/reconcile.py", "import testbed.kube_client", "the product never imports"),
+    ("ironic_shard_operator/controller/reconcile.py", "from ironic_shard_operator.controller import pool_loop",
+     "no import cycles"),
+    ("ironic_shard_operator/core/ring.py", "from ironic_shard_operator.core import planner", "no import cycles"),
+    ("testbed/keystone_starter.py", "from testbed import ironic_starter", "no import cycles"),
+    ("ironic_shard_operator/controller/leader.py", "from ironic_shard_operator.controller import metrics",
+     "the controller is layered"),
+    ("testbed/ports.py", "from testbed import waiting", "the test bed is layered"),
+    ("testbed/kube_emulator/pod_gc.py", "from testbed.kube_emulator import job_controller",
+     "the fake API server is layered"),
 ], ids=["core imports kopf", "core imports an adapter", "adapter imports the controller",
-        "the product imports a test peer"])
+        "the product imports a test peer", "the loop imports the cycle imports the loop",
+        "a loop inside core", "the Keystone and Ironic starters import each other",
+        "a controller module imports one beside it", "a test bed module imports one above it",
+        "a fake API server module imports one beside it"])
 def test_a_deliberate_violation_fails(tmp_path: Path, module: str, line: str, contract: str) -> None:
-    copy = tmp_path / "src" / "ironic_shard_operator"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, source in SOURCES.items():
+        shutil.copytree(source, tmp_path / "src" / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    target = copy / module
+    target = tmp_path / "src" / module
     target.write_text(target.read_text() + f"\n{line}  # deliberate violation\n")
     done = lint_imports(tmp_path, tmp_path / "src")
     assert done.returncode != 0, done.stdout
-    assert f"{contract}" in done.stdout and "BROKEN" in done.stdout, done.stdout
+    verdicts = [line.split() for line in done.stdout.splitlines() if line.startswith(contract)]
+    assert verdicts and verdicts[0][-1] == "BROKEN", done.stdout

@@ -23,7 +23,7 @@ import pytest
 from kubernetes.client import ApiClient
 
 from testbed.kube_client import KubeAPIError, KubeClient, MalformedAnswer
-from testbed.kube_emulator import EmulatorThread, kubeconfig_text, server
+from testbed.kube_emulator import EmulatorThread, kubeconfig_text, store
 
 NS = 'default'
 PODS = f'/api/v1/namespaces/{NS}/pods'
@@ -201,7 +201,7 @@ def test_an_expired_watch_ends_with_the_servers_status(fake: tuple[KubeClient, A
     client, _ = fake
     since = client.get(PODS)['metadata']['resourceVersion']
     # Read at each write: past 10 events, each write drops the oldest 5 (200 writes drop 800 at least).
-    monkeypatch.setattr(server, 'HISTORY_KEPT', 10)
+    monkeypatch.setattr(store, 'HISTORY_KEPT', 10)
     for i in range(200):
         client.patch(f'{PODS}/{pod}', {'metadata': {'labels': {'write': str(i)}}})
     with pytest.raises(KubeAPIError) as expired:

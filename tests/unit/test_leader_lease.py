@@ -81,7 +81,7 @@ def test_settings_from_environment():
 
 
 def test_handover_and_repair_shard_writes_ask_the_lease_before_each_write():
-    """Invariant 10 for the writes of pinned nodes' shards (issue 19, item 10): the stop flag the
+    """Invariant 10 for the writes of pinned nodes' shards: the stop flag the
     Ironic adapter asks before each PATCH turns on the moment the Lease check fails, not once per
     handover step."""
     from ironic_shard_operator.controller.handover import HandoverWork

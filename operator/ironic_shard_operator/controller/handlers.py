@@ -1,6 +1,6 @@
 """kopf wiring: which Kubernetes events run which pool's cycle. Nothing here decides.
 
-- One task per IronicComputeShard runs that pool's loop (`Operator.run_pool`), started at
+- One task per IronicComputeShard runs that pool's loop (`pool_loop.run_pool`), started at
   the pool's first event (its creation, or the listing when the operator starts) and
   stopped when the pool is deleted or the operator stops (`PoolLoops`). One loop per pool
   is what keeps one cycle per pool at a time.
@@ -37,7 +37,8 @@ from typing import Any, Awaitable, Callable, Mapping
 import kopf
 
 from ironic_shard_operator.core.podspec import POOL_LABEL
-from ironic_shard_operator.controller.pool_loop import Operator
+from ironic_shard_operator.controller import pool_loop
+from ironic_shard_operator.controller.runtime import Operator
 from ironic_shard_operator.core.claims import PoolClaim
 from ironic_shard_operator.core.model import Selector
 from ironic_shard_operator.core.spec import GROUP, PLURAL, VERSION
@@ -51,7 +52,7 @@ STOP_SECONDS = 30.0
 
 
 class LoopStopped:
-    """A pool loop's stop flag, read the way `Operator.run_pool` reads it: truthy once set,
+    """A pool loop's stop flag, read the way `pool_loop.run_pool` reads it: truthy once set,
     and awaitable."""
 
     def __init__(self) -> None:
@@ -172,7 +173,7 @@ async def pool_changed(event: Any, type: str | None, namespace: str, name: str, 
                 for c in pool_claims.get("pools", [])]
 
     memo.pool_loops.follow(key, event["object"],
-                           lambda body, stopped: operator.run_pool(body, stopped, claims=claims))
+                           lambda body, stopped: pool_loop.run_pool(operator, body, stopped, claims=claims))
     runtime = operator.runtime(key)
     if runtime.generation != meta.get("generation"):
         operator.wake(key)

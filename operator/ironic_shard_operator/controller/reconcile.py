@@ -39,7 +39,7 @@ import base64
 import logging
 import threading
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Mapping
+from typing import Any, Awaitable, Iterable, Mapping
 
 from ironic_shard_operator.adapters.ironic import (
     IronicAdapter, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError, IronicTooOld,
@@ -50,6 +50,7 @@ from ironic_shard_operator.controller.cloud_side import HUNG_AFTER_SECONDS, Clou
 from ironic_shard_operator.controller.disruption_budget import keep_budget
 from ironic_shard_operator.controller.ironic_cycle import AdapterCache
 from ironic_shard_operator.controller.log_redaction import KNOWN
+from ironic_shard_operator.controller.runtime import Operator, PoolRuntime
 from ironic_shard_operator.controller.signals import status_written
 from ironic_shard_operator.core import handover, handover_job, model, pods, podspec
 from ironic_shard_operator.core.claims import Conflict, PoolClaim, cloud_identity, find_conflict
@@ -62,9 +63,6 @@ from ironic_shard_operator.core.spec import InvalidSpec, Pool, SecretKeyRef, rea
 from ironic_shard_operator.core.status import (
     CycleFacts, autoscale_history_of, build_status, format_time, moves_event, since_of,
 )
-
-if TYPE_CHECKING:
-    from ironic_shard_operator.controller.pool_loop import Operator, PoolRuntime
 
 log = logging.getLogger(__name__)
 

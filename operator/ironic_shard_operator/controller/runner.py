@@ -123,7 +123,7 @@ async def run(settings: Settings) -> int:
     """Standby until elected, then run kopf until stopped or the Lease is lost."""
     from ironic_shard_operator.controller import handlers  # noqa: F401  (registers the handlers)
     from ironic_shard_operator.controller.metrics import OperatorMetrics
-    from ironic_shard_operator.controller.pool_loop import Operator
+    from ironic_shard_operator.controller.runtime import Operator
 
     state = Health()
     health = await _serve_health(settings.health_port, state)
