@@ -31,7 +31,6 @@ import random
 import sys
 import threading
 import time
-import tracemalloc
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +45,7 @@ from openstack.config import loader
 
 from ironic_shard_operator.adapters.ironic import NODE_FIELDS, node_from_api
 from ironic_shard_operator.adapters.nova import ComputeService, Hypervisor, NovaAdapter
+from memory_bench import measured  # bench/, this script's folder
 
 PAGE = 1000
 
@@ -163,12 +163,7 @@ def cpu(work: Callable[[], Any]) -> tuple[float, Any]:
 
 def held_per_object(build: Callable[[], list[Any]]) -> float:
     """Bytes still held per object by what `build()` returns."""
-    gc.collect()
-    tracemalloc.start()
-    built = build()
-    gc.collect()
-    held, _ = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    held, _, built = measured(build)
     return held / len(built)
 
 
