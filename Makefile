@@ -25,9 +25,10 @@ chart-check: setup
 e2e: setup        ## kind end-to-end (needs a Docker engine and kind)
 	bash hack/kind-e2e.sh
 
-bench: setup      ## pure benchmarks: ring vs tooz, memory at 100k nodes
+bench: setup      ## pure benchmarks: ring vs tooz, memory at 100k nodes, openstacksdk vs raw reads
 	$(PY) bench/ring_bench.py
 	$(PY) bench/memory_bench.py
+	$(PY) bench/sdk_cost_bench.py
 
 bench-reconcile: setup  ## 10,000 nodes against real Ironic, vs a tooz ring (~8 min)
 	$(PY) bench/reconcile_bench.py

@@ -94,11 +94,13 @@ metadata:
 spec:
   version: v$version
   homepage: ${RELEASE_HOMEPAGE:-$base_url}
-  shortDescription: Status, preflight, pause and resume of IronicComputeShard pools
+  shortDescription: Status, report, retire, fence, preflight, pause
   description: |
     kubectl ics shows the IronicComputeShard pools of the ironic-shard-operator (members,
-    nodes, conditions, Events), checks a pool's clouds.yaml and nova.conf against Ironic,
-    Nova and Placement before it is applied (preflight), and pauses or resumes a pool.
+    nodes, conditions, Events) and writes a pool's debug bundle; retires a member (its nodes
+    handed over first), fences or unfences one; checks a pool's clouds.yaml and nova.conf
+    against Ironic, Nova and Placement before it is applied (preflight); and pauses or
+    resumes a pool.
   caveats: |
     kubectl-ics is a PEX: it needs a CPython 3.11 on PATH (python3 or python3.11).
   platforms:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +47,18 @@ def test_reads_members_services_and_which_nodes_each_reports(
             reported.setdefault(hypervisor.host, set()).add(hypervisor.node_uuid)
     assert reported == {m: set(running_pool.nodes_of(m)) for m in running_pool.members}
     assert nova.writes_made == 0
+
+
+def test_a_compute_api_version_pinned_in_the_clouds_yaml_does_not_change_the_calls(
+        nova_stack: NovaStack, running_pool: ShardedPool) -> None:
+    """The adapter speaks 2.53 whatever the cloud's `compute_api_version`: at 2.1 Nova would
+    give services integer ids, which Nova 2.53 refuses to address."""
+    cloud = {**nova_stack.cloud_config(), "compute_api_version": "2.1"}
+    pinned = NovaAdapter(openstack.connect(load_yaml_config=False, load_envvars=False, **cloud), cloud_name="pinned")
+    member = running_pool.members[0]
+    service = pinned.service(member)
+    assert service is not None and uuid.UUID(service.id)
+    assert {h.node_uuid for h in pinned.hypervisors() if h.host == member} == set(running_pool.nodes_of(member))
 
 
 def test_forced_down_is_set_and_then_cleared_by_us(

@@ -55,3 +55,14 @@ def test_every_dependency_of_the_image_is_pinned_by_hash_and_installed_with_requ
     # our own wheel adds nothing: no dependency, no build environment downloaded
     assert "pip wheel --no-deps --no-build-isolation" in DOCKERFILE
     assert "install --no-deps --no-index /wheels/*.whl" in DOCKERFILE
+
+
+def test_the_krew_short_description_names_what_kubectl_ics_does_in_what_krew_search_shows() -> None:
+    """`kubectl krew search` cuts a shortDescription to 50 characters; the plugin's commands
+    (an undoing command, unfence or resume, goes with the one it undoes) are all named within."""
+    from ironic_shard_operator.kubectl_ics import COMMANDS
+
+    [short] = re.findall(r"^\s*shortDescription: (.+)$", (REPO / "hack" / "release.sh").read_text(), flags=re.M)
+    assert len(short) <= 50, short
+    named = set(re.findall(r"[a-z]+", short.lower()))
+    assert set(COMMANDS) - {"unfence", "resume"} <= named, short

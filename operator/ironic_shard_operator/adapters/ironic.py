@@ -3,7 +3,9 @@
 Built on an openstacksdk connection (clouds.yaml, like every OpenStack tool): openstacksdk
 supplies authentication (Keystone, http_basic or none) and the endpoint; the requests
 themselves are plain Bare Metal API calls at microversion 1.82, the first with shards, so
-that every request is one we chose (the number of requests is what scales).
+that every request is one we chose (the number of requests is what scales). Each call says
+why it is raw: openstacksdk has no call for the API root or `GET /v1/shards`, and its Node
+costs 1.5-3 ms of CPU to build, minutes for a pool's 100,000 nodes (bench/sdk_cost_bench.py).
 
 What it keeps:
 - Reading costs one request per 1,000 managed nodes (`fields=` and pages of 1,000, the
@@ -313,6 +315,7 @@ class IronicAdapter:
         """
         if self._max_version is not None:
             return self._max_version
+        # Raw: openstacksdk has no call for Ironic's API root, whose max-version header (or who answered) we need
         root = self._send("GET", self.endpoint + "/", retry=False, microversion=False)
         if MAX_VERSION_HEADER not in root.headers or root.status_code != 200:
             if root.status_code in (401, 403) and "WWW-Authenticate" in root.headers:
@@ -326,6 +329,7 @@ class IronicAdapter:
                 f"Ironic at {self.endpoint} offers API {format_version(version)} at most; node "
                 f"shards need {format_version(SHARD_MICROVERSION)} (Ironic 21.4 / 2023.1 or "
                 f"newer): upgrade Ironic or point cloud '{self.cloud}' at a newer one")
+        # Raw, as every node read here: an openstacksdk Node costs 1.5-3 ms of CPU (bench/sdk_cost_bench.py)
         probe = self._send("GET", self._url("/nodes", {"fields": "uuid", "limit": 1}), retry=False)
         if probe.status_code in (401, 403):
             self._raise_auth(probe, "list nodes")
@@ -357,7 +361,7 @@ class IronicAdapter:
         request; the count of nodes without a shard is named "None", as Ironic names it).
         SummaryRefused when Ironic's policy refuses it (403: `baremetal:shards:get`)."""
         self.check()
-        response = self._send("GET", self._url("/shards"))
+        response = self._send("GET", self._url("/shards"))  # raw: openstacksdk has no call for GET /v1/shards
         if response.status_code == 403:
             return SummaryRefused(redact(f"Ironic at {self.endpoint} does not allow (policy) the credentials "
                                          f"of cloud '{self.cloud}' to read the shard summary: "
@@ -399,6 +403,7 @@ class IronicAdapter:
         while True:
             page_params = dict(params, marker=marker) if marker else params
             url = self._url("/nodes", page_params)
+            # Raw: openstacksdk Nodes cost ~2.5 min of CPU per 100,000-node cycle, ~0.3 s here (bench/sdk_cost_bench.py)
             response = self._send("GET", url) if retry else self._send_once("GET", url)
             if not retry and response.status_code in RETRYABLE_STATUS:
                 raise Transient(describe(response), unavailable=response.status_code != 409)
@@ -615,6 +620,7 @@ class IronicAdapter:
                 return said
         patch = [{"op": "add", "path": "/shard", "value": move.target}]
         try:
+            # Raw: an openstacksdk Node per answer costs ~5 min of CPU to adopt 100,000 nodes (bench/sdk_cost_bench.py)
             response = self._send_once("PATCH", self._url(f"/nodes/{move.node_uuid}"), json=patch)
         except Transient as failure:
             return failure
@@ -632,6 +638,7 @@ class IronicAdapter:
         write: WRITE, the verdict that keeps it (a GuardHold when Placement's allocations do),
         or a Transient (it is tried again later)."""
         try:
+            # Raw, as every node read here: an openstacksdk Node costs 1.5-3 ms of CPU (bench/sdk_cost_bench.py)
             response = self._send_once(
                 "GET", self._url(f"/nodes/{move.node_uuid}", {"fields": ",".join(NODE_FIELDS)}))
         except Transient as failure:
@@ -655,6 +662,7 @@ class IronicAdapter:
         it meanwhile (shard_write.claimed_after_write; a read that gets no answer counts as a
         claim: never leave a node blind with a live owner's build). Logged when it reverts."""
         try:
+            # Raw, as every node read here: an openstacksdk Node costs 1.5-3 ms of CPU (bench/sdk_cost_bench.py)
             response = self._send_once(
                 "GET", self._url(f"/nodes/{move.node_uuid}", {"fields": ",".join(NODE_FIELDS)}))
             after = node_from_api(response.json()) if response.status_code == 200 else None
@@ -671,6 +679,7 @@ class IronicAdapter:
         back = [{"op": "add", "path": "/shard", "value": move.source}] if move.source is not None else \
             [{"op": "remove", "path": "/shard"}]
         try:
+            # Raw, as the shard write above: one way to PATCH a node here
             reverted = self._send("PATCH", self._url(f"/nodes/{move.node_uuid}"), json=back)
         except IronicError as error:
             log.error("node %s: claimed by a build while it moved %s -> %s, and its shard could not be put "

@@ -1,10 +1,15 @@
 """The Nova adapter: members' compute services and Nova's hypervisor list. Talks, decides nothing.
 
 Built on the same openstacksdk connection as the Ironic adapter (one clouds.yaml, one
-cloud): openstacksdk supplies authentication and the compute endpoint (catalog or
-`compute_endpoint_override`); the requests are plain compute API calls at microversion
-2.53 (services addressed by UUID, `forced_down` readable and writable, hypervisors with
-their service's host), so every request is one we chose.
+cloud, one keystoneauth session): openstacksdk's compute proxy makes the services, forced_down,
+delete and servers calls, at microversion 2.53 always (services addressed by UUID,
+`forced_down` readable and writable, hypervisors with their service's host; a clouds.yaml's
+`compute_api_version` does not change it), and the adapter's own transport carries each of
+its requests (openstack_http.routed_proxy). Two calls stay raw HTTP on that proxy, each
+saying why at the call: the API root (is it Nova, how new?), and the hypervisor list, where
+an openstacksdk Hypervisor costs ~1-1.5 ms of CPU to build: about 2 minutes a listing of
+100,000 Ironic nodes, against ~2 s parsed here (bench/sdk_cost_bench.py). Its Service costs
+as much, which a listing of the ~200 services of 100,000 nodes affords (~0.2 s a cycle).
 
 What it keeps:
 - Reads are one request for all of a cloud's nova-compute services, and one per 1,000
@@ -22,21 +27,19 @@ What it keeps:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.openstack_http import (
-    Transient, cloud_label, describe, endpoint_for, error_text, format_version, not_answering, parse_version,
-    redacting, secrets_of, send_once, session_of, version_document, with_retries,
+    Transient, answer_of, cloud_label, describe, endpoint_for, error_text, format_version, not_answering,
+    parse_version, redacting, routed_proxy, secrets_of, session_of, version_document, with_retries,
 )
 from ironic_shard_operator.core.redact import redact
 
 COMPUTE_MICROVERSION = (2, 53)
-MICROVERSION_HEADERS = {"OpenStack-API-Version": "compute 2.53",
-                        "X-OpenStack-Nova-API-Version": "2.53"}
 PAGE_LIMIT = 1000
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 
@@ -140,6 +143,14 @@ class NovaAdapter:
                            missing=NovaNotConfigured, refused=NovaAuthError, unreachable=NovaUnavailable)
         return url if "/v2.1" in url else url + "/v2.1"
 
+    @cached_property
+    def _compute(self) -> Any:
+        """openstacksdk's compute proxy for `endpoint`, at 2.53, through `_exchange`."""
+        from openstack.compute.v2._proxy import Proxy
+
+        return routed_proxy(Proxy, self.connection, service_type="compute", endpoint=self.endpoint,
+                            default_microversion=format_version(COMPUTE_MICROVERSION), exchange=self._exchange)
+
     @redacting
     def check(self) -> tuple[int, int]:
         """Verify once that the endpoint is Nova, new enough, and that we may list services
@@ -150,7 +161,8 @@ class NovaAdapter:
         """
         if self._max_version is not None:
             return self._max_version
-        root = self._send("GET", self.endpoint + "/", microversion=False)
+        # Raw: openstacksdk's compute Version lacks the maximum microversion, and what answers may not be Nova
+        root = self._compute.get(self.endpoint + "/", microversion=None)
         version = version_document(root, "v2.1")
         if version is None:
             raise NovaNotConfigured(
@@ -161,9 +173,8 @@ class NovaAdapter:
         if maximum < COMPUTE_MICROVERSION:
             raise NovaTooOld(f"Nova at {self.endpoint} offers compute API {format_version(maximum)} "
                              f"at most; the operator needs {format_version(COMPUTE_MICROVERSION)}")
-        probe = self._send("GET", self._url("/os-services", {"binary": "nova-compute",
-                                                             "host": "-"}))
-        self._raise_for_status(probe, "list compute services")
+        self._answer("list compute services",
+                     lambda: list(self._compute.services(binary="nova-compute", host="-")))
         self._max_version = maximum
         return maximum
 
@@ -173,20 +184,17 @@ class NovaAdapter:
     def compute_services(self, hosts: Iterable[str] | None = None) -> dict[str, ComputeService]:
         """nova-compute services by host (one request); only `hosts` when given."""
         self.check()
-        response = self._send("GET", self._url("/os-services", {"binary": "nova-compute"}))
-        self._raise_for_status(response, "list compute services")
+        listed = self._answer("list compute services", lambda: list(self._compute.services(binary="nova-compute")))
         wanted = None if hosts is None else set(hosts)
-        return {item["host"]: _service(item) for item in response.json()["services"]
-                if wanted is None or item["host"] in wanted}
+        return {item.host: _service(item) for item in listed if wanted is None or item.host in wanted}
 
     @redacting
     def service(self, host: str) -> ComputeService | None:
         """The nova-compute service of `host`, or None when Nova has none."""
         self.check()
-        response = self._send("GET", self._url("/os-services", {"binary": "nova-compute",
-                                                                "host": host}))
-        self._raise_for_status(response, f"read the compute service of {host}")
-        found = [_service(item) for item in response.json()["services"] if item["host"] == host]
+        listed = self._answer(f"read the compute service of {host}",
+                              lambda: list(self._compute.services(binary="nova-compute", host=host)))
+        found = [_service(item) for item in listed if item.host == host]
         return found[0] if found else None
 
     @redacting
@@ -196,7 +204,8 @@ class NovaAdapter:
         found: list[Hypervisor] = []
         url: str | None = self._url("/os-hypervisors/detail", {"limit": PAGE_LIMIT})
         while url:
-            response = self._send("GET", url)
+            # Raw: openstacksdk Hypervisors cost ~2 min of CPU per 100,000 listed, ~2 s here (bench/sdk_cost_bench.py)
+            response = self._compute.get(url)
             self._raise_for_status(response, "list hypervisors")
             body = response.json()
             found += [_hypervisor(item) for item in body["hypervisors"]]
@@ -210,9 +219,8 @@ class NovaAdapter:
         node uuid): nova-manage refuses to move a node with more than one. One request of the
         summary list (admin filters `host` and `node`), which renders no network or flavor."""
         self.check()
-        response = self._send("GET", self._url("/servers", {"all_tenants": 1, "host": host, "node": node}))
-        self._raise_for_status(response, f"list the instances on {host}'s node {node}")
-        return len(response.json()["servers"])
+        return self._answer(f"list the instances on {host}'s node {node}", lambda: sum(
+            1 for _ in self._compute.servers(details=False, all_projects=True, compute_host=host, node=node)))
 
     # ---- writing ------------------------------------------------------------------
 
@@ -222,14 +230,22 @@ class NovaAdapter:
 
         Raises ServiceNotFound when the service is gone.
         """
+        from openstack import exceptions as sdk
+
         self.check()
-        response = self._send("PUT", self._url(f"/os-services/{service.id}"),
-                              json={"forced_down": forced_down})
-        if response.status_code == 404:
+        record = self._service_record(service)
+        record.is_forced_down = forced_down
+        try:
+            # The record's own commit: the proxy's update_service(_forced_down) first asks Nova's
+            # version document through keystoneauth, outside this adapter's transport
+            updated = record.commit(self._compute)
+        except sdk.NotFoundException:
             raise ServiceNotFound(f"Nova has no compute service {service.id} (host "
-                                  f"{service.host}) any more: cannot set forced_down")
-        self._raise_for_status(response, f"set forced_down of {service.host}")
-        return _service(response.json()["service"])
+                                  f"{service.host}) any more: cannot set forced_down") from None
+        except sdk.HttpException as error:
+            self._raise_for_status(error.response, f"set forced_down of {service.host}")
+            raise
+        return _service(updated)
 
     @redacting
     def delete_service(self, service: ComputeService) -> bool:
@@ -238,32 +254,53 @@ class NovaAdapter:
         True: deleted now; False: it was already gone. Raises ServiceInUse when Nova refuses
         because the host still has instances (or in-progress migrations).
         """
+        from openstack import exceptions as sdk
+
         self.check()
-        response = self._send("DELETE", self._url(f"/os-services/{service.id}"))
-        if response.status_code == 404:
+        try:
+            self._compute.delete_service(self._service_record(service), ignore_missing=False)
+        except sdk.NotFoundException:
             return False
-        if response.status_code == 409:
-            reason = error_text(response) or "(no message)"
+        except sdk.ConflictException as error:
+            reason = error_text(error.response) or "(no message)"
             raise ServiceInUse(f"Nova refuses to delete the compute service of {service.host}: "
-                               f"{reason}", host=service.host, reason=reason)
-        self._raise_for_status(response, f"delete the compute service of {service.host}")
+                               f"{reason}", host=service.host, reason=reason) from None
+        except sdk.HttpException as error:
+            self._raise_for_status(error.response, f"delete the compute service of {service.host}")
+            raise
         return True
+
+    def _service_record(self, service: ComputeService) -> Any:
+        """openstacksdk's record of `service`, by its id: a write sends only what it changes."""
+        from openstack.compute.v2.service import Service
+
+        return Service.existing(id=service.id, connection=self.connection)
 
     # ---- transport ----------------------------------------------------------------
 
     def _url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
         return f"{self.endpoint}{path}" + (f"?{urlencode(params)}" if params else "")
 
-    def _send(self, method: str, url: str, *, json: Any = None, microversion: bool = True) -> Any:
-        """One exchange, retried with backoff while Nova does not answer or answers
-        502/503/504: the response, whatever its status. Raises NovaUnavailable at the end."""
-        headers = MICROVERSION_HEADERS if microversion else {}
+    def _answer(self, action: str, call: Callable[[], Any]) -> Any:
+        """What `call()` (openstacksdk requests) returns; Nova's refusal (HTTP >= 400, as
+        openstacksdk raises it) raised as this adapter's error for `action`."""
+        from openstack import exceptions as sdk
 
+        try:
+            return call()
+        except sdk.HttpException as error:
+            self._raise_for_status(error.response, action)
+            raise
+
+    def _exchange(self, method: str, send: Callable[..., Any]) -> Any:
+        """One exchange (`send(**options)` makes it once), retried with backoff while Nova does
+        not answer or answers 502/503/504: the response, whatever its status. Raises
+        NovaUnavailable at the end."""
         def attempt() -> Any:
             self.requests_made += 1
             self.writes_made += method in ("PUT", "DELETE")
-            return send_once(self._session, method, url, json=json, headers=headers,
-                             timeout=self.request_timeout, cloud=self.cloud, refused=NovaAuthError)
+            return answer_of(self._session, send, timeout=self.request_timeout, cloud=self.cloud,
+                             refused=NovaAuthError)
 
         def gave_up(failure: Transient) -> NovaUnavailable:
             return NovaUnavailable(not_answering("Nova", self.endpoint, self.cloud, failure,
@@ -288,11 +325,11 @@ class NovaAdapter:
         raise NovaRequestError(f"Nova at {self.endpoint} refused to {action}: {describe(response)}")
 
 
-def _service(item: Mapping[str, Any]) -> ComputeService:
-    return ComputeService(id=str(item["id"]), host=item["host"], up=item.get("state") == "up",
-                          enabled=item.get("status") == "enabled",
-                          forced_down=bool(item.get("forced_down")),
-                          disabled_reason=item.get("disabled_reason"))
+def _service(record: Any) -> ComputeService:
+    """An openstacksdk Service as the adapter reports it."""
+    return ComputeService(id=str(record.id), host=record.host, up=record.state == "up",
+                          enabled=record.status == "enabled", forced_down=bool(record.is_forced_down),
+                          disabled_reason=record.disabled_reason)
 
 
 def _hypervisor(item: Mapping[str, Any]) -> Hypervisor:

@@ -1,5 +1,8 @@
-"""How both adapters talk to an OpenStack API: where it answers, one request and its
-retries, microversions, and the service's own error text.
+"""How the adapters talk to an OpenStack API: where it answers, one request and its
+retries, microversions, and the service's own error text. A request is raw HTTP on the
+cloud's keystoneauth session (`send_once`) or one openstacksdk makes through a proxy whose
+every exchange the adapter's own transport carries (`routed_proxy`): either way one attempt
+is `answer_of`'s.
 
 The clouds.yaml's `<service>_endpoint_override` wins; otherwise Keystone's catalog is asked
 with the cloud's interface and region, as openstacksdk itself would. Each adapter passes
@@ -43,6 +46,7 @@ def secrets_of(connection: Any) -> frozenset[str]:
 
 
 Method = TypeVar("Method", bound=Callable[..., Any])
+ProxyT = TypeVar("ProxyT")
 
 
 def redacting(method: Method) -> Method:
@@ -201,10 +205,18 @@ def not_answering(service: str, endpoint: str, cloud: str, failure: Transient, h
 def send_once(session: Any, method: str, url: str, *, json: Any, headers: Mapping[str, str],
               timeout: float, cloud: str, refused: type[Exception]) -> Any:
     """One HTTP attempt through the cloud's keystoneauth session: the response, whatever its
-    status. Raises `refused` when no token could be had for the credentials, Transient when
-    nothing answered (refused, timed out, unreachable) or Keystone failed the token request
-    (no answer, TLS, an HTTP error such as 503): then the reason names Keystone and the
-    service itself was never asked."""
+    status (`answer_of`)."""
+    return answer_of(session, lambda **options: session.request(url, method, json=json, headers=headers, **options),
+                     timeout=timeout, cloud=cloud, refused=refused)
+
+
+def answer_of(session: Any, send: Callable[..., Any], *, timeout: float, cloud: str,
+              refused: type[Exception]) -> Any:
+    """The response of `send(**options)`, one HTTP attempt through `session` (`options`: no error
+    raised for a status, no retry of keystoneauth's own, `timeout`), whatever its status. Raises
+    `refused` when no token could be had for the credentials, Transient when nothing answered
+    (refused, timed out, unreachable) or Keystone failed the token request (no answer, TLS, an
+    HTTP error such as 503): then the reason names Keystone and the service itself was never asked."""
     from keystoneauth1 import exceptions as ks
 
     try:
@@ -219,12 +231,42 @@ def send_once(session: Any, method: str, url: str, *, json: Any, headers: Mappin
     except ks.MissingAuthPlugin:
         pass  # no authentication (a token_endpoint or none): nothing to ask first
     try:
-        return session.request(url, method, json=json, headers=headers, raise_exc=False,
-                               timeout=timeout, connect_retries=0)
+        return send(raise_exc=False, timeout=timeout, connect_retries=0)
     except ks.Unauthorized as error:  # an auth plugin that could not get a token
         raise refused(f"the credentials of cloud '{cloud}' were refused: {redact(str(error))}") from None
     except (ks.ConnectionError, ks.DiscoveryFailure) as error:
         raise Transient(short_reason(error)) from None
+
+
+def routed_proxy(proxy_class: type[ProxyT], connection: Any, *, service_type: str, endpoint: str,
+                 default_microversion: str, exchange: Callable[[str, Callable[..., Any]], Any]) -> ProxyT:
+    """openstacksdk's `proxy_class` (its compute or placement proxy) for `endpoint`, on the
+    connection's session, at `default_microversion` unless a call names another, whose every HTTP
+    exchange is `exchange(method, send)`: `send(**options)` makes it once with the keystoneauth
+    options given (answer_of's). openstacksdk builds the requests and reads the answers; the
+    adapter's own transport (counting, timeouts, retries, Keystone's failures told apart) carries
+    them, as it carries the adapter's raw calls made through the same proxy (`proxy.get(url)`)."""
+    routed = _routed(proxy_class)
+    proxy = routed(session=connection.session, service_type=service_type, endpoint_override=endpoint,
+                   default_microversion=default_microversion)
+    proxy._connection = connection  # openstacksdk's resources are built for their connection
+    proxy.exchange = exchange
+    return proxy
+
+
+@functools.cache
+def _routed(proxy_class: type[ProxyT]) -> type[ProxyT]:
+    """`proxy_class` whose `request`, which every HTTP exchange of openstacksdk's goes through,
+    hands the exchange to the instance's `exchange`."""
+    class Routed(proxy_class):  # type: ignore[valid-type,misc]
+        exchange: Callable[[str, Callable[..., Any]], Any]
+
+        def request(self, url: str, method: str, *args: Any, **kwargs: Any) -> Any:
+            return self.exchange(method, lambda **options: super(Routed, self).request(
+                url, method, *args, **{**kwargs, **options}))
+
+    Routed.__name__ = Routed.__qualname__ = f"Routed{proxy_class.__name__}"
+    return Routed
 
 
 def with_retries(attempt: Callable[[], Any], *, attempts: int, backoff_seconds: float,

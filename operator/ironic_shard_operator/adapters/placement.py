@@ -6,21 +6,25 @@ provider whose uuid is the node's uuid) before the build reaches Ironic and sets
 instance_uuid. The shard-write guard (core/shard_write.py, guarded_verdict) asks this right
 before moving a free node away from a live owner, so that a build in flight is never
 stranded on a member that no longer lists its node.
+
+openstacksdk's placement proxy asks the allocations, through this adapter's one-attempt
+transport (openstack_http.routed_proxy) on the cloud's session; the API root stays raw.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
 from ironic_shard_operator.adapters.openstack_http import (
-    Transient, cloud_label, describe, endpoint_for, not_answering, parse_version, redacting, secrets_of, send_once,
-    session_of, version_document,
+    Transient, answer_of, cloud_label, describe, endpoint_for, not_answering, parse_version, redacting,
+    routed_proxy, secrets_of, session_of, version_document,
 )
 from ironic_shard_operator.core.redact import redact
 
 # Any microversion answers GET /resource_providers/{uuid}/allocations the same way.
-HEADERS = {"OpenStack-API-Version": "placement 1.0", "Accept": "application/json"}
+MICROVERSION = "1.0"
 
 
 class PlacementError(Exception):
@@ -58,12 +62,21 @@ class PlacementAdapter:
                             missing=PlacementNotConfigured, refused=PlacementUnavailable,
                             unreachable=PlacementUnavailable)
 
+    @cached_property
+    def _placement(self) -> Any:
+        """openstacksdk's placement proxy for `endpoint`, at 1.0, through `_exchange`."""
+        from openstack.placement.v1._proxy import Proxy
+
+        return routed_proxy(Proxy, self.connection, service_type="placement", endpoint=self.endpoint,
+                            default_microversion=MICROVERSION, exchange=self._exchange)
+
     @redacting
     def check(self) -> tuple[int, int]:
         """Placement's maximum microversion, from its root document. Raises
         PlacementNotConfigured when what answers is not Placement, PlacementUnavailable when
         nothing answers."""
-        response = self._get(self.endpoint + "/")
+        # Raw: openstacksdk has no call for Placement's root document, and what answers may not be Placement
+        response = self._placement.get(self.endpoint + "/", microversion=None)
         document = version_document(response, "v1.0")
         if document is None:
             raise PlacementNotConfigured(
@@ -76,21 +89,25 @@ class PlacementAdapter:
         """The consumers (instance uuids, for Nova) holding allocations against the node's
         resource provider, sorted. No provider (404: Nova never reported the node) has none.
         Raises PlacementNotConfigured or PlacementUnavailable."""
-        response = self._get(f"{self.endpoint}/resource_providers/{node_uuid}/allocations")
-        if response.status_code == 404 and "resource provider" in response.text.lower():
-            return ()  # Placement's own 404 (a wrong endpoint's 404 is an error below)
-        if response.status_code != 200:
-            raise PlacementUnavailable(f"Placement at {self.endpoint} (cloud '{self.cloud}') could not "
-                                       f"list the allocations of provider {node_uuid}: {describe(response)}")
-        return tuple(sorted((response.json() or {}).get("allocations") or {}))
+        from openstack import exceptions as sdk
 
-    def _get(self, url: str) -> Any:
-        """One GET, counted: the response, whatever its status; PlacementUnavailable when
+        try:
+            return tuple(sorted(allocation.consumer_id
+                                for allocation in self._placement.resource_provider_allocations(node_uuid)))
+        except sdk.HttpException as error:
+            response = error.response
+            if response.status_code == 404 and "resource provider" in response.text.lower():
+                return ()  # Placement's own 404 (a wrong endpoint's 404 is an error below)
+            raise PlacementUnavailable(f"Placement at {self.endpoint} (cloud '{self.cloud}') could not "
+                                       f"list the allocations of provider {node_uuid}: {describe(response)}") from None
+
+    def _exchange(self, method: str, send: Callable[..., Any]) -> Any:
+        """One attempt, counted: the response, whatever its status; PlacementUnavailable when
         nothing answered."""
         self.requests_made += 1
         try:
-            return send_once(self._session, "GET", url, json=None, headers=HEADERS,
-                             timeout=self.request_timeout, cloud=self.cloud, refused=PlacementUnavailable)
+            return answer_of(self._session, send, timeout=self.request_timeout, cloud=self.cloud,
+                             refused=PlacementUnavailable)
         except Transient as failure:
             raise PlacementUnavailable(not_answering("Placement", self.endpoint, self.cloud, failure,
                                                      "is it running, and is its endpoint right?")) from None
