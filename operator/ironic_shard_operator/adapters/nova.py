@@ -4,11 +4,12 @@ Built on the same openstacksdk connection as the Ironic adapter (one clouds.yaml
 cloud): openstacksdk supplies authentication and the compute endpoint (catalog or
 `compute_endpoint_override`); the requests are plain compute API calls at microversion
 2.53 (services addressed by UUID, `forced_down` readable and writable, hypervisors with
-their service's host), so every request is one we chose.
+their service's host), one at 2.42 (a host's cell mapping), so every request is one we chose.
 
 What it keeps:
 - Reads are one request for all of a cloud's nova-compute services, and one per 1,000
-  hypervisors (Ironic nodes); the caller compares them with what it wants.
+  hypervisors (Ironic nodes); the caller compares them with what it wants. Whether a host is
+  mapped to a cell is one request per host, at microversion 2.42 (`host_mapped`).
 - Writes are exactly what the caller asks: `set_forced_down`, `delete_service`.
   Deleting is idempotent (a service already gone is not an error); Nova refusing to delete
   a host that still has instances (HTTP 409) is `ServiceInUse`, with Nova's reason.
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from ironic_shard_operator.adapters.openstack_http import (
     Transient, cloud_label, describe, endpoint_for, error_text, format_version, not_answering, parse_version,
@@ -38,6 +39,13 @@ COMPUTE_MICROVERSION = (2, 53)
 MICROVERSION_HEADERS = {"OpenStack-API-Version": "compute 2.53",
                         "X-OpenStack-Nova-API-Version": "2.53"}
 PAGE_LIMIT = 1000
+# `GET /os-hosts/{host}` is served up to microversion 2.42 only (deprecated since, never removed
+# below it): the one read of Nova's API that looks a host's cell mapping up by host name.
+HOSTS_MICROVERSION_HEADERS = {"OpenStack-API-Version": "compute 2.42",
+                              "X-OpenStack-Nova-API-Version": "2.42"}
+# nova 34's answers to it (nova/exception.py HostMappingNotFound, ComputeHostNotFound).
+NOT_MAPPED_TEXT = "is not mapped to any cell"
+MAPPED_NO_NODE_TEXT = ("Compute host", "could not be found")
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 
@@ -110,7 +118,8 @@ class Hypervisor:
 
 class NovaAdapter:
     """A cloud's Nova as the operator needs it: `check()`, `compute_services()`,
-    `service(host)`, `set_forced_down()`, `delete_service()`, `hypervisors()`.
+    `service(host)`, `set_forced_down()`, `delete_service()`, `hypervisors()`,
+    `instances_on_node()`, `host_mapped()`.
 
     Construction does no I/O; the first call finds the compute endpoint and checks it once.
     `requests_made` counts every request sent (answered or not), `writes_made` the PUTs and
@@ -214,6 +223,27 @@ class NovaAdapter:
         self._raise_for_status(response, f"list the instances on {host}'s node {node}")
         return len(response.json()["servers"])
 
+    @redacting
+    def host_mapped(self, host: str) -> bool | None:
+        """Whether Nova has mapped `host` to a cell (its API database's host mapping), which
+        Nova needs before it lists the host's compute nodes or schedules to them: one
+        `GET /os-hosts/{host}` at microversion 2.42. It looks the mapping up first and answers
+        404 "Host '<host>' is not mapped to any cell" without one (False); with one, 200, or
+        404 "Compute host <host> could not be found." while the host has no compute node yet
+        (True). Any other answer (the route gone, a policy that forbids it) is None: Nova does
+        not say. Transport failures raise NovaUnavailable, as every call does."""
+        self.check()
+        response = self._send("GET", self._url(f"/os-hosts/{quote(host, safe='')}"),
+                              headers=HOSTS_MICROVERSION_HEADERS)
+        if response.status_code == 200:
+            return True
+        text = error_text(response) if response.status_code == 404 else ""
+        if NOT_MAPPED_TEXT in text:
+            return False
+        if all(part in text for part in MAPPED_NO_NODE_TEXT):
+            return True
+        return None
+
     # ---- writing ------------------------------------------------------------------
 
     @redacting
@@ -254,10 +284,12 @@ class NovaAdapter:
     def _url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
         return f"{self.endpoint}{path}" + (f"?{urlencode(params)}" if params else "")
 
-    def _send(self, method: str, url: str, *, json: Any = None, microversion: bool = True) -> Any:
+    def _send(self, method: str, url: str, *, json: Any = None, microversion: bool = True,
+              headers: Mapping[str, str] | None = None) -> Any:
         """One exchange, retried with backoff while Nova does not answer or answers
-        502/503/504: the response, whatever its status. Raises NovaUnavailable at the end."""
-        headers = MICROVERSION_HEADERS if microversion else {}
+        502/503/504: the response, whatever its status. Raises NovaUnavailable at the end.
+        `headers` replace the microversion headers of 2.53 (another microversion)."""
+        headers = headers if headers is not None else MICROVERSION_HEADERS if microversion else {}
 
         def attempt() -> Any:
             self.requests_made += 1
