@@ -282,8 +282,8 @@ def _events(entries: Sequence[MemberMapping], before: Mapping[str, Mapping[str, 
         old = before.get(entry.member) or {}
         same = old.get("service") == entry.service
         if entry.state == MAPPED and same and old.get("state") not in (None, MAPPED):
-            events.append(Event("HostMapped", f"Host {entry.member} is mapped to a cell: Nova lists its nodes and "
-                                              f"schedules to them ({entry.message})"))
+            events.append(Event("HostMapped", f"Host {entry.member} is mapped to a cell, so Nova lists its nodes and "
+                                              f"schedules to them: {entry.message}"))
         elif entry.state == NOT_MAPPED and entry.reason == HOST_NOT_MAPPED and \
                 not (same and old.get("reason") == HOST_NOT_MAPPED):
             events.append(Event(HOST_NOT_MAPPED, entry.message, "Warning"))
