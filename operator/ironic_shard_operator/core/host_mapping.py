@@ -23,7 +23,8 @@ What tells, cheapest first (the operator never reads Nova's databases):
 
 With `spec.handover.novaManageConfig`, a member not known mapped is mapped by a Job of the
 pool's image running `nova-manage cell_v2 discover_hosts --by-service` with that nova.conf.
-discover_hosts maps every unmapped service of every cell and must not run twice at once
+discover_hosts maps every unmapped service of every cell, the pool's or not (nova-manage has no
+command for one host; a deployment's host discovery does the same), and must not run twice at once
 (parallel runs collide on the mapping's unique key: exit status 2), so a pool runs one such Job
 at a time, covering every member waiting for one when it is created; a member whose service
 appears meanwhile waits for the next. A Job's members and their service ids are in its
