@@ -73,8 +73,10 @@ def test_a_new_members_host_is_mapped_by_one_job_which_goes_once_the_mapping_is_
     assert [e.reason for e in third.events] == ["HostMapped"]
     assert third.delete == ()  # its outcome is not on record yet
 
-    fourth = step(recorded=recorded(third), jobs=[done], now=NOW + 30)
+    assert recorded(third)["members"][0]["job"] == first.create.name  # so the next step lists it
+    fourth = step(recorded=recorded(third), jobs=[done], now=NOW + 30, blocker=NO_CONFIG)  # config gone meanwhile
     assert fourth.delete == (first.create.name,) and fourth.create is None and fourth.events == ()
+    assert "job" not in recorded(fourth)["members"][0]
     fifth = step(recorded=recorded(fourth), now=NOW + 40)  # a pod restart: same service, nothing asked
     assert fifth.create is None and fifth.events == () and by_member(fifth)["rack-0"].state == MAPPED
 

@@ -59,10 +59,10 @@ async def run_host_mapping(work: HandoverWork, pool: Pool, *, nova: NovaAdapter,
                            seen: MappingSeen, now: float) -> HostMappingOutcome:
     """One step (the module doc). Never raises for Kubernetes or Nova failures."""
     kube = work.kube
-    try:
+    try:  # without a novaManageConfig, a Job can only be one recorded before it was removed
         jobs = [j for j in [await job_view(kube, pool, raw, host_mapping.read_job) for raw in
                             await kube.list_jobs(pool.namespace, host_mapping.job_selector(pool.name))]
-                if j is not None]
+                if j is not None] if pool.handover is not None or _recorded_jobs(seen.recorded) else []
     except KubeError as error:
         return HostMappingOutcome(None, (Event("HostMappingWaiting", f"Kubernetes API: {error}", "Warning"),))
     answers = await _ask_nova(nova, runtime, seen, jobs, now)
@@ -98,6 +98,11 @@ async def _ask_nova(nova: NovaAdapter, runtime: NovaRuntime, seen: MappingSeen,
             mapped = None
         runtime.host_probes[(host, seen.services[host].id)] = host_mapping.ProbeAnswer(now, mapped)
     return dict(runtime.host_probes)
+
+
+def _recorded_jobs(recorded: Mapping[str, Any] | None) -> bool:
+    """Whether the last status.hostMapping names a Job."""
+    return any(entry.get("job") for entry in (recorded or {}).get("members") or ())
 
 
 async def _blocker(work: HandoverWork, pool: Pool) -> str | None:

@@ -212,7 +212,7 @@ def decide(*, pool: str, services: Mapping[str, ServiceRecord], recorded: Mappin
         elif member in shown or (answer is not None and answer.mapped):
             how = f"Nova lists nodes under {member}" if member in shown else \
                 f"Nova says host {member} is mapped to a cell"
-            entries[member] = MemberMapping(member, service, MAPPED, how + _by(job))
+            entries[member] = MemberMapping(member, service, MAPPED, how + _by(job), job=_done(job))
         elif job is not None and job.state == ACTIVE:
             entries[member] = MemberMapping(member, service, MAPPING, f"Job {job.name} maps host {member} to a "
                                             "cell (nova-manage cell_v2 discover_hosts --by-service)", job=job.name)
@@ -220,7 +220,7 @@ def decide(*, pool: str, services: Mapping[str, ServiceRecord], recorded: Mappin
                                                                  or answer.at < (job.finished or now)):
             entries[member] = MemberMapping(member, service, MAPPED, (
                 f"Job {job.name} mapped host {member} to a cell (nova-manage cell_v2 discover_hosts succeeded; "
-                "Nova's os-hosts gives no answer)"))
+                "Nova's os-hosts gives no answer)"), job=job.name)
         elif job is not None:
             failed.append(job)
             entries[member] = _failed_entry(member, service, job, blocker)
@@ -307,8 +307,13 @@ def _recorded_mapped(recorded: Mapping[str, Any] | None) -> set[tuple[str, str]]
             if e.get("state") == MAPPED}
 
 
+def _done(job: MappingJob | None) -> str | None:
+    """The name of `job` if it succeeded (it is deleted once the mapping is on record)."""
+    return job.name if job is not None and job.state == SUCCEEDED else None
+
+
 def _by(job: MappingJob | None) -> str:
-    return f" (mapped by Job {job.name})" if job is not None and job.state == SUCCEEDED else ""
+    return f" (mapped by Job {job.name})" if _done(job) else ""
 
 
 def _failed_entry(member: str, service: str, job: MappingJob, blocker: str | None) -> MemberMapping:
