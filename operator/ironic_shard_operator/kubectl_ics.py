@@ -42,7 +42,8 @@ COMMANDS = {
     "status": "a pool at a glance (members, conditions in full, nodes, Nova, the operator's Lease, last "
               "cycle, Events); every pool of the namespace when no POOL is given",
     "report": "write a debug bundle of a pool (a zip: the CR and its status, Events, member pods, handover "
-              "Jobs, their log tails, the operator's log tail, the names of its Secrets, never their values)",
+              "and host-mapping Jobs, their log tails, the operator's log tail, the names of its Secrets, never "
+              "their values)",
     "retire": "retire one member: spec.replicas one lower and the member named in spec.retireMembers, so that "
               "it is the one whose nodes are handed over and that is removed",
     "fence": "take a member out of service: the operator deletes its pod and creates none until it is "
@@ -190,7 +191,7 @@ def summary(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]] | None,
                        for c in status.get("conditions") or ()],
         "members": list(status.get("members") or ()), "nodes": status.get("nodes") or {},
     }
-    for key in ("nova", "handover"):
+    for key in ("nova", "handover", "hostMapping"):
         if status.get(key):
             out[key] = status[key]
     if events is not None:
@@ -217,11 +218,13 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                   operator: OperatorView | None = None, now: float | None = None) -> str:
     """One screen: the pool's line, the operator and the pool's last cycle, its conditions (their
     messages in full, wrapped), a row per member (ready, phase, nodes, pinned, forced down in
-    Nova), node counts, Nova, handover progress when the status has it, the last moves and the
-    recent Events."""
+    Nova; its host's cell mapping unless mapped), node counts, Nova, handover progress when the
+    status has it, the last moves and the recent Events."""
     meta, spec, status = pool.get("metadata") or {}, pool.get("spec") or {}, pool.get("status") or {}
     nova = status.get("nova") or {}
     forced, kept = set(nova.get("forcedDown") or ()), nova_policy.left_forced_down(nova)
+    unmapped = {e.get("member"): e for e in (status.get("hostMapping") or {}).get("members") or ()
+                if e.get("state") != "Mapped"}
     lines = [f"ironiccomputeshard/{meta.get('name')} in {meta.get('namespace')}: "
              f"{status.get('readyReplicas', 0)}/{status.get('desiredReplicas', spec.get('replicas', '?'))} "
              f"members ready ({status.get('desiredReason', 'not planned yet')})"
@@ -245,6 +248,9 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                      f"{_forced_down_cell(name, forced, kept):<12}{member.get('since', '')}")
         if member.get("message"):
             lines += _wrapped(str(member["message"]), " " * 20, " " * 20)
+        if name in unmapped:
+            lines += _wrapped(f"cell mapping {unmapped[name].get('state')}: {unmapped[name].get('message', '')}",
+                              " " * 20, " " * 20)
     if not status.get("members"):
         lines.append("(no members yet)")
     nodes = status.get("nodes")
@@ -451,11 +457,12 @@ def _report(cluster: UserCluster, args: argparse.Namespace) -> int:
             problems.append(f"{what}: {error}")
             return default
 
-    from ironic_shard_operator.core.handover_job import job_selector
+    from ironic_shard_operator.core.handover_job import COMPONENT_LABEL
     from ironic_shard_operator.core.podspec import pool_selector
 
     pods = read("pods", lambda: cluster.pods(pool_selector(args.pool), namespace), [])
-    jobs = read("jobs", lambda: cluster.jobs(job_selector(args.pool), namespace), [])
+    job_selector = f"{pool_selector(args.pool)},{COMPONENT_LABEL} in (handover,host-mapping)"
+    jobs = read("jobs", lambda: cluster.jobs(job_selector, namespace), [])
     events = {f"{KIND}/{args.pool}": read("events of the pool", lambda: cluster.events_of(KIND, args.pool, namespace), [])}
     for kind, items in (("Pod", pods), ("Job", jobs)):
         for item in items:
@@ -529,9 +536,9 @@ def bundle_files(*, pool: Mapping[str, Any], events: Mapping[str, Sequence[Mappi
             f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(now))}.",
             "pool.yaml: the IronicComputeShard with its status; status.txt: `kubectl ics status`;",
             "events.yaml: the Events of the pool, its pods and Jobs; pods.yaml, jobs.yaml: the pool's pods (members",
-            "and handover Job pods) and handover Jobs; logs/: each container's last lines; operator/: the operator's",
-            "Lease and its leader pod's last log lines; secrets.yaml: the Secrets the pool names (names, keys, whether",
-            "they exist; never their values).",
+            "and Job pods) and Jobs (handover, host mapping); logs/: each container's last lines; operator/: the",
+            "operator's Lease and its leader pod's last log lines; secrets.yaml: the Secrets the pool names (names,",
+            "keys, whether they exist; never their values).",
             *(["", "Not readable:", *[f"- {p}" for p in problems]] if problems else []), ""]),
         "pool.yaml": dump(pool),
         "status.txt": redact(render_status(pool, events.get(f"{KIND}/{meta.get('name')}", ()), operator, now)) + "\n",

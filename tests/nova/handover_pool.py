@@ -97,17 +97,37 @@ def server_host(nova: NovaStack, server: str, hosts: tuple[str, ...]) -> str | N
 
 
 def wait_for_members(kube_api: KubeAPI, ns: str, nova: NovaStack, pool: str, members: tuple[str, ...],
-                     shards: Shards) -> None:
-    """Every member's nova-compute up and mapped, its pod Ready, the nodes adopted and Nova
-    listing each under its shard's compute."""
+                     shards: Shards, *, map_hosts_by_hand: bool = False) -> None:
+    """Every member's nova-compute up and mapped to a cell, its pod Ready, the nodes adopted and
+    Nova listing each under its shard's compute. The operator's host-mapping Jobs map the
+    members' hosts (the pool's novaManageConfig), unless `map_hosts_by_hand` (a novaManageConfig
+    nova-manage cannot use): then the test runs the deployment's host discovery itself."""
     wait = kube_api.wait_for
     wait(lambda: all(nova.compute_services().get(m, {}).get("state") == "up" for m in members),
          timeout=120, interval=1, what="the nova-compute services up")
-    nova.discover_hosts()
+    if map_hosts_by_hand:
+        nova.discover_hosts()
     wait(lambda: ready_members(kube_api.client, ns, pool) == sorted(members), timeout=60, what="the members Ready")
     wait(lambda: set(shards().values()) == set(members), timeout=60, what="nodes adopted")
-    wait(lambda: nova_agrees(nova, shards), timeout=6 * nova.timings["update_resources_interval"], interval=1,
-         what="every node listed under its shard's compute")
+    wait(lambda: nova_agrees(nova, shards), timeout=12 * nova.timings["update_resources_interval"], interval=1,
+         what="every node listed under its shard's compute (the hosts mapped to a cell)")
+    if not map_hosts_by_hand:
+        wait(lambda: mapped_members(kube_api.client, ns, pool) >= set(members), timeout=60, interval=1,
+             what="status.hostMapping: every member Mapped")
+        wait(lambda: not host_mapping_jobs(kube_api.client, ns), timeout=60, interval=1,
+             what="the host-mapping Jobs deleted once their outcome is on record")
+
+
+def mapped_members(client, ns: str, pool: str) -> set[str]:
+    """The members status.hostMapping records as mapped to a cell."""
+    section = get_pool(client, ns, pool).get("status", {}).get("hostMapping") or {}
+    return {e["member"] for e in section.get("members") or () if e.get("state") == "Mapped"}
+
+
+def host_mapping_jobs(client, ns: str) -> list[dict]:
+    """The namespace's host-mapping Jobs (the operator's, core/host_mapping.py)."""
+    return client.get(f"/apis/batch/v1/namespaces/{ns}/jobs",
+                      labelSelector="ironicshards.io/component=host-mapping")["items"]
 
 
 def assert_each_moved_once(watch: NovaWatch, nodes: list[str], source: str, final: dict[str, str | None]) -> None:

@@ -8,8 +8,11 @@ member whose outage outlasts the grace keeps its pinned nodes, its free nodes go
 (and come back), its service is forced down and cleared when it is back; a member removed by
 scale-down leaves no service behind, even when Nova's API was away while it went; a node with an
 instance given the wrong shard by hand is reported (Degraded) and, with
-spec.nova.repairMisplaced, handed back to its instance's host. A sampler watches Nova the whole
-time: no node is ever listed under two computes for longer than one update interval.
+spec.nova.repairMisplaced, handed back to its instance's host. The pool has no
+novaManageConfig: new members' hosts (the first three, and member 2's identity taken up again
+with a new Nova service) are reported not mapped to a cell (Degraded HostNotMapped, a Warning
+each) until the test maps them by hand. A sampler watches Nova the whole time: no node is ever
+listed under two computes for longer than one update interval.
 """
 
 from __future__ import annotations
@@ -81,6 +84,10 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
     def degraded() -> dict:
         return condition(get_pool(client, ns, pool), "Degraded")
 
+    def mapped_members() -> set[str]:
+        section = get_pool(client, ns, pool).get("status", {}).get("hostMapping") or {}
+        return {e["member"] for e in section.get("members") or () if e["state"] == "Mapped"}
+
     def nova_metric(name: str, **labels: str) -> float:
         """A sample of the operator's /metrics, as Prometheus parses it (0 when absent)."""
         wanted = {**labels, "pool": f"{ns}/{pool}"}
@@ -98,13 +105,24 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                 pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
                 failover={"rebalanceAfterSeconds": GRACE}, ironic={"pollIntervalSeconds": POLL}))
 
-            # 1. Three real computes come up; the deployment's host discovery maps them.
+            # 1. Three real computes come up: new Nova hosts, not mapped to a cell. Without a
+            # novaManageConfig the operator maps none: it says so (HostNotMapped, with the fix)
+            # until the deployment's host discovery has mapped them.
             wait(lambda: all(nova_stack.compute_services().get(m, {}).get("state") == "up"
                              for m in (m0, m1, m2)), timeout=120, interval=1,
                  what="three nova-compute services up")
-            nova_stack.discover_hosts()
             wait(lambda: ready_members(client, ns, pool) == [m0, m1, m2], timeout=60,
                  what="three Ready member pods")
+            reported = wait(lambda: (c := degraded())["reason"] == "HostNotMapped" and c, timeout=6 * POLL,
+                            what="Degraded HostNotMapped")
+            assert all(m in reported["message"] for m in (m0, m1, m2)), reported
+            assert "nova-manage cell_v2 discover_hosts --by-service" in reported["message"]
+            assert {m for m in (m0, m1, m2) for e in events(client, ns, "HostNotMapped") if m in e["message"]} \
+                == {m0, m1, m2}
+            assert not [j for j in client.get(f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]]
+            nova_stack.discover_hosts()
+            wait(lambda: mapped_members() == {m0, m1, m2}, timeout=4 * interval, interval=1,
+                 what="status.hostMapping: every member Mapped once discovered by hand")
             wait(lambda: set(shards().values()) == {m0, m1, m2}, timeout=60, what="nodes adopted")
             wait(nova_agrees, timeout=6 * interval, interval=1,
                  what="every node listed under the compute of its shard")
@@ -121,6 +139,7 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                     {"op": "add", "path": "/instance_uuid", "value": instance}])
             pinned_on_m1 = {n for n, o in pinned.items() if o == m1}
             service_m1 = nova_stack.compute_services()[m1]["id"]
+            service_m2 = nova_stack.compute_services()[m2]["id"]
             nova_stack.record_rss()
 
             with NovaWatch(nova_stack, set(nodes), {m0, m1, m2}) as watch:
@@ -216,6 +235,21 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                      what="Degraded cleared")
                 assert nova_metric("ironic_shard_nova_actions_total", action="misplaced_handed_over") == 1
 
+                # 6. Scale back to 3: member 2's identity returns, with a new Nova service (step 4
+                # deleted the old one, and Nova its host mapping): a new host, reported not mapped
+                # until it is mapped by hand, however mapped its name was before.
+                patch_spec(client, ns, pool, {"replicas": 3})
+                wait(lambda: nova_stack.compute_services().get(m2, {}).get("state") == "up", timeout=120,
+                     interval=1, what="member 2's new service up")
+                assert nova_stack.compute_services()[m2]["id"] != service_m2
+                again = wait(lambda: (c := degraded())["reason"] == "HostNotMapped" and c, timeout=6 * POLL,
+                             what="Degraded HostNotMapped for member 2's new service")
+                assert m2 in again["message"] and m0 not in again["message"]
+                nova_stack.discover_hosts()
+                wait(lambda: mapped_members() == {m0, m1, m2} and degraded()["status"] == "False",
+                     timeout=4 * interval + 2 * POLL, interval=1, what="member 2 mapped again, Degraded cleared")
+                wait(nova_agrees, timeout=4 * interval, interval=1, what="Nova agreeing at 3 members again")
+
             # Nova over the whole scenario.
             assert not watch.errors, watch.errors[:3]
             twice, node = watch.longest_listed_twice()
@@ -227,7 +261,8 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
             final = nova_status()
             assert final["state"] == "Enabled" and final["forcedDown"] == [] and final["waiting"] == []
             for reason in ("ForcedDown", "ForcedDownCleared", "NovaUnavailable", "NovaAvailable",
-                           "DeletedNovaService", "NovaAudit", "NovaAuditClear", "HandedOverNodes"):
+                           "DeletedNovaService", "NovaAudit", "NovaAuditClear", "HandedOverNodes", "HostNotMapped",
+                           "HostMapped"):
                 assert events(client, ns, reason), f"no {reason} Event"
             assert nova_metric("ironic_shard_nova_actions_total", action="forced_down_set") >= 1
             # Every flag cleared was one the operator set (nobody else forced a service down

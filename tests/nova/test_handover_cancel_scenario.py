@@ -10,6 +10,10 @@ meanwhile, then it is released with a HandoverCancelled Event; its pod comes bac
 forced_down is cleared, and it serves the nodes Nova left it. Nova agrees with Ironic on every
 node, none was ever listed under two computes, and a server moved and a server that stayed both
 accept os-stop and their Ironic nodes power off.
+
+Then scale up to 4: the new member is a new Nova host, mapped to a cell by the operator's Job
+(novaManageConfig; nobody else runs host discovery here, nor did for the first three members),
+once: its nodes become listed under it, and the Job goes once done.
 """
 
 from __future__ import annotations
@@ -105,8 +109,35 @@ def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_and_the_member_re
                 assert code == 202, (node, code, text)
             wait(lambda: power(moved[0]) == power(stayed[0]) == "power off", timeout=90, interval=0.5,
                  what="a moved and a kept node powered off by their nova-compute")
+
+            # Scale up by one: a new identity is a new Nova host, which Nova lists no node of and
+            # schedules nothing to until it is mapped to a cell. Nobody here runs host discovery:
+            # the operator's Job does (novaManageConfig), once, and goes once done. Member 2's
+            # return above (the same Nova service) needed none.
+            m3 = f"{pool}-3"
+            scaled_at = time.monotonic()
+            patch_spec(client, ns, pool, {"replicas": 4})
+            wait(lambda: nova_stack.compute_services().get(m3, {}).get("state") == "up", timeout=120, interval=1,
+                 what="the new member's nova-compute service up")
+            registered_at = time.monotonic()
+            wait(lambda: any(o == m3 for o in shards().values()), timeout=120, interval=1,
+                 what="free nodes given to the new member")
+            wait(lambda: handover_pool.nova_agrees(nova_stack, shards), timeout=12 * interval, interval=1,
+                 what="the new member's nodes listed under it (its host mapped to a cell)")
+            listed_at = time.monotonic()
+            wait(lambda: m3 in handover_pool.mapped_members(client, ns, pool)
+                 and not handover_pool.host_mapping_jobs(client, ns), timeout=60, interval=1,
+                 what="status.hostMapping: the new member Mapped, and its Job deleted")
+            created = [e["message"] for e in events(client, ns, "HostMappingJobCreated")]
+            assert len([m for m in created if m3 in m]) == 1, created  # one Job for the new host
+            assert len([m for m in created if m2 in m]) == 1, created  # at the start only, not on its return
+            (entry,) = [e for e in get_pool(client, ns, pool)["status"]["hostMapping"]["members"] if e["member"] == m3]
+            assert entry["service"] == nova_stack.compute_services()[m3]["id"] and "mapped by Job" in entry["message"]
+            assert [e for e in events(client, ns, "HostMapped") if m3 in e["message"]]
             print(f"cancel scenario: {len(moved)} of {len(on_m2)} instance nodes moved before the scale-back, "
                   f"{len(stayed)} stayed; cancelled {cancelled_at - first_job_at:.1f}s after the first Job; "
+                  f"scaled up: the new member's service up {registered_at - scaled_at:.1f}s after the scale-up, "
+                  f"its nodes listed (host mapped by the operator's Job) {listed_at - registered_at:.1f}s after; "
                   f"whole scenario {time.monotonic() - started:.0f}s")
         finally:
             handover_pool.report_and_delete(kube_api, ns, pool, operator)

@@ -216,7 +216,8 @@ class InvariantChecker:
     def _violations(self) -> set[str]:
         # Jobs, their pods, Nova and Ironic first, member pods last: a member pod seen after
         # them existed when they were read (module doc).
-        jobs = self.client.get(f"/apis/batch/v1/namespaces/{self.ns}/jobs")["items"]
+        jobs = self.client.get(f"/apis/batch/v1/namespaces/{self.ns}/jobs",
+                               labelSelector="ironicshards.io/component=handover")["items"]
         running_pods = [p for p in job_pods(self.client, self.ns)
                         if p["status"].get("phase") not in ("Succeeded", "Failed")]
         hosts = self.nova.hypervisor_hosts()

@@ -12,6 +12,7 @@ import pytest
 
 from ironic_shard_operator.adapters.nova import (
     NovaAdapter, NovaAuthError, NovaNotConfigured, NovaUnavailable, ServiceInUse)
+from ironic_shard_operator.core.podspec import member_conf
 from testbed.ironic_service import IronicService
 from testbed.nova_stack import NovaStack, started_computes
 from tests.nova.sharded_pool import ShardedPool, start_sharded_pool
@@ -104,6 +105,29 @@ def test_service_delete_is_refused_while_its_host_has_an_instance_and_idempotent
     assert nova.service(idle) is None
     assert not {h.node_uuid for h in nova.hypervisors()} & set(pool.nodes_of(idle))
     assert nova.delete_service(gone) is False  # already gone: nothing to do, no error
+
+
+def test_whether_a_host_is_mapped_to_a_cell_is_nova_s_own_answer(
+        nova: NovaAdapter, nova_stack: NovaStack, running_pool: ShardedPool, tmp_path: Path) -> None:
+    """A member serving nodes is mapped; a new compute is not until host discovery ran, and
+    Nova says so before the compute has reported any node (its shard holds none here), when
+    its hypervisor list cannot tell: it lists no node under either."""
+    assert all(nova.host_mapped(member) is True for member in running_pool.members)
+    newcomer = f"{running_pool.pool.name}-9"
+    overlay = tmp_path / "member.conf"
+    overlay.write_text(member_conf(running_pool.pool, newcomer))
+    base = tmp_path / "nova.conf"
+    base.write_text(running_pool.processes[running_pool.members[0]].config_files[0].read_text())
+    with started_computes(nova_stack) as start:
+        start(newcomer, [base, overlay])
+        nova_stack.wait_for(f"{newcomer}'s service up", lambda: (s := nova.service(newcomer)) is not None and s.up,
+                            timeout=90)
+        assert nova.host_mapped(newcomer) is False
+        assert newcomer not in {h.host for h in nova.hypervisors()}
+        nova_stack.discover_hosts()
+        assert nova.host_mapped(newcomer) is True  # mapped, no compute node: "Compute host ... not found"
+        assert newcomer not in {h.host for h in nova.hypervisors()}
+    assert nova.writes_made == 0
 
 
 def test_a_cloud_whose_only_endpoint_is_ironic_turns_nova_off(

@@ -720,13 +720,17 @@ def _undeclared(value: Any, node: dict[str, Any], path: str) -> Iterator[str]:
 
 def test_no_field_of_a_status_with_members_handovers_and_guard_holds_is_pruned():
     """Every field of a busy pool's status (a member held by a handover, with its reason; a
-    source waiting for a busy node; nodes the guard holds) is declared in the CRD, down to the
-    leaves: an undeclared nested field would be pruned by the API server and never seen."""
+    source waiting for a busy node; nodes the guard holds; a host-mapping Job failed) is
+    declared in the CRD, down to the leaves: an undeclared nested field would be pruned by the
+    API server and never seen."""
     from ironic_shard_operator.core import handover
     from ironic_shard_operator.core.guard_holds import guard_section
     from ironic_shard_operator.core.pods import MemberState
     from ironic_shard_operator.core.shard_write import GuardHold
-    from ironic_shard_operator.core.status import handover_section
+    from ironic_shard_operator.core.host_mapping import (
+        MAPPED, MAPPING_FAILED, NOT_MAPPED, MappingStep, MemberMapping,
+    )
+    from ironic_shard_operator.core.status import handover_section, host_mapping_section
 
     members = (model.Member("rack-a-0", True, 1.7e9), model.Member("rack-a-1", False, 1.7e9))
     step = handover.HandoverPlan(progress=(handover.SourceProgress(
@@ -734,12 +738,18 @@ def test_no_field_of_a_status_with_members_handovers_and_guard_holds_is_pruned()
         busy=(handover.BusyNode("n-1", "deploying -> active", 1.7e9),)),),
         problems=(handover.Problem(handover.SCALE_DOWN, "HandoverWaitingForBusyNodes", "n-1"),))
     guard, _ = guard_section(None, [GuardHold("n-2", ("consumer-1",))], {"n-2"}, 1.8e9, 600)
+    mapping = host_mapping_section(MappingStep(entries=(
+        MemberMapping("rack-a-0", "id-0", MAPPED, "Nova lists nodes under rack-a-0"),
+        MemberMapping("rack-a-1", "id-1", NOT_MAPPED, "Job rack-a-map-hosts-1 failed", MAPPING_FAILED,
+                      "rack-a-map-hosts-1", 2, 1.8e9))))
     status, _ = build_status(CycleFacts(
         generation=1, pool="rack-a", members=members, plan=_converged_plan(), pods_existing=1, pods_ready=1,
         selector="ironicshards.io/pool=rack-a", now=1.8e9, handover=handover_section(step), handover_enabled=True,
         guard=guard, states=(MemberState("rack-a-0", "Ready"),
-                             MemberState("rack-a-1", "HandingOver", "no pod while held: its Job runs"))), None)
+                             MemberState("rack-a-1", "HandingOver", "no pod while held: its Job runs")),
+        host_mapping=mapping), None)
     assert status["members"][1]["message"] and status["handover"]["sources"][0]["busyNodes"]
+    assert status["hostMapping"]["members"][1]["nextRetryAt"]
     assert admit({**example_pool("minimal"), "status": status}) == []
     assert list(_undeclared(status, schema()["properties"]["status"], ".status")) == []
 

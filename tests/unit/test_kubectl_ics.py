@@ -50,6 +50,19 @@ def test_the_status_screen_shows_every_fix_in_full_the_leader_and_the_last_cycle
     assert "last cycle: 2027-01-15T07:55:00Z (5m ago); spec generation 4 observed" in flat
 
 
+def test_the_status_screen_says_under_a_member_that_its_host_is_not_mapped_to_a_cell():
+    fix = "Nova says host rack-a-2 is not mapped to any cell: map it: nova-manage cell_v2 discover_hosts --by-service"
+    shown = pool(hostMapping={"members": [
+        {"member": "rack-a-0", "service": "s-0", "state": "Mapped", "message": "Nova lists nodes under rack-a-0"},
+        {"member": "rack-a-2", "service": "s-2", "state": "NotMapped", "reason": "HostNotMapped", "message": fix}]})
+    lines = render_status(shown, [], OperatorView((lease(),)), NOW).splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("rack-a-2"))
+    below = " ".join(" ".join(lines[row + 1:row + 4]).split())
+    assert below.startswith(f"cell mapping NotMapped: {fix}")
+    assert "Nova lists nodes under rack-a-0" not in "\n".join(lines)  # a mapped host is no news
+    assert kubectl_ics.summary(shown, [], None)["hostMapping"] == shown["status"]["hostMapping"]
+
+
 def test_the_status_screen_says_when_the_operator_has_not_seen_the_spec_or_the_lease_is_stale():
     behind = pool()
     behind["metadata"]["generation"] = 5

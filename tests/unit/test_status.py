@@ -140,6 +140,25 @@ def test_nova_findings_degrade_the_pool_until_an_audit_clears_them():
     assert conditions(clear)["Degraded"]["status"] == "False"
 
 
+def test_a_member_whose_host_is_not_mapped_degrades_the_pool_before_the_audits_findings():
+    mapping = {"members": [
+        {"member": "p-0", "service": "s-0", "state": "Mapped", "message": "Nova lists nodes under p-0"},
+        {"member": "p-1", "service": "s-1", "state": "NotMapped", "reason": "HostNotMapped",
+         "message": "Nova says host p-1 is not mapped to any cell: map it"}]}
+    findings = nova_section(message="Nova audit: 1 unmapped: member p-1 ...", unmapped=1)
+    status, events = build_status(facts(nova=findings, host_mapping=mapping), None)
+    degraded = conditions(status)["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "HostNotMapped") and "p-1" in degraded["message"]
+    assert status["hostMapping"] == mapping and "Degraded" in [e.reason for e in events]
+
+    kept, events = build_status(facts(nova=None, host_mapping=None, now=NOW + 5), status)  # not decided
+    assert kept == status and events == []
+
+    mapped = {"members": [dict(mapping["members"][0]), {**mapping["members"][1], "state": "Mapped"}]}
+    clear, _ = build_status(facts(nova=nova_section(), host_mapping=mapped, now=NOW + 60), kept)
+    assert conditions(clear)["Degraded"]["status"] == "False"
+
+
 def test_nova_unavailable_degrades_and_disabled_does_not():
     status, _ = build_status(facts(nova=nova_section("Unavailable", "HTTP 503")), None)
     degraded = conditions(status)["Degraded"]

@@ -81,7 +81,7 @@ iso.workloadRules: running a pool's members, only in the namespaces named for po
 of its Secrets, and whoever reads pods' logs may read what they print.
 - pods: created, deleted (with a uid precondition);
 - ConfigMaps (one per member): created, patched when one was changed, deleted;
-- Jobs (the handover's nova-manage): created, deleted; pods/log: the last lines of a failed one;
+- Jobs (nova-manage: handovers, host mapping): created, deleted; pods/log: the last lines of a failed one;
 - the pool's PodDisruptionBudget (policy): read by name, created, patched when it differs
   (never deleted: it goes with its pool by owner reference).
 Not ironiccomputeshards/finalizers: the operator's owner references set no

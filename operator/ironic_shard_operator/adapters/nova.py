@@ -9,11 +9,13 @@ its requests (openstack_http.routed_proxy). Two calls stay raw HTTP on that prox
 saying why at the call: the API root (is it Nova, how new?), and the hypervisor list, where
 an openstacksdk Hypervisor costs ~1-1.5 ms of CPU to build: about 2 minutes a listing of
 100,000 Ironic nodes, against ~2 s parsed here (bench/sdk_cost_bench.py). Its Service costs
-as much, which a listing of the ~200 services of 100,000 nodes affords (~0.2 s a cycle).
+as much, which a listing of the ~200 services of 100,000 nodes affords (~0.2 s a cycle). One
+raw read is at 2.42: a host's cell mapping (`GET /os-hosts/{host}`, which openstacksdk lacks).
 
 What it keeps:
 - Reads are one request for all of a cloud's nova-compute services, and one per 1,000
-  hypervisors (Ironic nodes); the caller compares them with what it wants.
+  hypervisors (Ironic nodes); the caller compares them with what it wants. Whether a host is
+  mapped to a cell is one request per host, at microversion 2.42 (`host_mapped`).
 - Writes are exactly what the caller asks: `set_forced_down`, `delete_service`.
   Deleting is idempotent (a service already gone is not an error); Nova refusing to delete
   a host that still has instances (HTTP 409) is `ServiceInUse`, with Nova's reason.
@@ -31,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from ironic_shard_operator.adapters.openstack_http import (
     Transient, answer_of, cloud_label, describe, endpoint_for, error_text, format_version, not_answering,
@@ -41,6 +43,12 @@ from ironic_shard_operator.core.redact import redact
 
 COMPUTE_MICROVERSION = (2, 53)
 PAGE_LIMIT = 1000
+# `GET /os-hosts/{host}` is served up to microversion 2.42 only (deprecated since, never removed
+# below it): the one read of Nova's API that looks a host's cell mapping up by host name.
+HOSTS_MICROVERSION = "2.42"
+# nova 34's answers to it (nova/exception.py HostMappingNotFound, ComputeHostNotFound).
+NOT_MAPPED_TEXT = "is not mapped to any cell"
+MAPPED_NO_NODE_TEXT = ("Compute host", "could not be found")
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 
@@ -113,7 +121,8 @@ class Hypervisor:
 
 class NovaAdapter:
     """A cloud's Nova as the operator needs it: `check()`, `compute_services()`,
-    `service(host)`, `set_forced_down()`, `delete_service()`, `hypervisors()`.
+    `service(host)`, `set_forced_down()`, `delete_service()`, `hypervisors()`,
+    `instances_on_node()`, `host_mapped()`.
 
     Construction does no I/O; the first call finds the compute endpoint and checks it once.
     `requests_made` counts every request sent (answered or not), `writes_made` the PUTs and
@@ -221,6 +230,27 @@ class NovaAdapter:
         self.check()
         return self._answer(f"list the instances on {host}'s node {node}", lambda: sum(
             1 for _ in self._compute.servers(details=False, all_projects=True, compute_host=host, node=node)))
+
+    @redacting
+    def host_mapped(self, host: str) -> bool | None:
+        """Whether Nova has mapped `host` to a cell (its API database's host mapping), which
+        Nova needs before it lists the host's compute nodes or schedules to them: one
+        `GET /os-hosts/{host}` at microversion 2.42. It looks the mapping up first and answers
+        404 "Host '<host>' is not mapped to any cell" without one (False); with one, 200, or
+        404 "Compute host <host> could not be found." while the host has no compute node yet
+        (True). Any other answer (the route gone, a policy that forbids it) is None: Nova does
+        not say. Transport failures raise NovaUnavailable, as every call does."""
+        self.check()
+        # Raw: openstacksdk has no os-hosts call (deprecated since 2.43)
+        response = self._compute.get(self._url(f"/os-hosts/{quote(host, safe='')}"), microversion=HOSTS_MICROVERSION)
+        if response.status_code == 200:
+            return True
+        text = error_text(response) if response.status_code == 404 else ""
+        if NOT_MAPPED_TEXT in text:
+            return False
+        if all(part in text for part in MAPPED_NO_NODE_TEXT):
+            return True
+        return None
 
     # ---- writing ------------------------------------------------------------------
 

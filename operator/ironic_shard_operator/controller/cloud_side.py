@@ -13,7 +13,9 @@ A cycle (reconcile.py) starts one `CloudSide` when none is under way, with what 
    not write. A free node leaving an owner whose nova-compute may still take a build (its
    Nova service up and not forced down, or not known this cycle) is a guarded move
    (shard_write.guarded_owners: invariant 13);
-4. the handover step (controller/handover.py), with the last status.handover.
+4. the host-mapping step (controller/host_mapping.py), when Nova answered: new members' hosts
+   mapped to a cell, with the last status.hostMapping;
+5. the handover step (controller/handover.py), with the last status.handover.
 
 The cycle that starts it waits for its plan, and then for its end, only until `PATIENCE_SECONDS`
 after its start: a healthy Ironic answers well within that, and the cycle is the plain
@@ -35,10 +37,11 @@ from typing import Any
 
 from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
 from ironic_shard_operator.controller.handover import HandoverOutcome, HandoverWork, run_handover
+from ironic_shard_operator.controller.host_mapping import HostMappingOutcome, MappingSeen, run_host_mapping
 from ironic_shard_operator.controller.ironic_cycle import CycleReport, ObservationMemory, run_cycle
 from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
-from ironic_shard_operator.core import model
+from ironic_shard_operator.core import model, nova_policy
 from ironic_shard_operator.core.shard_write import guarded_owners
 from ironic_shard_operator.core.spec import Pool
 
@@ -66,6 +69,7 @@ class CloudResult:
     applied: int = 0
     nova: NovaOutcome | None = None
     handover: HandoverOutcome | None = None
+    host_mapping: HostMappingOutcome | None = None
 
     @property
     def plan(self) -> model.Plan | None:
@@ -80,7 +84,8 @@ class CloudWork:
     the pool's last full listing (ironic_cycle.ObservationMemory; None: list every time);
     `kube` the Kubernetes client the handover task uses (None: no handover step);
     `previous_handover` the last status.handover; `held` the members a handover holds
-    (core/handover.py::holds, as the cycle read it)."""
+    (core/handover.py::holds, as the cycle read it); `previous_host_mapping` the last
+    status.hostMapping."""
 
     key: str
     pool: Pool
@@ -98,6 +103,7 @@ class CloudWork:
     kube: Any = None
     previous_handover: Mapping[str, Any] | None = None
     held: AbstractSet[str] = frozenset()
+    previous_host_mapping: Mapping[str, Any] | None = None
 
 
 class CloudSide:
@@ -229,15 +235,28 @@ class CloudSide:
             except IronicError as error:
                 _record_error(metrics, work.key, error)
                 result = CloudResult(result.report, error=error)
+        mapping = await _host_mapping(work, nova, set(plan.members_to_delete if plan else ()))
         moving = None
-        if work.kube is not None:  # 4. handovers of nodes with instances (controller/handover.py)
+        if work.kube is not None:  # 5. handovers of nodes with instances (controller/handover.py)
             moving = await run_handover(HandoverWork(work.kube, work.may_write, metrics), pool, ironic=work.adapter,
                                         nova=_usable_nova(work.nova, nova), members=work.members, plan=plan,
                                         nodes=result.report.nodes if result.report is not None else None,
                                         now=work.now, recorded=work.previous_handover)
             if moving.resharded and work.memory is not None:
                 work.memory.last = None  # shards written outside run_cycle: list in full next time
-        return CloudResult(result.report, result.error, result.applied, nova, moving)
+        return CloudResult(result.report, result.error, result.applied, nova, moving, mapping)
+
+
+async def _host_mapping(work: CloudWork, nova: NovaOutcome, retiring: AbstractSet[str]) -> HostMappingOutcome | None:
+    """4. the members' hosts mapped to a cell (controller/host_mapping.py), when Nova answered
+    this cycle; None (the last status.hostMapping kept) otherwise."""
+    adapter = _usable_nova(work.nova, nova)
+    if work.kube is None or adapter is None or nova.services is None:
+        return None
+    services = {host: s for host, s in nova.services.items() if host in work.identities and host not in retiring}
+    seen = MappingSeen(services, nova.listed, nova_policy.update_interval(work.nova_conf), work.previous_host_mapping)
+    return await run_host_mapping(HandoverWork(work.kube, work.may_write, work.metrics), work.pool, nova=adapter,
+                                  runtime=work.nova, seen=seen, now=work.now)
 
 
 def _usable_nova(runtime: NovaRuntime, outcome: NovaOutcome) -> Any:

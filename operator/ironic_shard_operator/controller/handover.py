@@ -132,6 +132,14 @@ async def _blocker(kube: Any, pool: Pool, nova: NovaAdapter | None,
         return None
     if nova is None:
         return ("HandoverNeedsNova", NEEDS_NOVA)
+    return await manage_config_problem(kube, pool)
+
+
+async def manage_config_problem(kube: Any, pool: Pool) -> tuple[str, str] | None:
+    """("HandoverConfigInvalid", why) when the Secret of `spec.handover.novaManageConfig` cannot
+    be read or holds no nova.conf nova-manage can use (core/handover_job.py::config_problem);
+    None when it can (every Job of nova-manage mounts it: handover and host mapping)."""
+    assert pool.handover is not None
     ref = pool.handover.nova_manage_config
     try:
         secret = await kube.get_secret(pool.namespace, ref.name)
@@ -173,15 +181,21 @@ def _nova_view(nova: NovaAdapter, subjects: set[str], nodes: Sequence[Node], per
 
 
 async def _job_view(kube: Any, pool: Pool, raw: dict[str, Any]) -> handover.JobView | None:
-    """A Job read back, with its log tail when it failed (what the user needs to see)."""
-    view = handover_job.read_job(raw)
+    """A handover Job read back (job_view)."""
+    return await job_view(kube, pool, raw, handover_job.read_job)
+
+
+async def job_view(kube: Any, pool: Pool, raw: dict[str, Any], read: Callable[..., Any]) -> Any:
+    """A Job of nova-manage read back by `read(raw, log_tail)` (handover_job.read_job,
+    host_mapping.read_job), with its log tail when it failed (what the user needs to see)."""
+    view = read(raw)
     if view is None or view.state != handover.FAILED:
         return view
     try:
         tail = await kube.job_log_tail(pool.namespace, view.name, LOG_LINES)
     except KubeError as error:
         tail = f"(log not readable: {error})"
-    return handover_job.read_job(raw, " | ".join(line for line in tail.splitlines() if line.strip())[-2000:])
+    return read(raw, " | ".join(line for line in tail.splitlines() if line.strip())[-2000:])
 
 
 async def _act(work: HandoverWork, pool: Pool, step: handover.HandoverPlan, ironic: IronicAdapter,

@@ -41,6 +41,7 @@ from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.core.nova_schedule import NovaSchedule
 from ironic_shard_operator.adapters.ironic import IronicAdapter, IronicError
 from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.host_mapping import ProbeAnswer
 from ironic_shard_operator.core.model import Member, Move, Node
 from ironic_shard_operator.adapters.nova import (
     NovaAdapter, NovaAuthError, NovaError, NovaNotConfigured, NovaTooOld, ServiceInUse, ServiceNotFound,
@@ -72,6 +73,9 @@ class NovaRuntime:
     report: nova_policy.AuditReport | None = None
     schedule: NovaSchedule = NovaSchedule()
     retired: tuple[str, ...] = ()
+    # What Nova last said of each member's cell mapping, by (host, service id)
+    # (controller/host_mapping.py; lost on restart: asked again once).
+    host_probes: dict[tuple[str, str], ProbeAnswer] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +83,13 @@ class NovaOutcome:
     """`section`: the new status.nova, None when Nova was not asked this cycle (keep the
     last one). `events`: for the writes done and the section's transitions. `services`: the
     compute services as Nova shows them once this cycle's forced_down writes are done (None:
-    not known this cycle)."""
+    not known this cycle). `listed`: the hosts Nova's hypervisor list named, when the audit
+    read it this cycle (empty otherwise): each is mapped to a cell."""
 
     section: dict[str, Any] | None
     events: tuple[Event, ...] = ()
     services: Mapping[str, Any] | None = None
+    listed: frozenset[str] = frozenset()
 
 
 def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
@@ -129,8 +135,10 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         deletions: tuple[nova_policy.ServiceDeletion, ...] = ()
         interval = nova_policy.update_interval(nova_conf)
         repairs: tuple[Move, ...] = ()
+        listed: frozenset[str] = frozenset()
         if nodes is not None and state.schedule.audit_due(now, interval):
             hypervisors = nova.hypervisors()
+            listed = frozenset(h.host for h in hypervisors)
             state.report = nova_policy.audit(
                 pool=pool.name, identities=identities, retiring=retiring, retired=state.retired, nodes=nodes,
                 hypervisors=hypervisors, services=services, since=state.since, now=now,
@@ -170,7 +178,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                                              sorted(forced & identities), state.retired,
                                              fencing.clear_when_ready_written(clear_when_ready, changes, forced))
         return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)),
-                           {host: replace(s, forced_down=host in forced) for host, s in services.items()})
+                           {host: replace(s, forced_down=host in forced) for host, s in services.items()}, listed)
     return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)))
 
 

@@ -344,7 +344,7 @@ async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets
             previous_nova=cycle.previous.get("nova"), autoscale_history=autoscale_history_of(cycle.previous),
             now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
             memory=runtime.ironic.memory, kube=cycle.op.kube, previous_handover=cycle.previous.get("handover"),
-            held=frozenset(members.held)),
+            held=frozenset(members.held), previous_host_mapping=cycle.previous.get("hostMapping")),
             runtime.interrupt, requests_made=lambda: adapter.requests_made + _nova_requests(runtime))
     _remember(runtime, await side.plan_by(side.deadline))
     return _Cloud(side, runtime.ironic_plan, runtime.ironic_error,
@@ -474,6 +474,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
     plan, decision, metrics, result = cloud.plan, chosen.decision, cycle.op.metrics, cloud.result
     report, nova = (result.report, result.nova) if result is not None else (None, None)
     moving = result.handover if result is not None else None
+    mapping = result.host_mapping if result is not None else None
     if report is not None and metrics is not None:
         metrics.record_cycle(cycle.key, model.Observation(pool.spec, members.readiness, (), cycle.now),
                              plan, report.duration_seconds)
@@ -487,6 +488,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
         events.append(moves_event(plan.moves, cloud.applied))
     events.extend(nova.events if nova is not None else ())
     events.extend(moving.events if moving is not None else ())
+    events.extend(mapping.events if mapping is not None else ())
     guard = None
     if report is not None and plan is not None:
         guard, leaks = guard_section(cycle.previous.get("guard"), report.applied.held,
@@ -497,7 +499,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
         extra_events=tuple(events), error="; ".join(m for _, m in problems) or None,
         error_reason=problems[0][0] if problems else "Error", nova=nova.section if nova is not None else None,
         handover=moving.section if moving is not None else None, handover_enabled=pool.handover is not None,
-        guard=guard))
+        guard=guard, host_mapping=mapping.section if mapping is not None else None))
     if cloud.side is not None and result is not None:
         cloud.side.reported = True
     if cloud.applied or decision.writes:

@@ -84,16 +84,28 @@ def script(moves: Sequence[Any]) -> str:
 
 def render_job(pool: Pool, batch: JobBatch) -> dict[str, Any]:
     """The batch's Job (module doc)."""
-    assert pool.handover is not None
-    labels = {POOL_LABEL: pool.name, MEMBER_LABEL: batch.source, COMPONENT_LABEL: COMPONENT}
-    secret = pool.handover.nova_manage_config
     moves = json.dumps([[m.node_uuid, m.target] for m in batch.moves])
+    labels = {POOL_LABEL: pool.name, MEMBER_LABEL: batch.source, COMPONENT_LABEL: COMPONENT}
+    return nova_manage_job(pool, name=batch.name, labels=labels,
+                           annotations={MOVES_ANNOTATION: moves, ATTEMPT_ANNOTATION: str(batch.attempt)},
+                           pod_annotations={MOVES_ANNOTATION: moves},
+                           command=["/bin/sh", "-c", script(batch.moves)])
+
+
+def nova_manage_job(pool: Pool, *, name: str, labels: Mapping[str, str], annotations: Mapping[str, str],
+                    pod_annotations: Mapping[str, str], command: Sequence[str]) -> dict[str, Any]:
+    """A Job that runs `command` once in the pool's image with `spec.handover.novaManageConfig`
+    mounted read-only at CONFIG_PATH: owned by the pool, its pod never restarted in place, at
+    most BACKOFF_LIMIT retries, each only once the last pod has ended, failed by Kubernetes
+    after ACTIVE_DEADLINE_SECONDS. `labels` go on the Job and its pods."""
+    assert pool.handover is not None
+    secret = pool.handover.nova_manage_config
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [{
             "name": CONTAINER_NAME,
             "image": pool.pod.image,
-            "command": ["/bin/sh", "-c", script(batch.moves)],
+            "command": list(command),
             "volumeMounts": [{"name": "nova-manage-conf", "mountPath": CONFIG_PATH, "subPath": "nova.conf",
                               "readOnly": True}, *extra_mounts(pool)],
             "securityContext": container_security_context(pool),
@@ -110,17 +122,17 @@ def render_job(pool: Pool, batch: JobBatch) -> dict[str, Any]:
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": batch.name,
+            "name": name,
             "namespace": pool.namespace,
-            "labels": labels,
-            "annotations": {MOVES_ANNOTATION: moves, ATTEMPT_ANNOTATION: str(batch.attempt)},
+            "labels": dict(labels),
+            "annotations": dict(annotations),
             "ownerReferences": [owner_reference(pool)],
         },
         "spec": {
             "backoffLimit": BACKOFF_LIMIT,
             "activeDeadlineSeconds": ACTIVE_DEADLINE_SECONDS,
             "podReplacementPolicy": "Failed",
-            "template": {"metadata": {"labels": labels, "annotations": {MOVES_ANNOTATION: moves}},
+            "template": {"metadata": {"labels": dict(labels), "annotations": dict(pod_annotations)},
                          "spec": pod_spec},
         },
     }
@@ -151,6 +163,14 @@ def read_job(raw: Mapping[str, Any], log_tail: str = "") -> JobView | None:
         attempt = max(1, int((meta.get("annotations") or {}).get(ATTEMPT_ANNOTATION, "1")))
     except ValueError:
         attempt = 1
+    state, finished = job_state(raw)
+    return JobView(name=meta.get("name", ""), source=source, moves=moves, state=state, finished=finished,
+                   log_tail=log_tail, attempt=attempt, created=parse_time(meta.get("creationTimestamp")))
+
+
+def job_state(raw: Mapping[str, Any]) -> tuple[str, float | None]:
+    """(ACTIVE, SUCCEEDED or FAILED, when it finished) of a Job as the API returns it; a Job
+    being deleted counts as FAILED (its pod is stopped, nothing more runs)."""
     state, finished = ACTIVE, None
     for condition in (raw.get("status") or {}).get("conditions") or ():
         if condition.get("status") != "True":
@@ -159,10 +179,9 @@ def read_job(raw: Mapping[str, Any], log_tail: str = "") -> JobView | None:
             state, finished = SUCCEEDED, parse_time(condition.get("lastTransitionTime"))
         elif condition.get("type") == "Failed":
             state, finished = FAILED, parse_time(condition.get("lastTransitionTime"))
-    if meta.get("deletionTimestamp") and state == ACTIVE:
-        state = FAILED  # being deleted: its pod is stopped, nothing more runs
-    return JobView(name=meta.get("name", ""), source=source, moves=moves, state=state, finished=finished,
-                   log_tail=log_tail, attempt=attempt, created=parse_time(meta.get("creationTimestamp")))
+    if ((raw.get("metadata") or {}).get("deletionTimestamp")) and state == ACTIVE:
+        state = FAILED
+    return state, finished
 
 
 # The label the Job controller puts on each pod of a Job (Kubernetes 1.27+).

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from ironic_shard_operator.core import handover, model, nova_policy
+from ironic_shard_operator.core import handover, host_mapping, model, nova_policy
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.pods import MemberState, parse_time
 from ironic_shard_operator.core.redact import redact
@@ -75,6 +75,9 @@ class CycleFacts:
     # The new status.guard (core/guard_holds.py), None when no writes were tried this cycle:
     # the last one is kept.
     guard: Mapping[str, Any] | None = None
+    # The new status.hostMapping (host_mapping_section), None when it was not decided this
+    # cycle (Nova not asked): the last one is kept, and its members not mapped keep Degraded.
+    host_mapping: Mapping[str, Any] | None = None
 
 
 def ring_digest(members: Sequence[str]) -> str:
@@ -115,12 +118,15 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
     guard = facts.guard if facts.guard is not None else previous.get("guard")
     if guard is not None:
         status["guard"] = dict(guard)
+    mapping = facts.host_mapping if facts.host_mapping is not None else previous.get("hostMapping")
+    if mapping is not None:
+        status["hostMapping"] = dict(mapping)
     moving = facts.handover if facts.handover is not None else previous.get("handover")
     if moving:
         status["handover"] = dict(moving)
     elif "handover" in previous and previous["handover"] is not None:
         status["handover"] = None  # removed by the merge patch: handover is off
-    conditions = _conditions(facts, nova or {}, moving or {})
+    conditions = _conditions(facts, nova or {}, moving or {}, mapping or {})
     if facts.preflight is not None:
         conditions.append(_Condition("Preflight", *facts.preflight))
     status["conditions"], events = _merge_conditions(
@@ -259,6 +265,16 @@ def handover_section(step: handover.HandoverPlan | None) -> dict[str, Any]:
     }
 
 
+def host_mapping_section(step: host_mapping.MappingStep) -> dict[str, Any]:
+    """status.hostMapping for a host-mapping step: one entry per member with a Nova service.
+    Only facts, no clock: an unchanged pool's section is not rewritten."""
+    return {"members": [{key: value for key, value in (
+        ("member", e.member), ("service", e.service), ("state", e.state), ("reason", e.reason),
+        ("message", e.message), ("job", e.job), ("attempts", e.attempts),
+        ("nextRetryAt", format_time(e.next_retry_at) if e.next_retry_at is not None else None))
+        if value is not None} for e in step.entries]}
+
+
 def handover_section_unseen(recorded: Mapping[str, Any] | None,
                             problems: Sequence[handover.Problem]) -> dict[str, Any]:
     """status.handover of a step that could not see enough to decide: the recorded sources
@@ -287,8 +303,9 @@ def _handover_conditions(facts: CycleFacts, moving: Mapping[str, Any]) -> dict[s
     return out
 
 
-def _conditions(facts: CycleFacts, nova: Mapping[str, Any], moving: Mapping[str, Any]) -> list[_Condition]:
-    conditions = _base_conditions(facts, nova)
+def _conditions(facts: CycleFacts, nova: Mapping[str, Any], moving: Mapping[str, Any],
+                mapping: Mapping[str, Any]) -> list[_Condition]:
+    conditions = _base_conditions(facts, nova, mapping)
     if not facts.handover_enabled:
         return conditions
     override = _handover_conditions(facts, moving)
@@ -304,8 +321,9 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any], moving: Mapping[str,
     return out
 
 
-def _base_conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condition]:
+def _base_conditions(facts: CycleFacts, nova: Mapping[str, Any], mapping: Mapping[str, Any]) -> list[_Condition]:
     plan = facts.plan
+    unmapped = host_mapping.degraded(mapping)
     not_ready = [s for s in facts.states if s.phase != "Ready"]
     troubled = [s for s in facts.states if s.phase in ("Fencing", "Replacing")]
 
@@ -343,6 +361,8 @@ def _base_conditions(facts: CycleFacts, nova: Mapping[str, Any]) -> list[_Condit
                               "this pool; no compute serves them")
     elif nova.get("state") == nova_policy.ENABLED and (nova.get("findings") or {}).get(nova_policy.INCOMPLETE):
         degraded = _Condition("Degraded", True, "HandoverIncomplete", str(nova.get("message", "")))
+    elif unmapped is not None:
+        degraded = _Condition("Degraded", True, *unmapped)
     elif nova.get("state") == nova_policy.ENABLED and any((nova.get("findings") or {}).values()):
         degraded = _Condition("Degraded", True, "NovaOutOfSync", str(nova.get("message", "")))
     elif nova.get("state") == nova_policy.UNAVAILABLE:

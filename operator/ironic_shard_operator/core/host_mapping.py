@@ -1,0 +1,361 @@
+"""Nova's cell mapping of the members' hosts: what is known of it, the Job that maps new
+members, and what each member's entry in status.hostMapping says. Pure: the shell
+(controller/host_mapping.py) observes Nova and Kubernetes and carries the decisions out.
+
+Nova lists a host's compute nodes (os-hypervisors) and schedules to them only once the host
+is mapped to a cell: a host mapping in the API database, made by `nova-manage cell_v2
+discover_hosts` or by the schedulers' `[scheduler]discover_hosts_in_cells_interval` (off by
+default). A member is a new host whenever Nova has a new compute service for it: a new
+identity (scale-up, autoscale), and an identity taken up again after scale-down deleted its
+service (Nova deletes the host mapping with the service). So what is known is kept per member
+AND service id: a pod restart keeps its service and its mapping, nothing is asked again.
+
+What tells, cheapest first (the operator never reads Nova's databases):
+- the member's entry in status.hostMapping says Mapped for this service: nothing is asked;
+- Nova's hypervisor list, when the audit read it this cycle, names the host: mapped
+  (os-hypervisors skips the compute nodes of a host without a mapping). It says nothing of a
+  member that has not reported a node yet (it owns none, or its first resource-tracker cycle
+  is under way);
+- `GET /os-hosts/{host}` at microversion 2.42 (NovaAdapter.host_mapped): mapped, not mapped,
+  or no answer (None: a Nova that stopped serving that route, or a policy forbidding it). At
+  most once per `every` seconds per member (the members' update interval), and once more
+  after a Job covering it ended, to see what the Job did (`hosts_to_probe`).
+
+With `spec.handover.novaManageConfig`, a member not known mapped is mapped by a Job of the
+pool's image running `nova-manage cell_v2 discover_hosts --by-service` with that nova.conf.
+discover_hosts maps every unmapped service of every cell, the pool's or not (nova-manage has no
+command for one host; a deployment's host discovery does the same), and must not run twice at once
+(parallel runs collide on the mapping's unique key: exit status 2), so a pool runs one such Job
+at a time, covering every member waiting for one when it is created; a member whose service
+appears meanwhile waits for the next. A Job's members and their service ids are in its
+annotation (a restarted operator reads them back); its name derives from them and its attempt.
+Each (member, service) is covered by one Job that succeeds: once Nova does not contradict it
+(the probe does not say "not mapped"), the member is Mapped on record, and the Job is deleted
+in the step after the record was written. A Job that failed, or that succeeded while Nova still
+says the host is not mapped (a nova.conf whose [api_database] is another Nova's), is reported
+(reason HostMappingFailed, with its log tail) and its members are tried again in a new Job
+(attempt + 1) after the handover's backoff (core/handover.py::retry_delay); the failed Job is
+deleted once the next exists. Without a novaManageConfig (or with one that cannot be used, or
+while paused), a member Nova says is not mapped is reported (reason HostNotMapped, with the
+fix) until Nova has mapped it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, failure_text, retry_delay
+from ironic_shard_operator.core.handover_job import (
+    COMPONENT_LABEL, CONFIG_PATH, job_state, nova_manage_job,
+)
+from ironic_shard_operator.core.model import member_ordinal
+from ironic_shard_operator.core.nova_policy import ServiceRecord
+from ironic_shard_operator.core.podspec import POOL_LABEL
+from ironic_shard_operator.core.pods import parse_time
+from ironic_shard_operator.core.spec import GROUP, Pool
+
+# A member's state (status.hostMapping.members[].state).
+MAPPED, MAPPING, NOT_MAPPED, UNKNOWN = "Mapped", "Mapping", "NotMapped", "Unknown"
+# Why a member is NotMapped (its entry's reason; condition Degraded).
+HOST_NOT_MAPPED, MAPPING_FAILED = "HostNotMapped", "HostMappingFailed"
+COMPONENT = "host-mapping"
+SERVICES_ANNOTATION = f"{GROUP}/host-mapping-services"
+ATTEMPT_ANNOTATION = f"{GROUP}/host-mapping-attempt"
+COMMAND = ("nova-manage", "--config-file", CONFIG_PATH, "cell_v2", "discover_hosts", "--by-service", "--verbose")
+FIX = ("nova-manage cell_v2 discover_hosts --by-service, or [scheduler]discover_hosts_in_cells_interval on "
+       "Nova's schedulers; with spec.handover.novaManageConfig the operator maps new members itself")
+
+
+def job_selector(pool: str) -> str:
+    """The label selector of a pool's host-mapping Jobs."""
+    return f"{POOL_LABEL}={pool},{COMPONENT_LABEL}={COMPONENT}"
+
+
+@dataclass(frozen=True, slots=True)
+class MappingJob:
+    """A host-mapping Job as observed: the (member, service id) pairs it maps, its state
+    (core/handover.py ACTIVE, SUCCEEDED, FAILED), when it finished, its attempt, and the tail
+    of its pod's log (read when it failed)."""
+
+    name: str
+    services: tuple[tuple[str, str], ...]
+    state: str
+    finished: float | None = None
+    attempt: int = 1
+    log_tail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MappingBatch:
+    """A host-mapping Job to create: it maps `services` ((member, service id) pairs)."""
+
+    name: str
+    services: tuple[tuple[str, str], ...]
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeAnswer:
+    """What `GET /os-hosts/{host}` said of a member's service at `at` (epoch seconds):
+    True mapped, False not mapped, None no answer."""
+
+    at: float
+    mapped: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMapping:
+    """One entry of status.hostMapping.members (the CRD describes the fields)."""
+
+    member: str
+    service: str
+    state: str
+    message: str
+    reason: str | None = None
+    job: str | None = None
+    attempts: int | None = None
+    next_retry_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MappingStep:
+    """The entries of status.hostMapping, the Job to create (None: none), the Jobs to delete
+    after it, and the news (`events`: a member mapped, one Nova says is not, a Job failed)."""
+
+    entries: tuple[MemberMapping, ...] = ()
+    create: MappingBatch | None = None
+    delete: tuple[str, ...] = ()
+    events: tuple[Event, ...] = ()
+
+
+def job_name(pool: str, services: Iterable[tuple[str, str]], attempt: int = 1) -> str:
+    """A Job's name from what it maps and its attempt: the same members and services, the same
+    name (after a restart too); at most 63 characters."""
+    digest = hashlib.sha256("\n".join(f"{m}={s}" for m, s in sorted(services)).encode()
+                            + (f"#{attempt}".encode() if attempt > 1 else b"")).hexdigest()[:8]
+    return f"{pool[:40].rstrip('-')}-map-hosts-{digest}"
+
+
+def render_job(pool: Pool, batch: MappingBatch) -> dict[str, Any]:
+    """The batch's Job: `nova-manage cell_v2 discover_hosts --by-service` once, as a handover
+    Job runs (core/handover_job.py::nova_manage_job: the pool's image, novaManageConfig)."""
+    services = json.dumps([list(pair) for pair in batch.services])
+    return nova_manage_job(pool, name=batch.name, labels={POOL_LABEL: pool.name, COMPONENT_LABEL: COMPONENT},
+                           annotations={SERVICES_ANNOTATION: services, ATTEMPT_ANNOTATION: str(batch.attempt)},
+                           pod_annotations={SERVICES_ANNOTATION: services}, command=list(COMMAND))
+
+
+def read_job(raw: Mapping[str, Any], log_tail: str = "") -> MappingJob | None:
+    """A MappingJob of a Job as the API returns it; None when it is no host-mapping Job of
+    ours, or its annotation is unreadable (then it maps nothing the operator knows of)."""
+    meta = raw.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if (meta.get("labels") or {}).get(COMPONENT_LABEL) != COMPONENT:
+        return None
+    try:
+        services = tuple((str(member), str(service)) for member, service in
+                         json.loads(annotations.get(SERVICES_ANNOTATION, "")))
+        attempt = max(1, int(annotations.get(ATTEMPT_ANNOTATION, "1")))
+    except (ValueError, TypeError):
+        return None
+    state, finished = job_state(raw)
+    return MappingJob(meta.get("name", ""), services, state, finished, attempt, log_tail)
+
+
+def hosts_to_probe(*, services: Mapping[str, ServiceRecord], recorded: Mapping[str, Any] | None,
+                   listed: Iterable[str], jobs: Sequence[MappingJob],
+                   answers: Mapping[tuple[str, str], ProbeAnswer], now: float, every: float) -> list[str]:
+    """The members whose mapping Nova is asked about this cycle (NovaAdapter.host_mapped), in
+    name order: not known mapped (on record or listed), no Job of theirs running, and their
+    last answer older than `every` seconds, or older than the end of a Job that covered them."""
+    known, shown = _recorded_mapped(recorded), set(listed)
+    wanted = []
+    for member, service in sorted(services.items()):
+        if (member, service.id) in known or member in shown:
+            continue
+        job = _covering(jobs, member, service.id)
+        if job is not None and job.state == ACTIVE:
+            continue
+        last = answers.get((member, service.id))
+        ended = job.finished if job is not None and job.finished is not None else None
+        if last is None or now - last.at >= every or (ended is not None and last.at < ended):
+            wanted.append(member)
+    return wanted
+
+
+def decide(*, pool: str, services: Mapping[str, ServiceRecord], recorded: Mapping[str, Any] | None,
+           listed: Iterable[str], answers: Mapping[tuple[str, str], ProbeAnswer], jobs: Sequence[MappingJob],
+           blocker: str | None, now: float) -> MappingStep:
+    """Each member's entry, the Job to create and the Jobs to delete (the module doc).
+
+    `services`: the Nova service of each current member (retiring ones left out); `recorded`:
+    the last status.hostMapping; `listed`: the hosts the hypervisor list read this cycle names
+    (empty when it was not read); `answers`: the last probe per (member, service id); `jobs`:
+    the pool's host-mapping Jobs; `blocker`: why no Job can be created (no or no usable
+    novaManageConfig, paused), None when one can."""
+    known, shown = _recorded_mapped(recorded), set(listed)
+    before = {e.get("member"): e for e in (recorded or {}).get("members") or ()}
+    entries: dict[str, MemberMapping] = {}
+    waiting: list[tuple[str, str]] = []
+    failed: list[MappingJob] = []
+    for member in sorted(services, key=lambda m: (member_ordinal(pool, m) or 0, m)):
+        service = services[member].id
+        answer = answers.get((member, service))
+        job = _covering(jobs, member, service)
+        if (member, service) in known:
+            entries[member] = MemberMapping(member, service, MAPPED, str(before[member].get("message") or ""))
+        elif member in shown or (answer is not None and answer.mapped):
+            how = f"Nova lists nodes under {member}" if member in shown else \
+                f"Nova says host {member} is mapped to a cell"
+            entries[member] = MemberMapping(member, service, MAPPED, how + _by(job), job=_done(job))
+        elif job is not None and job.state == ACTIVE:
+            entries[member] = MemberMapping(member, service, MAPPING, f"Job {job.name} maps host {member} to a "
+                                            "cell (nova-manage cell_v2 discover_hosts --by-service)", job=job.name)
+        elif job is not None and job.state == SUCCEEDED and (answer is None or answer.mapped is None
+                                                                 or answer.at < (job.finished or now)):
+            entries[member] = MemberMapping(member, service, MAPPED, (
+                f"Job {job.name} mapped host {member} to a cell (nova-manage cell_v2 discover_hosts succeeded; "
+                "Nova's os-hosts gives no answer)"), job=job.name)
+        elif job is not None:
+            failed.append(job)
+            entries[member] = _failed_entry(member, service, job, blocker)
+        else:
+            waiting.append((member, service))
+            entries[member] = _unmapped_entry(member, service, answer, blocker)
+    return _with_jobs(pool, entries, waiting, failed, jobs, services, known, blocker, now, before)
+
+
+def _with_jobs(pool: str, entries: dict[str, MemberMapping], waiting: list[tuple[str, str]],
+               failed: list[MappingJob], jobs: Sequence[MappingJob], services: Mapping[str, ServiceRecord],
+               known: set[tuple[str, str]], blocker: str | None, now: float,
+               before: Mapping[str, Mapping[str, Any]]) -> MappingStep:
+    """The step's Jobs: one at a time per pool. The next covers every member waiting and the
+    members of failed Jobs whose backoff is over (attempt + 1); it is created once no Job runs
+    and no failed one is in its backoff (members waiting meanwhile say for what)."""
+    current = {(m, s.id) for m, s in services.items()}
+    failed = list(dict.fromkeys(failed))
+    due = [j for j in failed if now >= (j.finished or now) + retry_delay(j.attempt)]
+    retry_at = min(((j.finished or now) + retry_delay(j.attempt) for j in failed if j not in due), default=None)
+    running = next((j.name for j in jobs if j.state == ACTIVE), None)
+    create = None
+    if blocker is None and running is not None:
+        for member, service in waiting:
+            entries[member] = MemberMapping(member, service, MAPPING, f"host {member} waits for Job {running} to "
+                                            "end (one discover_hosts at a time): the next host-mapping Job maps it")
+    elif blocker is None and retry_at is not None:
+        for member, service in waiting:
+            entries[member] = MemberMapping(
+                member, service, NOT_MAPPED, f"host {member} is not mapped to a cell yet: the next host-mapping Job "
+                "maps it, once the last one's backoff is over (nextRetryAt)", MAPPING_FAILED, next_retry_at=retry_at)
+    elif blocker is None and (waiting or due):
+        retried = {p for j in due for p in j.services if p in current and entries[p[0]].state == NOT_MAPPED}
+        pairs = tuple(sorted({*waiting, *retried}))
+        attempt = 1 + max((j.attempt for j in due), default=0)
+        create = MappingBatch(job_name(pool, pairs, attempt), pairs, attempt)
+        for member, service in pairs:
+            entries[member] = MemberMapping(member, service, MAPPING, f"Job {create.name} maps host {member} to a "
+                                            "cell (nova-manage cell_v2 discover_hosts --by-service)"
+                                            + (f", attempt {attempt}" if attempt > 1 else ""), job=create.name)
+    ordered = tuple(sorted(entries.values(), key=lambda e: (member_ordinal(pool, e.member) or 0, e.member)))
+    delete = _jobs_to_delete(jobs, current - known, due if create is not None else [])
+    return MappingStep(ordered, create, delete, tuple(_events(ordered, before)))
+
+
+def _jobs_to_delete(jobs: Sequence[MappingJob], wanted: set[tuple[str, str]],
+                    replaced: Sequence[MappingJob]) -> tuple[str, ...]:
+    """Jobs that ended and are done with: once every member they map is Mapped on record (or
+    no member any more), or, failed, once their next attempt is created (`replaced`). A
+    running Job is left to end."""
+    return tuple(job.name for job in jobs if job.state != ACTIVE
+                 and (job in replaced or not any(p in wanted for p in job.services)))
+
+
+def _events(entries: Sequence[MemberMapping], before: Mapping[str, Mapping[str, Any]]) -> list[Event]:
+    """News against the recorded entries (same member and service): a member mapped that was
+    reported otherwise, a member Nova says is not mapped (once), a Job failure (once per Job)."""
+    events, failures = [], {}
+    for entry in entries:
+        old = before.get(entry.member) or {}
+        same = old.get("service") == entry.service
+        if entry.state == MAPPED and same and old.get("state") not in (None, MAPPED):
+            events.append(Event("HostMapped", f"Host {entry.member} is mapped to a cell, so Nova lists its nodes and "
+                                              f"schedules to them: {entry.message}"))
+        elif entry.state == NOT_MAPPED and entry.reason == HOST_NOT_MAPPED and \
+                not (same and old.get("reason") == HOST_NOT_MAPPED):
+            events.append(Event(HOST_NOT_MAPPED, entry.message, "Warning"))
+        elif entry.state == NOT_MAPPED and entry.job and \
+                not (same and old.get("state") == NOT_MAPPED and old.get("job") == entry.job):
+            failures.setdefault(entry.job, entry.message)
+    events += [Event(MAPPING_FAILED, message, "Warning") for message in failures.values()]
+    return events
+
+
+def _covering(jobs: Iterable[MappingJob], member: str, service: str) -> MappingJob | None:
+    """The latest attempt of the Jobs that map (member, service), if any."""
+    mine = [j for j in jobs if (member, service) in j.services]
+    return max(mine, key=lambda j: (j.attempt, j.state == ACTIVE, j.name)) if mine else None
+
+
+def _recorded_mapped(recorded: Mapping[str, Any] | None) -> set[tuple[str, str]]:
+    """(member, service) pairs status.hostMapping records as Mapped."""
+    return {(e.get("member"), e.get("service")) for e in (recorded or {}).get("members") or ()
+            if e.get("state") == MAPPED}
+
+
+def _done(job: MappingJob | None) -> str | None:
+    """The name of `job` if it succeeded (it is deleted once the mapping is on record)."""
+    return job.name if job is not None and job.state == SUCCEEDED else None
+
+
+def _by(job: MappingJob | None) -> str:
+    return f" (mapped by Job {job.name})" if _done(job) else ""
+
+
+def _failed_entry(member: str, service: str, job: MappingJob, blocker: str | None) -> MemberMapping:
+    """A member whose Job failed, or succeeded while Nova still says its host is not mapped."""
+    if job.state == SUCCEEDED:
+        why = (f"succeeded, yet Nova still says host {member} is not mapped to any cell: does the [api_database] "
+               "of spec.handover.novaManageConfig name this cloud's Nova API database?")
+    else:
+        why = f"failed: {failure_text(job.log_tail)}"
+    retry_at = (job.finished or 0.0) + retry_delay(job.attempt)
+    then = f"; no new Job: {blocker}" if blocker else "; tried again in a new Job after a backoff (nextRetryAt)"
+    return MemberMapping(member, service, NOT_MAPPED, f"Job {job.name} (mapping host {member} to a cell, attempt "
+                         f"{job.attempt}) {why}{then}", MAPPING_FAILED, job.name, job.attempt,
+                         None if blocker else retry_at)
+
+
+def _unmapped_entry(member: str, service: str, answer: ProbeAnswer | None, blocker: str | None) -> MemberMapping:
+    """A member no Job covers: Mapping if one is created this step (`_with_jobs` rewrites it),
+    else NotMapped as Nova says, or Unknown when Nova does not say."""
+    if answer is not None and answer.mapped is False:
+        return MemberMapping(member, service, NOT_MAPPED, (
+            f"Nova says host {member} is not mapped to any cell: it lists none of its nodes and schedules nothing to "
+            f"them. Map it: {FIX}" + (f" ({blocker})" if blocker else "")), HOST_NOT_MAPPED)
+    return MemberMapping(member, service, UNKNOWN, (
+        f"Nova does not say whether host {member} is mapped to a cell (GET /os-hosts/{member} at compute API "
+        f"2.42 gave no answer) and lists no node under it yet; if it stays so (Nova audit finding unmapped), "
+        f"map it: {FIX}" + (f" ({blocker})" if blocker else "")))
+
+
+def degraded(section: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(reason, message) of condition Degraded for status.hostMapping: its NotMapped members,
+    HostMappingFailed first; None when there is none."""
+    entries = [e for e in (section or {}).get("members") or () if e.get("state") == NOT_MAPPED]
+    if not entries:
+        return None
+    reasons = {e.get("reason") for e in entries}
+    reason = MAPPING_FAILED if MAPPING_FAILED in reasons else HOST_NOT_MAPPED
+    return reason, "; ".join(str(e.get("message", "")) for e in entries)
+
+
+def next_retry(section: Mapping[str, Any] | None) -> float | None:
+    """The earliest nextRetryAt of status.hostMapping (epoch seconds), None without one."""
+    due = [parse_time(e.get("nextRetryAt")) for e in (section or {}).get("members") or () if e.get("nextRetryAt")]
+    found = [d for d in due if d is not None]
+    return min(found) if found else None
