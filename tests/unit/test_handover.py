@@ -455,6 +455,16 @@ def test_destinations_are_members_ready_now_with_their_service_up():
     nobody = (Member(m(0), ready=False, since=NOW - 5), Member(m(1), ready=False, since=NOW - 5), within_grace[2])
     step = _decide(pinned, services=FORCED, hosts={"n0": m(2)}, members=nobody)
     assert not step.create_jobs and "rack-0 is not Ready" in step.problems[0].message
+    # Ready members whose Nova service is down (no heartbeat within Nova's service_down_time:
+    # state down) or forced down are no destination either
+    for unusable, why in ((service(m(0), up=False), "rack-0's Nova service is down"),
+                          (service(m(0), forced_down=True), "rack-0's Nova service is forced down")):
+        step = _decide(pinned, services={**FORCED, m(0): unusable}, hosts={"n0": m(2)})
+        (job,) = step.create_jobs
+        assert {mv.target for mv in job.moves} == {m(1)}, why
+        step = _decide(pinned, services={**FORCED, m(0): unusable, m(1): service(m(1), up=False)},
+                       hosts={"n0": m(2)})
+        assert not step.create_jobs and why in step.problems[0].message
 
 
 def test_a_retiring_pod_waits_for_its_nodes_mid_operation_and_says_since_when():
