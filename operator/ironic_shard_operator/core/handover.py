@@ -454,6 +454,19 @@ def stray_move_message(node: str, source: str, host: str) -> str:
             "member>; the operator then sets its Ironic shard to that member")
 
 
+def no_compute_node_message(source: str, nodes: Sequence[Node]) -> str:
+    """What nodes of `source` that carry an instance in Ironic, while Nova lists no compute
+    node for them, need: nova-manage has nothing to move, so they stay with the member (they are
+    not Nova's); and how to find out which of the two it is."""
+    listed = ", ".join(f"{n.uuid} (instance {n.instance_uuid})" for n in nodes[:5])
+    return (f"{len(nodes)} nodes of {source} carry an instance in Ironic but Nova lists no compute node for them "
+            f"({listed}): nova-manage cannot move them and they stay with {source}. For each, ask Nova for "
+            "the server (openstack server show INSTANCE): if there is none, Ironic's instance_uuid is stale "
+            "(a deploy Nova forgot, or one made without Nova): tear the node down (openstack baremetal node "
+            f"undeploy NODE) once nobody uses it; if there is one, its compute node is missing: {source}'s "
+            "nova-compute records it again once it runs")
+
+
 def retry_delay(attempt: int) -> float:
     """How long after a Job's `attempt` (>= 1) failed with no node moved its batch is tried
     again: RETRY_SECONDS, doubling per attempt, at most MAX_RETRY_SECONDS."""
@@ -670,15 +683,22 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
                    "that do not match the instance_uuid recorded on the Ironic node")
         steps.problems.append(Problem(trigger, "HandoverRefused", message))
         count.reasons.append(message)
+    if count.unknown:
+        message = no_compute_node_message(source, count.unknown)
+        steps.problems.append(Problem(trigger, "HandoverNoComputeNode", message))
+        count.reasons.append(message)
     phase = MOVING if pinned else DONE
-    if phase == MOVING and not candidates and not count.in_flight and not count.done and (count.refused or count.failed):
+    stuck = count.refused or count.failed or count.unknown
+    if phase == MOVING and not candidates and not count.in_flight and not count.done and stuck:
         phase = BLOCKED
     remaining = [j for j in own_jobs if j.name not in steps.delete_jobs]
     # Held while it moves, and while anything of it is in flight; a failed member whose nodes
-    # are all refused, with nothing in flight, comes back (its instances stay manageable).
+    # are all refused or not Nova's (no compute node), with nothing in flight, comes back (its
+    # instances stay manageable).
     held = phase == MOVING or in_flight or bool(remaining) or (phase == BLOCKED and trigger == SCALE_DOWN)
     progress = replace(base, phase=phase, done=count.done, in_flight=count.in_flight,
-                       waiting=count.waiting + len(candidates), failed=count.failed + len(count.refused),
+                       waiting=count.waiting + len(candidates),
+                       failed=count.failed + len(count.refused) + len(count.unknown),
                        job=remaining[0].name if remaining else None,
                        message=_join(*count.reasons[:5], base.message), attempts=retries.last_attempt,
                        next_retry_at=retries.next_retry, held=held)
@@ -736,6 +756,7 @@ class _Count:
     waiting: int = 0
     failed: int = 0
     refused: list[str] = field(default_factory=list)
+    unknown: list[Node] = field(default_factory=list)  # an instance in Ironic, no compute node in Nova
     reasons: list[str] = field(default_factory=list)
 
 
@@ -769,9 +790,8 @@ def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Step
         what = f"locked by {node.reservation}" if node.reservation else \
             f"in provision state {mid_operation(node) or node.provision_state}"
         count.reasons.append(f"node {uuid} waits: {what}")
-    elif host is None:
-        count.waiting += 1
-        count.reasons.append(f"node {uuid} waits: Nova lists no compute node for it")
+    elif host is None:  # not Nova's: nova-manage has no compute node to move
+        count.unknown.append(node)
     elif ctx.nova.instances.get(uuid, 1) > 1:
         count.refused.append(uuid)
     elif uuid in failed_job_nodes:
