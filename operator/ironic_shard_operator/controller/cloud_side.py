@@ -39,6 +39,7 @@ from ironic_shard_operator.controller.ironic_cycle import CycleReport, Observati
 from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
 from ironic_shard_operator.core import model
+from ironic_shard_operator.core.guard_holds import held_by_guard
 from ironic_shard_operator.core.shard_write import guarded_owners
 from ironic_shard_operator.core.spec import Pool
 
@@ -80,7 +81,7 @@ class CloudWork:
     the pool's last full listing (ironic_cycle.ObservationMemory; None: list every time);
     `kube` the Kubernetes client the handover task uses (None: no handover step);
     `previous_handover` the last status.handover; `held` the members a handover holds
-    (core/handover.py::holds, as the cycle read it)."""
+    (core/handover.py::holds, as the cycle read it); `previous_guard` the last status.guard."""
 
     key: str
     pool: Pool
@@ -98,6 +99,7 @@ class CloudWork:
     kube: Any = None
     previous_handover: Mapping[str, Any] | None = None
     held: AbstractSet[str] = frozenset()
+    previous_guard: Mapping[str, Any] | None = None
 
 
 class CloudSide:
@@ -234,7 +236,9 @@ class CloudSide:
             moving = await run_handover(HandoverWork(work.kube, work.may_write, metrics), pool, ironic=work.adapter,
                                         nova=_usable_nova(work.nova, nova), members=work.members, plan=plan,
                                         nodes=result.report.nodes if result.report is not None else None,
-                                        now=work.now, recorded=work.previous_handover)
+                                        now=work.now, recorded=work.previous_handover,
+                                        guard_held=held_by_guard(work.previous_guard, result.report.applied.held
+                                                                 if result.report is not None else ()))
             if moving.resharded and work.memory is not None:
                 work.memory.last = None  # shards written outside run_cycle: list in full next time
         return CloudResult(result.report, result.error, result.applied, nova, moving)

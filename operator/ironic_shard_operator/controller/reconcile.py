@@ -346,7 +346,7 @@ async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets
             previous_nova=cycle.previous.get("nova"), autoscale_history=autoscale_history_of(cycle.previous),
             now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
             memory=runtime.ironic.memory, kube=cycle.op.kube, previous_handover=cycle.previous.get("handover"),
-            held=frozenset(members.held)),
+            held=frozenset(members.held), previous_guard=cycle.previous.get("guard")),
             runtime.interrupt, requests_made=lambda: adapter.requests_made + _nova_requests(runtime))
     _remember(runtime, await side.plan_by(side.deadline))
     return _Cloud(side, runtime.ironic_plan, runtime.ironic_error,

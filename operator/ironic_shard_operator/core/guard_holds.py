@@ -52,3 +52,15 @@ def guard_section(previous: Mapping[str, Any] | None, held: Sequence[GuardHold],
                 "or nova-manage placement audit --delete)"), "Warning"))
         entries.append({"node": node, "consumers": consumers, "since": format_time(since), "leaked": leaked})
     return {"held": len(entries), "leaked": sum(e["leaked"] for e in entries), "nodes": entries[:LISTED]}, events
+
+
+def held_by_guard(previous: Mapping[str, Any] | None, held: Sequence[GuardHold]) -> dict[str, bool]:
+    """node uuid -> whether it is reported as a leaked allocation, for every free node the guard
+    holds: those this cycle's writes held, and those the last status.guard listed (a cycle whose
+    writes stopped early did not get to them). What a retiring source's handover message names
+    (core/handover.py::why_pod_stays), so a retire held by Placement says why."""
+    found = {entry["node"]: bool(entry.get("leaked")) for entry in (previous or {}).get("nodes") or ()
+             if isinstance(entry, Mapping) and isinstance(entry.get("node"), str)}
+    for hold in held:
+        found.setdefault(hold.node_uuid, False)
+    return found
