@@ -6,7 +6,8 @@ A cycle (reconcile.py) starts one `CloudSide` when none is under way, with what 
    with the members' readiness, no writes;
 2. Nova's side, when the cloud has a compute endpoint (nova_cycle.py), also after an Ironic
    failure (forced_down needs no node list): a member past its grace is forced down here,
-   before any of its free nodes moves;
+   before any of its free nodes moves, and Nova is read again: its free nodes leave it
+   unguarded only once Nova lists it down and forced down;
 3. when the plan moves nodes and the pool is not paused, run the Ironic cycle again with
    writes (it lists Ironic in full first: a second listing only when something moves); the writes
    stop between two writes on news or when stopping (`interrupt`), or once the leader may
@@ -228,6 +229,8 @@ class CloudSide:
                     metrics.record_moves(work.key, report.moves_applied)
                 if report.applied.reverted and metrics is not None:
                     metrics.record_moves_reverted(work.key, report.applied.reverted)
+                if report.applied.revert_failed and metrics is not None:
+                    metrics.record_moves_revert_failed(work.key, len(report.applied.revert_failed))
             except IronicError as error:
                 _record_error(metrics, work.key, error)
                 result = CloudResult(result.report, error=error)
