@@ -690,16 +690,7 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
     failed_job_nodes = {uuid for j in own_jobs if j.state == FAILED and j.name not in steps.delete_jobs
                         for uuid, _ in j.moves}
     candidates = [node for node in pinned if _classify(node, source, trigger, ctx, steps, count, failed_job_nodes)]
-    if count.refused:
-        message = (f"{len(count.refused)} nodes of {source} carry more than one instance in Nova "
-                   f"({', '.join(count.refused[:5])}): nova-manage refuses them; delete the instances "
-                   "that do not match the instance_uuid recorded on the Ironic node")
-        steps.problems.append(Problem(trigger, "HandoverRefused", message))
-        count.reasons.append(message)
-    if count.unknown:
-        message = no_compute_node_message(source, count.unknown)
-        steps.problems.append(Problem(trigger, "HandoverNoComputeNode", message))
-        count.reasons.append(message)
+    _report_unmovable(source, trigger, count, steps)
     phase = MOVING if pinned else DONE
     stuck = count.refused or count.failed or count.unknown
     if phase == MOVING and not candidates and not count.in_flight and not count.done and stuck:
@@ -719,6 +710,22 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
     # the source a pod while the Job runs.
     may_batch = not remaining and ctx.blocker is None and ctx.recorded_held(source)
     return _SourceStep(progress, candidates, may_batch=may_batch, attempts=retries.attempts)
+
+
+def _report_unmovable(source: str, trigger: str, count: _Count, steps: _Steps) -> None:
+    """The problems of a source's nodes no Job can move: more than one instance in Nova
+    (HandoverRefused), no compute node in Nova (HandoverNoComputeNode); each also in its
+    message."""
+    if count.refused:
+        message = (f"{len(count.refused)} nodes of {source} carry more than one instance in Nova "
+                   f"({', '.join(count.refused[:5])}): nova-manage refuses them; delete the instances "
+                   "that do not match the instance_uuid recorded on the Ironic node")
+        steps.problems.append(Problem(trigger, "HandoverRefused", message))
+        count.reasons.append(message)
+    if count.unknown:
+        message = no_compute_node_message(source, count.unknown)
+        steps.problems.append(Problem(trigger, "HandoverNoComputeNode", message))
+        count.reasons.append(message)
 
 
 @dataclass
