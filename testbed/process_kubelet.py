@@ -8,14 +8,19 @@ the test compute image (`PROCESS_IMAGE`, "nova-compute:process") has, by running
   (`nova-compute --config-file A --config-file B ...`, command + args, in the pod's order),
   each config file is materialised from the volume mounted at that path (the Secret key or
   ConfigMap key the pod's volume names, read when the container starts, as a kubelet does)
-  and a real `nova-compute` of the test stack is started with those files in that order. So
+  and a real `nova-compute` of the test stack is started with those files in that order, the
+  pod Running (not Ready) from then on, as a kubelet reports a started container. So
   the config the operator renders is the config real Nova runs. A missing Secret, ConfigMap
   or key keeps the pod Pending until it appears (a kubelet's FailedMount).
 - Ready: the process is alive AND its Nova service reports in: a heartbeat (`updated_at`)
   since this process started and younger than Nova's `service_down_time`. A forced-down
   service still heartbeats, so a member whose service the operator forced down can become
   Ready again (that is when the operator clears the flag). Heartbeats going stale while the
-  process lives turn the pod NotReady.
+  process lives turn the pod NotReady. A container with an `exec` readinessProbe must also
+  pass it: the command runs FOR REAL (on this host, where the container's process runs, with
+  HOSTNAME set to the pod's name as a kubelet sets it) every `periodSeconds`, bounded by
+  `timeoutSeconds`; `failureThreshold` failures in a row turn the pod NotReady while its
+  process lives and heartbeats on (a failing readiness probe), one success makes it Ready again.
 - Container failure: a process that exits (or that `kill()` crashes) turns its pod Failed with
   the container's exit code (137 after SIGKILL). Simplification: a real kubelet would first
   restart the container in place (restartPolicy Always, CrashLoopBackOff) and the operator
@@ -50,6 +55,7 @@ import base64
 import datetime
 import os
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -96,6 +102,9 @@ class Container:
     ready_since: float | None = None
     grace: int = 30  # the pod's terminationGracePeriodSeconds (a task's stop)
     files: tuple[Path, ...] = field(default_factory=tuple)
+    probe_passing: bool = False  # its readinessProbe, if any: passed last, fewer failures than the threshold since
+    probe_failures: int = 0
+    probed_at: float | None = None  # time.monotonic() of the last run of its readinessProbe
 
     def ended(self) -> bool:
         return self.stopped or not self.process.alive()
@@ -281,7 +290,7 @@ class ProcessKubelet:
             return
         if services is None:
             return
-        ready = self._reports_in(container, services.get(name))
+        ready = self._reports_in(container, services.get(name)) and self._probe_passes(pod, container)
         state = state_of(pod)
         if ready and state != PodState.READY:
             self.fake.ready(name)
@@ -314,6 +323,7 @@ class ProcessKubelet:
         process = self.stack.start_compute(name, list(files))
         with self._lock:
             self._containers[uid] = Container(name, uid, process, started_at, files=files)
+        self.fake.not_ready(name)  # its container started: Running, Ready once it reports in
 
     def _container_spec(self, pod: dict[str, Any]) -> dict[str, Any]:
         return next(c for c in pod["spec"]["containers"] if c.get("image") == self.image)
@@ -460,6 +470,26 @@ class ProcessKubelet:
             tzinfo=datetime.UTC).timestamp()
         fresh = time.time() - beat <= self.stack.timings["service_down_time"]
         return beat >= int(container.started_at) and fresh
+
+    def _probe_passes(self, pod: dict[str, Any], container: Container) -> bool:
+        """The container's exec readinessProbe (module doc); True without one."""
+        probe = self._container_spec(pod).get("readinessProbe") or {}
+        command = (probe.get("exec") or {}).get("command")
+        if not command:
+            return True
+        now = time.monotonic()
+        if container.probed_at is not None and now - container.probed_at < probe.get("periodSeconds", 10):
+            return container.probe_passing
+        try:
+            passed = subprocess.run(command, env={**os.environ, "HOSTNAME": pod["metadata"]["name"]},
+                                    capture_output=True, timeout=probe.get("timeoutSeconds", 1)).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            passed = False
+        container.probed_at = now
+        container.probe_failures = 0 if passed else container.probe_failures + 1
+        if passed or container.probe_failures >= probe.get("failureThreshold", 3):
+            container.probe_passing = passed
+        return container.probe_passing
 
     def _report_failure(self, pod: dict[str, Any], container: Container) -> None:
         """The container ended on its own (or by kill()): the pod turns Failed, exit code kept."""
