@@ -269,6 +269,15 @@ def set_provision_state_directly_in_db(service: IronicService, nodes: Sequence[s
             ((provision_state, target, now, node) for node in nodes))
 
 
+def lock_directly_in_db(service: IronicService, nodes: Sequence[str], conductor: str = "another-conductor") -> None:
+    """FAULT INJECTION: `nodes` locked by `conductor` (their `reservation`), as a conductor holds
+    a node while it works on it (a deploy that just started): Ironic refuses to change them
+    (409 NodeLocked, after its own retries) until the lock goes. No conductor of this service
+    holds that name, so the lock stays until cleared with `conductor=None`."""
+    with sqlite3.connect(service.database, timeout=30) as db:
+        db.executemany("UPDATE nodes SET reservation = ? WHERE uuid = ?", ((conductor, node) for node in nodes))
+
+
 def assign_shards_directly_in_db(service: IronicService,
                                  owners: Mapping[str, str | None]) -> None:
     """SETUP SHORTCUT: write node shards in Ironic's database, e.g. to start a test from a

@@ -1,9 +1,9 @@
 """A FAKE kubelet whose member pods run as REAL nova-compute processes, and whose Job pods run
 their nova-manage or shell script for real (task_pods.py); FakeKubelet still schedules and writes
-the statuses. A pod is Ready while its process lives and its Nova service heartbeats. A pod
-object outlives its process (the finalizer FINALIZER), so a replacement of the same name never
-runs beside it. Every process started here is stopped by `stop()`. Details: README.md, "The
-process kubelet"."""
+the statuses. A pod is Running once its process starts, and Ready while its process lives, its
+Nova service heartbeats and its exec readinessProbe (run for real) passes. A pod object outlives
+its process (the finalizer FINALIZER), so a replacement of the same name never runs beside it.
+Every process started here is stopped by `stop()`. Details: README.md, "The process kubelet"."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import base64
 import datetime
 import os
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ class Container:
     ready_since: float | None = None
     grace: int = 30  # the pod's terminationGracePeriodSeconds (a task's stop)
     files: tuple[Path, ...] = field(default_factory=tuple)
+    probe_passing: bool = False  # its readinessProbe, if any: passed last, fewer failures than the threshold since
+    probe_failures: int = 0
+    probed_at: float | None = None  # time.monotonic() of the last run of its readinessProbe
 
     def ended(self) -> bool:
         return self.stopped or not self.process.alive()
@@ -242,7 +246,7 @@ class ProcessKubelet:
             return
         if services is None:
             return
-        ready = self._reports_in(container, services.get(name))
+        ready = self._reports_in(container, services.get(name)) and self._probe_passes(pod, container)
         state = state_of(pod)
         if ready and state != PodState.READY:
             self.fake.ready(name)
@@ -275,6 +279,7 @@ class ProcessKubelet:
         process = self.stack.start_compute(name, list(files))
         with self._lock:
             self._containers[uid] = Container(name, uid, process, started_at, files=files)
+        self.fake.not_ready(name)  # its container started: Running, Ready once it reports in
 
     def _container_spec(self, pod: dict[str, Any]) -> dict[str, Any]:
         return next(c for c in pod["spec"]["containers"] if c.get("image") == self.image)
@@ -421,6 +426,26 @@ class ProcessKubelet:
             tzinfo=datetime.UTC).timestamp()
         fresh = time.time() - beat <= self.stack.timings["service_down_time"]
         return beat >= int(container.started_at) and fresh
+
+    def _probe_passes(self, pod: dict[str, Any], container: Container) -> bool:
+        """The container's exec readinessProbe (module doc); True without one."""
+        probe = self._container_spec(pod).get("readinessProbe") or {}
+        command = (probe.get("exec") or {}).get("command")
+        if not command:
+            return True
+        now = time.monotonic()
+        if container.probed_at is not None and now - container.probed_at < probe.get("periodSeconds", 10):
+            return container.probe_passing
+        try:
+            passed = subprocess.run(command, env={**os.environ, "HOSTNAME": pod["metadata"]["name"]},
+                                    capture_output=True, timeout=probe.get("timeoutSeconds", 1)).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            passed = False
+        container.probed_at = now
+        container.probe_failures = 0 if passed else container.probe_failures + 1
+        if passed or container.probe_failures >= probe.get("failureThreshold", 3):
+            container.probe_passing = passed
+        return container.probe_passing
 
     def _report_failure(self, pod: dict[str, Any], container: Container) -> None:
         """The container ended on its own (or by kill()): the pod turns Failed, exit code kept."""

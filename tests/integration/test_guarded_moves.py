@@ -14,13 +14,20 @@ import time
 
 import pytest
 
+from ironic_shard_operator.controller.cloud_side import CloudResult, CloudSide, CloudWork
 from ironic_shard_operator.controller.ironic_cycle import run_cycle
+from ironic_shard_operator.controller.metrics import OperatorMetrics
+from ironic_shard_operator.controller.nova_cycle import NovaRuntime
+from ironic_shard_operator.core.guard_holds import revert_failed_event
+from ironic_shard_operator.core.model import AutoscaleHistory
+from ironic_shard_operator.core.spec import read_pool
 from ironic_shard_operator.core.model import Member, Observation, PoolSpec
 from ironic_shard_operator.core.planner import plan
 from ironic_shard_operator.adapters.ironic import IronicAdapter
 from ironic_shard_operator.core.model import Selector
-from testbed.ironic_service import IronicService, claim_for_instance, seed_nodes_directly_in_db, shards_of, \
-    unique_resource_class
+from testbed.ironic_service import (
+    IronicService, claim_for_instance, lock_directly_in_db, seed_nodes_directly_in_db, shards_of, unique_resource_class,
+)
 from tests.support.switchable_proxy import SwitchableProxy
 
 pytestmark = pytest.mark.integration
@@ -98,3 +105,68 @@ def test_a_node_claimed_between_its_read_and_its_write_is_put_back_to_its_live_o
     assert proxy.befores == 1, "the claim was not injected between the read and the write"
     assert report.applied.reverted == 1 and report.applied.applied == 0
     assert shards_of(ironic_service, resource_class) == {node: "pool-1"}
+
+
+async def test_a_claimed_move_put_back_is_counted_and_one_whose_put_back_fails_is_reported(
+        ironic_service: IronicService) -> None:
+    """The pool's cloud side (controller/cloud_side.py) over the real Ironic, with the operator's
+    metrics: a guarded move a build claims between its read and its write is put back and counted
+    in ironic_shard_moves_reverted_total. When the put-back itself fails (a conductor has locked
+    the node for the build meanwhile: Ironic answers 409), the node stays at the target while its
+    build is for the source: counted in ironic_shard_moves_revert_failed_total and named by a
+    Warning Event with the fix, never only a log line."""
+    resource_class = unique_resource_class("revertfail")
+    (put_back,) = seed_nodes_directly_in_db(ironic_service, 1, resource_class=resource_class, shard="pool-1")
+    metrics = OperatorMetrics()
+    pool = read_pool({"metadata": {"name": "pool", "namespace": "ns", "uid": "u", "generation": 1},
+                      "spec": {"replicas": 1, "image": "i", "novaConfig": {"secretRef": {"name": "n"}},
+                               "cloud": {"secretRef": {"name": "c"}, "cloudName": "c"},
+                               "selector": {"resourceClass": resource_class}}})
+
+    def metric(name: str) -> float:
+        return metrics.registry.get_sample_value(name, {"pool": "ns/pool"}) or 0.0
+
+    async def retire_pool_1(proxy: SwitchableProxy) -> CloudResult:
+        """One cloud side: pool-1 retires while Ready (its free nodes leave it guarded)."""
+        cloud = {**ironic_service.cloud, "baremetal_endpoint_override": proxy.url(ironic_service.url)}
+        cloud["auth"] = {**cloud["auth"], "endpoint": proxy.url(ironic_service.url)}
+        adapter = IronicAdapter.from_clouds_yaml({"clouds": {"c": cloud}}, "c",
+                                                 selector=Selector(resource_class=resource_class))
+        now = time.time()
+        side = CloudSide(CloudWork(
+            key="ns/pool", pool=pool, adapter=adapter, identities=frozenset({"pool-0", "pool-1"}),
+            members=(Member("pool-0", ready=True, since=now - 600), Member("pool-1", ready=True, since=now - 600)),
+            nova_conf=None, previous_nova=None, autoscale_history=AutoscaleHistory(), now=now, nova=NovaRuntime(),
+            metrics=metrics, may_write=lambda: True), threading.Event())
+        result = await side.task
+        assert result.error is None, result.error
+        return result
+
+    def claim(node: str, then=None):
+        def action() -> None:
+            claim_for_instance(ironic_service, [node])
+            if then is not None:
+                then()
+        return action
+
+    with SwitchableProxy(ironic_service.url) as proxy:
+        # claimed right before its PATCH: put back afterwards
+        proxy.before_once(f"PATCH /v1/nodes/{put_back} ".encode(), claim(put_back))
+        first = await retire_pool_1(proxy)
+    assert first.report.applied.reverted == 1 and metric("ironic_shard_moves_reverted_total") == 1
+    assert shards_of(ironic_service, resource_class)[put_back] == "pool-1"  # pinned there now
+    (stuck,) = seed_nodes_directly_in_db(ironic_service, 1, resource_class=resource_class, shard="pool-1")
+    with SwitchableProxy(ironic_service.url) as proxy:
+        # stuck: claimed right before its PATCH, then locked by a conductor before the put-back
+        lock = lambda: lock_directly_in_db(ironic_service, [stuck])  # noqa: E731
+        proxy.before_once(f"PATCH /v1/nodes/{stuck} ".encode(), claim(stuck, lambda: proxy.before_once(
+            f"PATCH /v1/nodes/{stuck} ".encode(), lock)))
+        second = await retire_pool_1(proxy)
+    assert proxy.befores == 2, "the claim and the lock were not injected around the write"
+    assert [m.node_uuid for m in second.report.applied.revert_failed] == [stuck]
+    assert shards_of(ironic_service, resource_class)[stuck] == "pool-0"  # the wrong shard, and said so:
+    assert metric("ironic_shard_moves_revert_failed_total") == 1
+    event = revert_failed_event(second.report.applied.revert_failed)
+    assert event.type == "Warning" and f"{stuck} (pool-1 -> pool-0)" in event.message
+    assert "openstack baremetal node set --shard OLD NODE" in event.message
+    lock_directly_in_db(ironic_service, [stuck], conductor=None)

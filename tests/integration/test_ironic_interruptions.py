@@ -14,11 +14,14 @@ from collections.abc import Callable
 
 import pytest
 
+from ironic_shard_operator.controller.handover import HandoverWork
 from ironic_shard_operator.controller.ironic_cycle import run_cycle
 from ironic_shard_operator.adapters.ironic import IronicUnavailable
-from ironic_shard_operator.core.model import Observation, PoolSpec
+from ironic_shard_operator.core.model import Move, Observation, PoolSpec
 from ironic_shard_operator.core.planner import owners_after, plan
-from testbed.ironic_service import IronicService, shards_of
+from testbed.ironic_service import (
+    IronicService, claim_for_instance, seed_nodes_directly_in_db, shards_of, unique_resource_class,
+)
 from tests.integration.conftest import POOL, members_with_down, ready_members
 
 pytestmark = pytest.mark.integration
@@ -29,6 +32,7 @@ WAIT_SECONDS = 120.0
 # The operator's cycle in a process of its own, so the test can kill it like a pod.
 CYCLE_PROCESS = """
 import json, sys
+from ironic_shard_operator.controller.handover import HandoverWork
 from ironic_shard_operator.controller.ironic_cycle import run_cycle
 from ironic_shard_operator.adapters.ironic import IronicAdapter
 from ironic_shard_operator.core.model import Selector
@@ -188,3 +192,31 @@ def test_a_cycle_asked_to_stop_ends_between_writes_and_the_next_one_finishes(
     assert second.moves_applied == first.planned - first.applied
     loads = Counter(shards_of(ironic_service, pool_class).values())
     assert max(loads.values()) - min(loads.values()) <= 1, loads
+
+
+def test_a_handovers_shard_writes_stop_at_the_next_patch_once_the_lease_is_lost(ironic_service: IronicService):
+    """Invariant 10 for the handover's shard writes (controller/handover.py, the same path as
+    spec.nova.repairMisplaced's): the Lease is asked right before each PATCH, not once per
+    step or per batch. A leader whose renew deadline passes in the middle of one batch of
+    writes sends no further PATCH: every node after it keeps its shard."""
+    pool_class = unique_resource_class("handover-lease")
+    nodes = sorted(seed_nodes_directly_in_db(ironic_service, 30, resource_class=pool_class, shard="pool-2"))
+    claim_for_instance(ironic_service, nodes)  # each carries an instance: only a handover moves it
+    adapter = ironic_service.adapter(pool_class, max_concurrent_writes=1)  # one writer: PATCHes in order
+    observed = adapter.list_nodes()
+    moves = [Move(node, "pool-2", "pool-0") for node in nodes]
+    assert len(moves) <= adapter.batch_size, "the moves must make one batch: only a per-PATCH check stops them"
+    lease = {"held": True, "asked": 0}
+
+    def may_write() -> bool:  # the renew deadline passes once 5 PATCHes went out
+        lease["asked"] += 1
+        lease["held"] = lease["held"] and adapter.writes_made < 5
+        return lease["held"]
+
+    result = adapter.hand_over(moves, observed, HandoverWork(kube=None, may_write=may_write).write_stop())
+
+    assert (result.applied, result.not_attempted) == (5, len(moves) - 5), result
+    assert adapter.writes_made == 5
+    after = shards_of(ironic_service, pool_class)
+    assert [after[node] for node in nodes] == ["pool-0"] * 5 + ["pool-2"] * (len(moves) - 5)
+    assert lease["asked"] > 5, "the Lease was not asked before each write"

@@ -5,7 +5,10 @@ operator renders (the pool's nova.conf Secret, then the member's overlay ConfigM
 Nova's own hypervisor list is the judge: every node under exactly the compute whose member owns
 its shard; a member replaced within the grace moves nothing and is not forced down; a killed
 member whose outage outlasts the grace keeps its pinned nodes, its free nodes go to the others
-(and come back), its service is forced down and cleared when it is back; a member removed by
+(and come back), its service is forced down and cleared when it is back; a member whose
+readiness probe fails while its nova-compute lives on and heartbeats (Nova lists it up) past the
+grace is forced down, and none of its free nodes changes shard before Nova lists it forced down
+(invariant 13: Ironic and Nova sampled together), then comes back with them; a member removed by
 scale-down leaves no service behind, even when Nova's API was away while it went; a node with an
 instance given the wrong shard by hand is reported (Degraded) and, with
 spec.nova.repairMisplaced, handed back to its instance's host. The pool has no
@@ -17,8 +20,11 @@ listed under two computes for longer than one update interval.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -69,6 +75,8 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
     resource_class = unique_resource_class("failover")
     nodes = available_nodes(noauth_ironic, NODES, resource_class)
     metrics_port = free_port()
+    unready = tmp_path / "unready"  # a file named after a pod here fails its readiness probe
+    unready.mkdir()
 
     def shards() -> dict[str, str | None]:
         return shards_of(noauth_ironic, resource_class)
@@ -103,7 +111,9 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
         try:
             client.create(POOLS.format(ns=ns), pool_manifest(
                 pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
-                failover={"rebalanceAfterSeconds": GRACE}, ironic={"pollIntervalSeconds": POLL}))
+                failover={"rebalanceAfterSeconds": GRACE}, ironic={"pollIntervalSeconds": POLL},
+                readinessProbe={"exec": {"command": ["sh", "-c", f'test ! -e {unready}/"$HOSTNAME"']},
+                                "periodSeconds": 1, "timeoutSeconds": 5, "failureThreshold": 1}))
 
             # 1. Three real computes come up: new Nova hosts, not mapped to a cell. Without a
             # novaManageConfig the operator maps none: it says so (HostNotMapped, with the fix)
@@ -156,19 +166,32 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                 assert shards() == before
                 assert not watch.forced_down_times(m0)
 
-                # 3. Member 1's process dies; its replacement is slow to start (held).
+                # 3. Member 1's process dies; its replacement is slow to start (held). At the same
+                # time member 2's readiness probe starts failing while its nova-compute lives on:
+                # it heartbeats, Nova lists it up, the scheduler could still place builds there.
                 free_m1 = {n for n, o in shards().items() if o == m1} - pinned_on_m1
+                free_m2 = {n for n, o in shards().items() if o == m2}
                 old_uid = member_pods(client, ns, pool)[m1]["metadata"]["uid"]
                 kubelet.hold(m1)
+                order = ShardsAndForcedDown(noauth_ironic, resource_class, nova_stack, m2, set(free_m2)).start()
                 killed_at = time.monotonic()
                 kubelet.kill(m1)
+                (unready / m2).touch()
+                wait(lambda: m2 not in ready_members(client, ns, pool), timeout=30, interval=0.5,
+                     what="member 2 NotReady (its readiness probe fails)")
+                unready_at = time.monotonic()
+                assert kubelet.container(m2).process.alive()
                 wait(lambda: (p := member_pods(client, ns, pool).get(m1))
                      and p["metadata"]["uid"] != old_uid, timeout=60, what="a new pod for member 1")
-                # After the grace its free nodes are re-owned in Ironic, then listed by Nova
-                # under their new owners within one update interval; its service is forced down.
+                # After the grace their free nodes are re-owned in Ironic, then listed by Nova
+                # under their new owners within one update interval; their services are forced
+                # down (member 2's before any of its free nodes moved).
                 wait(lambda: not free_m1 & {n for n, o in shards().items() if o == m1},
                      timeout=GRACE + 4 * POLL, interval=0.5, what="member 1's free nodes re-owned")
                 moved_at = time.monotonic()
+                wait(lambda: not free_m2 & {n for n, o in shards().items() if o == m2},
+                     timeout=GRACE + 4 * POLL, interval=0.5, what="member 2's free nodes re-owned")
+                order.stop()
                 wait(nova_agrees, timeout=2 * interval + 5, interval=0.5,  # + the tracker's own work
                      what="the re-owned nodes listed under their new computes")
                 listed_at = time.monotonic()
@@ -186,8 +209,22 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                 wait(lambda: not nova_stack.compute_services()[m1]["forced_down"], timeout=2 * POLL,
                      what="forced_down of member 1 cleared")
                 cleared_at = time.monotonic()
-                wait(lambda: sum(1 for o in shards().values() if o == m1) == NODES // 3,
-                     timeout=4 * POLL, what="free nodes back on member 1")
+                # Member 2's probe passes again: Ready, its flag cleared.
+                (unready / m2).unlink()
+                wait(lambda: m2 in ready_members(client, ns, pool), timeout=60, what="member 2 Ready again")
+                wait(lambda: not nova_stack.compute_services()[m2]["forced_down"], timeout=2 * POLL,
+                     what="forced_down of member 2 cleared")
+                # Invariant 13: member 2 heartbeated past its grace; no free node left it before
+                # Nova listed it forced down (Ironic read first, then Nova, in every sample).
+                forced_m2 = min(watch.forced_down_times(m2))
+                assert forced_m2 >= unready_at + GRACE - 2, "member 2 forced down within its grace"
+                assert any(s.services.get(m2, {}).get("state") == "up" for s in watch.samples
+                           if unready_at + GRACE - 10 <= s.at < forced_m2), "member 2's service was not up past its grace"
+                assert order.moved_while_up == [], order.moved_while_up[:3]
+                assert order.samples > 0 and order.first_moved is not None, (order.samples, order.first_moved)
+                # Both get their share of free nodes back.
+                wait(lambda: sorted(Counter(shards().values()).values()) == [NODES // 3] * 3,
+                     timeout=4 * POLL, what="free nodes back on members 1 and 2")
                 wait(nova_agrees, timeout=3 * interval, interval=1,
                      what="Nova listing every node under its owner again")
                 assert back["metadata"]["uid"] != old_uid
@@ -281,7 +318,10 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                   f"free nodes re-owned {moved_at - killed_at:.1f}s after the kill (grace {GRACE}s), "
                   f"listed by Nova {listed_at - moved_at:.1f}s later (update interval {interval}s); "
                   f"forced down {min(forced) - killed_at:.1f}s after the kill, cleared "
-                  f"{cleared_at - ready_at:.1f}s after Ready; removed member's service deleted "
+                  f"{cleared_at - ready_at:.1f}s after Ready; member 2 (probe failing, heartbeating) "
+                  f"forced down {forced_m2 - unready_at:.1f}s after NotReady, its first free node seen moved "
+                  f"{order.first_moved - (order.first_forced or order.first_moved):.1f}s after Nova first listed "
+                  f"it forced down ({order.samples} samples of Ironic then Nova); removed member's service deleted "
                   f"{deleted_after:.1f}s after Nova's API came back; longest listed twice "
                   f"{twice:.1f}s; operator RSS {operator_rss:.0f} MiB; "
                   f"whole scenario {time.monotonic() - started:.0f}s")
@@ -292,3 +332,53 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                      what="the pool deleted (the operator removes its finalizer)")
             finally:
                 print(f"----- operator -----\n{operator.log()[-20000:]}")
+
+
+@dataclass
+class ShardsAndForcedDown:
+    """Samples, every `period` s in a thread, the Ironic shards of the pool's nodes and THEN
+    `member`'s Nova service: a sample in which a node seen on `member` before (`nodes` from the
+    start) is elsewhere while Nova does not list `member` forced down is a free node that left it
+    before Nova listed it so. The flag, once set, stays until the member is Ready again (after this
+    sampler stops), so reading Ironic first cannot make one up."""
+
+    ironic: IronicService
+    resource_class: str
+    nova: NovaStack
+    member: str
+    nodes: set[str]
+    period: float = 0.2
+
+    def __post_init__(self) -> None:
+        self.moved_while_up: list[tuple[float, list[str], dict]] = []
+        self.first_moved: float | None = None
+        self.first_forced: float | None = None  # the first sample whose Nova read lists it forced down
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="shards-and-forced-down")
+
+    def start(self) -> ShardsAndForcedDown:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                owners = shards_of(self.ironic, self.resource_class)
+                service = self.nova.compute_services().get(self.member, {})
+            except Exception:  # noqa: BLE001 - a failed read is a missing sample, not a finding
+                continue
+            at = time.monotonic()
+            self.samples += 1
+            self.nodes |= {n for n, owner in owners.items() if owner == self.member}
+            moved = sorted(n for n in self.nodes if owners.get(n) != self.member)
+            if moved and self.first_moved is None:
+                self.first_moved = at
+            if service.get("forced_down") and self.first_forced is None:
+                self.first_forced = at
+            if moved and not service.get("forced_down"):
+                self.moved_while_up.append((at, moved, service))

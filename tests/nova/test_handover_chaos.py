@@ -13,7 +13,14 @@ nodes to the last one. For FAULT_SECONDS, every few seconds, one fault drawn by 
 - a running handover Job's pod killed (SIGKILL);
 - a handover Job deleted by someone;
 - the novaManageConfig Secret broken, then restored (a blocker appearing and clearing);
-- Nova's API away for the operator, then back.
+- Nova's API away for the operator, then back;
+- a scale change back up (the retire cancelled mid-way), then down again;
+- a node of the retiring member busy (wait call-back) for a while, then settled;
+- a half move injected (what nova-manage killed between its two saves leaves) on an instance
+  node of the failed member while its handover holds it (no pod), Nova still listing it there.
+The whole test, its setup included, is bounded (BOUND_SECONDS, not stretched by
+TEST_DEADLINE_SCALE: under 4 minutes on CI's loaded two cores): past it, it fails at once and
+says so, with the seed, rather than running on.
 Every second (two checks in a row, so that reading Kubernetes, Nova and Ironic one after the
 other cannot make a violation up): no member has a pod while a Job of it runs, a pod of one of
 its Jobs may run, or a node Ironic still gives it is listed under another host in Nova; no node
@@ -29,14 +36,17 @@ import base64
 import json
 import os
 import random
+import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from ironic_shard_operator.core.handover_job import MOVES_ANNOTATION
-from testbed.ironic_service import IronicService
+from testbed.ironic_service import IronicService, set_provision_state_directly_in_db
 from testbed.nova_stack import NovaStack
 from testbed.operator_objects import create_secrets
 from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
@@ -54,8 +64,33 @@ GRACE = 10      # failover.rebalanceAfterSeconds
 AFTER = 20      # handover.afterFailureSeconds
 POLL = 5
 NODES = 12
-FAULT_SECONDS = 75
+FAULT_SECONDS = 50
+# The whole test, setup included, at most: wall-clock seconds, the same on CI (not scaled).
+BOUND_SECONDS = 235.0
 SECRET = "nova-manage"
+FAULTS = ("restart", "restart_slow", "kill_job_pod", "delete_job", "blocker", "nova_away", "scale_back",
+          "busy_node", "half_move")
+
+
+@contextmanager
+def bounded(seconds: float, seed: int) -> Iterator[dict[str, float]]:
+    """Fail the test loudly once `seconds` have passed, whatever it waits on (SIGALRM, raised in
+    the test's own thread, pytest's main thread), saying how long each phase the test recorded
+    in the mapping it yields (phase -> time.monotonic() it began) took."""
+    phases: dict[str, float] = {}
+
+    def expired(signum, frame) -> None:
+        ends = [*list(phases.values())[1:], time.monotonic()]
+        spent = ", ".join(f"{name} {end - begun:.0f}s" for (name, begun), end in zip(phases.items(), ends))
+        raise AssertionError(f"handover chaos: over its bound of {seconds:.0f}s, setup included ({spent}; "
+                             f"seed {seed}, replay: CHAOS_SEED={seed})")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield phases
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_handovers_keep_their_invariants_under_random_faults(
@@ -82,85 +117,164 @@ def test_handovers_keep_their_invariants_under_random_faults(
                        nova_conf=nova_stack.compute_conf(ironic.cloud))
         handover_pool.create_manage_secret(client, ns, SECRET, manage_conf)
         checker = InvariantChecker(client, ns, nova_stack, names)
+        faults: list[str] = []
         try:
-            client.create(POOLS.format(ns=ns), pool_manifest(
-                pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
-                failover={"rebalanceAfterSeconds": GRACE, "podPendingTimeoutSeconds": 10},
-                ironic={"pollIntervalSeconds": POLL},
-                handover={"novaManageConfig": {"secretRef": {"name": SECRET}}, "maxConcurrent": 1,
-                          "afterFailureSeconds": AFTER}))
-            handover_pool.wait_for_members(kube_api, ns, nova_stack, pool, (m0, m1, m2), shards)
-            instances = handover_pool.seed_instances(nova_stack, ironic, shards(), (m0, m1, m2), 2, power_on=False)
-            checker.instances = dict(instances)
+            with bounded(BOUND_SECONDS - (time.monotonic() - started), seed) as phases:
+                phases["setup"] = started
+                client.create(POOLS.format(ns=ns), pool_manifest(
+                    pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
+                    failover={"rebalanceAfterSeconds": GRACE, "podPendingTimeoutSeconds": 10},
+                    ironic={"pollIntervalSeconds": POLL},
+                    handover={"novaManageConfig": {"secretRef": {"name": SECRET}}, "maxConcurrent": 2,
+                              "afterFailureSeconds": AFTER}))
+                handover_pool.wait_for_members(kube_api, ns, nova_stack, pool, (m0, m1, m2), shards)
+                instances = handover_pool.seed_instances(nova_stack, ironic, shards(), (m0, m1, m2), 2,
+                                                         power_on=False)
+                checker.instances = dict(instances)
+                setup_done = phases["faults"] = time.monotonic()
 
-            with checker:
-                patch_spec(client, ns, pool, {"replicas": 2})  # m2 retires
-                kubelet.hold(m1)  # m1 fails for good: killed, and no pod of its name starts again
-                kubelet.kill(m1)
-                faults, fault_until, n = [], time.monotonic() + FAULT_SECONDS, 0
-                while time.monotonic() < fault_until:
-                    time.sleep(rng.uniform(4, 9))  # the fault's pace: the seed's, not a wait for a condition
-                    fault = rng.choice(("restart", "restart_slow", "kill_job_pod", "delete_job", "blocker",
-                                        "nova_away"))
-                    n += 1
-                    faults.append(fault)
-                    if fault.startswith("restart"):
-                        operator.kill()
-                        if fault == "restart_slow":
-                            slow_ironic.delay(5.0)
-                        operator = OperatorProcess(kube_api, ns, f"op-chaos-{n}", tmp_path).start()
-                        if fault == "restart_slow":
-                            time.sleep(rng.uniform(8, 15))
-                            slow_ironic.delay(0)
-                    elif fault == "kill_job_pod":
-                        running = [p["metadata"]["name"] for p in job_pods(client, ns)
-                                   if p["status"].get("phase") == "Running"]
-                        if running:
-                            try:
-                                kubelet.kill(rng.choice(running))
-                            except ValueError:  # it ended meanwhile
-                                pass
-                    elif fault == "delete_job":
-                        jobs = client.get(f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
-                        if jobs:
-                            client.delete(f"/apis/batch/v1/namespaces/{ns}/jobs/"
-                                          f"{rng.choice(jobs)['metadata']['name']}", propagationPolicy="Background")
-                    elif fault == "blocker":
-                        set_manage_conf("[DEFAULT]\ndebug = true\n")
-                        time.sleep(rng.uniform(5, 12))
-                        set_manage_conf(manage_conf)
-                    elif fault == "nova_away":
-                        nova_api.off()
-                        time.sleep(rng.uniform(5, 12))
-                        nova_api.on()
-                print(f"handover chaos: faults {faults}")
+                with checker:
+                    patch_spec(client, ns, pool, {"replicas": 2})  # m2 retires
+                    kubelet.hold(m1)  # m1 fails for good: killed, and no pod of its name starts again
+                    kubelet.kill(m1)
+                    chaos = Chaos(rng, client, ns, kubelet, nova_stack, ironic, names, instances, checker)
+                    fault_until, n = time.monotonic() + FAULT_SECONDS, 0
+                    while time.monotonic() < fault_until:
+                        time.sleep(rng.uniform(3, 7))  # the fault's pace: the seed's, not a wait for a condition
+                        fault = rng.choice(FAULTS)
+                        n += 1
+                        faults.append(fault)
+                        if fault.startswith("restart"):
+                            operator.kill()
+                            if fault == "restart_slow":
+                                slow_ironic.delay(5.0)
+                            operator = OperatorProcess(kube_api, ns, f"op-chaos-{n}", tmp_path).start()
+                            if fault == "restart_slow":
+                                time.sleep(rng.uniform(8, 15))
+                                slow_ironic.delay(0)
+                        elif fault == "blocker":
+                            set_manage_conf("[DEFAULT]\ndebug = true\n")
+                            time.sleep(rng.uniform(5, 12))
+                            set_manage_conf(manage_conf)
+                        elif fault == "nova_away":
+                            nova_api.off()
+                            time.sleep(rng.uniform(5, 12))
+                            nova_api.on()
+                        else:
+                            getattr(chaos, fault)()
+                    faults_done = phases["settling"] = time.monotonic()
+                    print(f"handover chaos: faults {faults}; {chaos.done}; setup {setup_done - started:.0f}s, "
+                          f"faults {faults_done - setup_done:.0f}s")
 
-                # The faults stop. A half move a killed pod left is reported, then finished by hand.
-                def settled() -> bool:
-                    half = checker.half_moves()
-                    if half:
-                        reported = json.dumps((get_pool(client, ns, pool).get("status") or {}).get("handover"))
-                        for node, host in half.items():
-                            if f"UPDATE instances SET host='{host}'" in reported and node in reported:
-                                nova_stack.cell_sql(f"UPDATE instances SET host='{host}' "
-                                                    f"WHERE uuid='{instances[node]}' AND deleted=0")
-                                checker.finished_by_hand.add(node)
-                        return False
-                    hosts = nova_stack.hypervisor_hosts()
-                    final = shards()
-                    return all(final[node] == m0 and hosts.get(node) == [m0] for node in instances) \
-                        and not client.get(f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
-                wait(settled, timeout=240, interval=2, what="every instance node with the member that stays")
-            assert not checker.violations, checker.violations[:5]
-            assert checker.checks > FAULT_SECONDS // 2, f"only {checker.checks} checks ran"
-            for node, server in instances.items():
-                assert handover_pool.server_host(nova_stack, server, (m0, m1, m2)) == m0, (node, server)
+                    # The faults stop. A half move (a killed pod's, or injected) is reported, then
+                    # finished by hand as its message says.
+                    def settled() -> bool:
+                        half = checker.half_moves()
+                        if half:
+                            reported = json.dumps((get_pool(client, ns, pool).get("status") or {}).get("handover"))
+                            for node, host in half.items():
+                                if f"UPDATE instances SET host='{host}'" in reported and node in reported:
+                                    nova_stack.cell_sql(f"UPDATE instances SET host='{host}' "
+                                                        f"WHERE uuid='{instances[node]}' AND deleted=0")
+                                    checker.finished_by_hand.add(node)
+                            return False
+                        hosts = nova_stack.hypervisor_hosts()
+                        final = shards()
+                        return all(final[node] == m0 and hosts.get(node) == [m0] for node in instances) \
+                            and not client.get(f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+                    wait(settled, timeout=240, interval=2, what="every instance node with the member that stays")
+                assert not checker.violations, checker.violations[:5]
+                assert checker.checks > FAULT_SECONDS // 2, f"only {checker.checks} checks ran"
+                for node, server in instances.items():
+                    assert handover_pool.server_host(nova_stack, server, (m0, m1, m2)) == m0, (node, server)
             print(f"handover chaos: seed {seed}, {len(faults)} faults, {checker.checks} checks, "
-                  f"half moves finished by hand: {sorted(checker.finished_by_hand)}, "
-                  f"whole test {time.monotonic() - started:.0f}s")
+                  f"half moves finished by hand: {sorted(checker.finished_by_hand)}; setup "
+                  f"{setup_done - started:.0f}s, faults {faults_done - setup_done:.0f}s, settled "
+                  f"{time.monotonic() - faults_done:.0f}s after; whole test {time.monotonic() - started:.0f}s "
+                  f"(bound {BOUND_SECONDS:.0f}s)")
         finally:
             handover_pool.report_and_delete(kube_api, ns, pool, operator)
-            print(f"handover chaos: seed {seed} (replay: CHAOS_SEED={seed})")
+            print(f"handover chaos: seed {seed} (replay: CHAOS_SEED={seed}), faults {faults}")
+
+
+class Chaos:
+    """The faults that act on the pool's world (the module doc); each one acts only where it
+    means what it says, else it does nothing (`done` says what each did)."""
+
+    def __init__(self, rng: random.Random, client, ns: str, kubelet: ProcessKubelet, nova: NovaStack,
+                 ironic: IronicService, names: handover_pool.PoolNames, instances: dict[str, str],
+                 checker: InvariantChecker) -> None:
+        self.rng, self.client, self.ns, self.kubelet, self.nova, self.ironic = rng, client, ns, kubelet, nova, ironic
+        self.names, self.instances, self.checker = names, instances, checker
+        self.done: list[str] = []
+
+    def kill_job_pod(self) -> None:
+        running = [p["metadata"]["name"] for p in job_pods(self.client, self.ns)
+                   if p["status"].get("phase") == "Running"]
+        if running:
+            try:
+                self.kubelet.kill(self.rng.choice(running))
+                self.done.append("job pod killed")
+            except ValueError:  # it ended meanwhile
+                pass
+
+    def delete_job(self) -> None:
+        jobs = self.client.get(f"/apis/batch/v1/namespaces/{self.ns}/jobs")["items"]
+        if jobs:
+            self.client.delete(f"/apis/batch/v1/namespaces/{self.ns}/jobs/"
+                               f"{self.rng.choice(jobs)['metadata']['name']}", propagationPolicy="Background")
+            self.done.append("job deleted")
+
+    def scale_back(self) -> None:
+        """Scaled back up (the retire cancelled mid-way), then down again."""
+        patch_spec(self.client, self.ns, self.names.pool, {"replicas": 3})
+        time.sleep(self.rng.uniform(4, 10))
+        patch_spec(self.client, self.ns, self.names.pool, {"replicas": 2})
+        self.done.append("scaled back up and down")
+
+    def busy_node(self) -> None:
+        """A node of the retiring member mid-operation (a rebuild's wait call-back), then settled
+        back to the state it had."""
+        mine = sorted(n for n, o in self.names.shards().items() if o == self.names.members[2])
+        if not mine:
+            return
+        node = self.rng.choice(mine)
+        before = self.ironic.request("GET", f"/nodes/{node}?fields=provision_state,target_provision_state").json()
+        set_provision_state_directly_in_db(self.ironic, [node], "wait call-back", "active")
+        time.sleep(self.rng.uniform(4, 10))
+        set_provision_state_directly_in_db(self.ironic, [node], before["provision_state"],
+                                           before["target_provision_state"])
+        self.done.append(f"node {node} busy")
+
+    def half_move(self) -> None:
+        """A half move, as only nova-manage killed between its saves leaves one, once there is a
+        node for it within 10 s (else nothing): see `_half_move`."""
+        deadline = time.monotonic() + 10
+        while not self._half_move() and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+    def _half_move(self) -> bool:
+        """On an instance node of the failed member while its handover holds it (status.handover
+        says held, no pod object of its name), that Nova still lists under it and no Job pod
+        carries: its compute node to the member that stays, its instance left on the failed one."""
+        m0, m1 = self.names.members[0], self.names.members[1]
+        section = (get_pool(self.client, self.ns, self.names.pool).get("status") or {}).get("handover") or {}
+        if not any(e.get("member") == m1 and e.get("held") for e in section.get("sources") or ()) \
+                or m1 in self.checker.member_pods():
+            return False
+        hosts = self.nova.hypervisor_hosts()
+        carried = {node for pod in job_pods(self.client, self.ns)
+                   if pod["status"].get("phase") not in ("Succeeded", "Failed")
+                   for node, _ in json.loads(pod["metadata"]["annotations"][MOVES_ANNOTATION])}
+        owners = self.names.shards()
+        candidates = sorted(n for n in self.instances if owners.get(n) == m1 and hosts.get(n) == [m1]
+                            and n not in carried)
+        if not candidates:
+            return False
+        node = self.rng.choice(candidates)
+        self.nova.half_move(node, m0)
+        self.done.append(f"half move of {node}")
+        return True
 
 
 def job_pods(client, ns: str) -> list[dict]:
@@ -213,6 +327,11 @@ class InvariantChecker:
             self.violations += sorted(seen & self._last)  # seen twice in a row
             self._last = seen
 
+    def member_pods(self) -> set[str]:
+        """The pool's member pod objects."""
+        return {p["metadata"]["name"] for p in self.client.get(
+            f"/api/v1/namespaces/{self.ns}/pods", labelSelector=f"ironicshards.io/pool={self.names.pool}")["items"]}
+
     def _violations(self) -> set[str]:
         # Jobs, their pods, Nova and Ironic first, member pods last: a member pod seen after
         # them existed when they were read (module doc).
@@ -222,8 +341,7 @@ class InvariantChecker:
                         if p["status"].get("phase") not in ("Succeeded", "Failed")]
         hosts = self.nova.hypervisor_hosts()
         shards = self.names.shards()
-        member_pods = {p["metadata"]["name"] for p in self.client.get(
-            f"/api/v1/namespaces/{self.ns}/pods", labelSelector=f"ironicshards.io/pool={self.names.pool}")["items"]}
+        member_pods = self.member_pods()
         found = set()
         in_flight: dict[str, str] = {}
         for job in jobs:

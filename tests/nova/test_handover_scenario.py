@@ -13,9 +13,10 @@ in Ironic, as a boot does); `spec.nova.repairMisplaced` on. Scale to 2; on the w
   re-sharded, not by the handover and not by the audit's repair: ScaleDownBlocked /
   HandoverIncomplete names it with the SQL that finishes it, and the retired member's service
   stays; once an administrator runs that SQL, the node is re-sharded and the service deleted;
-- the operator is killed once the first Job runs and restarted with Ironic slow (every request
-  held 6 s, beyond a cycle's patience): its first cycles have no plan, and the source stays held
-  all the same (no pod of its name ever appears, its service stays forced down);
+- the operator is killed once the first Job runs and restarted while Ironic hangs (a forwarder
+  holds every request unanswered until the new operator reports Ironic not answering): its
+  cycles have no plan, and the source stays held all the same (no pod of its name ever appears,
+  its service stays forced down);
 - a Job's pod is killed between two of its nova-manage runs (the Job's next pod skips the nodes
   moved already and finishes the batch).
 The end: each node moved once in Nova, never listed under two computes, Ironic agreeing; each
@@ -53,8 +54,7 @@ pytestmark = pytest.mark.nova
 GRACE = 30
 POLL = 5
 NODES = 30
-SLOW_IRONIC_SECONDS = 6.0
-HANDOVER_JOBS = "ironicshards.io/component=handover"  # not the host-mapping Jobs of the pool's start  # per request: beyond a cycle's patience (cloud_side.PATIENCE_SECONDS, 2 s)
+HANDOVER_JOBS = "ironicshards.io/component=handover"  # not the host-mapping Jobs of the pool's start
 
 
 def test_retire_hands_over_every_instance_node_through_busy_nodes_half_moves_and_restarts(
@@ -82,10 +82,10 @@ def test_retire_hands_over_every_instance_node_through_busy_nodes_half_moves_and
                      if m["name"] == member), {})
 
     with ProcessKubelet(client, ns, nova_stack, tmp_path / "kubelet") as kubelet, \
-            SwitchableProxy(ironic.url) as slow_ironic:
+            SwitchableProxy(ironic.url) as hung_ironic:
         operator = OperatorProcess(kube_api, ns, "op-handover", tmp_path).start()
         create_secrets(client, ns, clouds_yaml(nova_stack, ironic, nova_stack.compute_url,
-                                               ironic_url=slow_ironic.url(ironic.url)),
+                                               ironic_url=hung_ironic.url(ironic.url)),
                        nova_conf=nova_stack.compute_conf(ironic.cloud))
         handover_pool.create_manage_secret(client, ns, "nova-manage", nova_stack.nova_conf.read_text())
         try:
@@ -137,13 +137,17 @@ def test_retire_hands_over_every_instance_node_through_busy_nodes_half_moves_and
                 wait(lambda: events(client, ns, "HandoverJobCreated"), timeout=GRACE + 6 * POLL, interval=0.5,
                      what="the first handover Job")
                 first_job_at = time.monotonic()
-                operator.kill()  # mid-batch: the Job runs on; the next operator starts with Ironic slow
-                slow_ironic.delay(SLOW_IRONIC_SECONDS)
+                operator.kill()  # mid-batch: the Job runs on; the next operator starts while Ironic hangs
+                hung_ironic.hang()
                 operator = OperatorProcess(kube_api, ns, "op-handover-2", tmp_path).start()
-                # The new operator's cycles have no plan yet: the source stays held all the same.
+                # The new operator's cycles have no plan: the source stays held all the same, until
+                # it reports Ironic not answering (its side silent for cloud_side.SILENT_SECONDS).
                 wait(lambda: "held" in member_status(m2).get("message", ""), timeout=120, interval=0.5,
-                     what="the new operator, still without a plan, holding the source")
-                slow_ironic.delay(0)
+                     what="the new operator, without a plan, holding the source")
+                wait(lambda: condition(get_pool(client, ns, pool), "Ready").get("reason") == "IronicUnavailable",
+                     timeout=120, interval=1, what="the new operator reporting Ironic not answering")
+                assert hung_ironic.held and m2 not in member_pods(client, ns, pool)
+                hung_ironic.answer_again()
                 killed_pod = kill_a_job_pod_mid_batch(kube_api, ns, kubelet, nova_stack)
 
                 wait(lambda: {shards()[n] for n in on_m2 if n != half_node} <= {m0, m1}, timeout=180, interval=1,
@@ -222,7 +226,7 @@ def test_retire_hands_over_every_instance_node_through_busy_nodes_half_moves_and
             print(f"handover scenario: {len(on_m2)} instance nodes handed over; first Job "
                   f"{first_job_at - retire_at:.1f}s after the scale-down (free nodes, a busy node, pod gone, "
                   f"forced down), all but the half move re-sharded {resharded_at - first_job_at:.1f}s after it "
-                  f"({per_node:.1f}s per node, Jobs of 2, operator restarted with Ironic slow), service deleted "
+                  f"({per_node:.1f}s per node, Jobs of 2, operator restarted while Ironic hung), service deleted "
                   f"{gone_at - resharded_at:.1f}s later (half move finished by hand meanwhile); {cost}; "
                   f"{len(on_m2)} handed-over servers stopped in {stopped_in:.1f}s; "
                   f"whole scenario {time.monotonic() - started:.0f}s")

@@ -11,7 +11,10 @@ sees "Connection aborted"). `before_once(marker, action)`: the next request whos
 hold `marker` waits until `action()` has run, then goes on: something happens to the service
 exactly between a client's earlier request and this one (a build claiming a node between the
 read before a write and the write). `delay(seconds)`: every request waits that long before it
-is forwarded (a slow service: its answers come late). `request_lines` keeps what was asked (method, path and
+is forwarded (a slow service: its answers come late). `hang()`: every request is held, never
+forwarded nor answered (a service that accepts connections and never answers), until
+`answer_again()`: the held requests' connections are then closed unanswered, as a hung server's
+are once it is restarted, and new requests go through. `request_lines` keeps what was asked (method, path and
 query of each request). Everything it forwards is the real service's answer.
 """
 
@@ -44,6 +47,9 @@ class SwitchableProxy:
         self.cuts = 0  # requests cut by cut_once
         self._before: tuple[bytes, object] | None = None
         self._delay = 0.0
+        self._answering = threading.Event()  # cleared while hung
+        self._answering.set()
+        self.held = 0  # requests held by hang()
         self.befores = 0  # actions run by before_once
         self.request_lines: list[str] = []  # the request line of every HTTP request forwarded, in order
 
@@ -57,6 +63,7 @@ class SwitchableProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._answering.set()  # no thread stays held
         self.off()
         for thread in self._threads:
             thread.join(timeout=10)
@@ -94,6 +101,14 @@ class SwitchableProxy:
         with self._lock:
             self._delay = seconds
 
+    def hang(self) -> None:
+        """Hold every request from now on, unanswered, until `answer_again()`."""
+        self._answering.clear()
+
+    def answer_again(self) -> None:
+        """End `hang()`: the held requests' connections are closed unanswered; new ones go through."""
+        self._answering.set()
+
     def before_once(self, marker: bytes, action) -> None:
         """Run `action()` right before the next request whose first bytes hold `marker` is
         forwarded (on the proxy's thread: the request waits for it)."""
@@ -111,6 +126,9 @@ class SwitchableProxy:
                 client, _ = listener.accept()
             except OSError:
                 return  # switched off
+            if not self._answering.is_set():  # hung: the service never sees this connection
+                self._spawn(self._hold, client)
+                continue
             try:
                 upstream = socket.create_connection(self.upstream, timeout=10)
             except OSError:
@@ -130,6 +148,11 @@ class SwitchableProxy:
             while data := source.recv(65536):
                 if requests and self._cut(data):
                     break
+                if not self._answering.is_set():  # hung: neither the request nor an answer passes
+                    with self._lock:
+                        self.held += requests
+                    self._answering.wait()
+                    break  # held until the service answers again: then its connection is closed
                 if requests:
                     with self._lock:
                         delay = self._delay
@@ -149,6 +172,31 @@ class SwitchableProxy:
                 sock.close()
             with self._lock:
                 self._sockets -= {source, target}
+
+    def _hold(self, client: socket.socket) -> None:
+        """A connection accepted while hung: its requests are read and never answered, until
+        the service answers again; then it is closed."""
+        with self._lock:
+            self._sockets.add(client)
+        try:
+            while not self._answering.is_set():
+                client.settimeout(0.5)
+                try:
+                    if client.recv(65536):
+                        with self._lock:
+                            self.held += 1
+                    else:
+                        break
+                except TimeoutError:
+                    continue
+        except OSError:
+            pass
+        finally:
+            try:
+                client.close()
+            finally:
+                with self._lock:
+                    self._sockets.discard(client)
 
     def _run_before(self, data: bytes) -> None:
         with self._lock:

@@ -3,7 +3,7 @@ Placement allocations are listed with since when, and one held longer than
 spec.nova.leakedAllocationSeconds is reported once as a leaked allocation, never waited on
 silently."""
 
-from ironic_shard_operator.core.guard_holds import LISTED, guard_section
+from ironic_shard_operator.core.guard_holds import LISTED, guard_section, held_by_guard
 from ironic_shard_operator.core.shard_write import GuardHold
 from ironic_shard_operator.core.status import format_time
 
@@ -45,3 +45,29 @@ def test_every_held_node_is_counted_and_the_first_are_listed():
     held = [GuardHold(f"n{i:03d}", ("b",)) for i in range(LISTED + 5)]
     section, _ = guard_section(None, held, {h.node_uuid for h in held}, NOW, BOUND)
     assert section["held"] == LISTED + 5 and len(section["nodes"]) == LISTED
+
+
+def test_a_retire_held_by_the_guard_says_so_in_its_handover_message():
+    """A retiring source whose last free nodes the guard holds for Placement allocations would
+    sit in MovingFreeNodes saying only that free nodes still move: its message names the guard,
+    status.guard and, for an allocation reported leaked, the Event that says how to remove it."""
+    from ironic_shard_operator.core.handover import MOVING_FREE, NovaView, decide
+    from ironic_shard_operator.core.model import Member, Node
+    from ironic_shard_operator.core.spec import Handover, SecretKeyRef
+    from tests.unit.nova_records import services
+
+    leaked, _ = guard_section(None, [GuardHold("n1", ("build-1",))], {"n1"}, NOW - BOUND, BOUND)
+    leaked, _ = guard_section(leaked, [GuardHold("n1", ("build-1",))], {"n1"}, NOW, BOUND)
+    held = held_by_guard(leaked, [GuardHold("n2", ("build-2",))])
+    assert held == {"n1": True, "n2": False}
+    nodes = [Node(f"n{i}", shard="rack-2") for i in (1, 2, 3)] + [Node("i", shard="rack-2", instance_uuid="x")]
+    members = [Member(f"rack-{i}", ready=True, since=0.0) for i in range(3)]
+    step = decide(pool="rack", settings=Handover(SecretKeyRef("m", "nova.conf")), members=members,
+                  retiring=["rack-2"], ring_members=["rack-0", "rack-1"], pods=["rack-0", "rack-1", "rack-2"],
+                  nodes=nodes, nova=NovaView(services("rack-0", "rack-1", "rack-2"), {}), jobs=(), now=NOW,
+                  guard_held=held)
+    (progress,) = step.progress
+    assert progress.phase == MOVING_FREE
+    assert progress.message.startswith("3 free nodes still move to other members first; 2 of them are held by "
+                                       "the guard: Placement holds allocations on them")
+    assert "status.guard lists them, 1 reported as leaked allocations: Event LeakedAllocation" in progress.message

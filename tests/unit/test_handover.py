@@ -455,6 +455,16 @@ def test_destinations_are_members_ready_now_with_their_service_up():
     nobody = (Member(m(0), ready=False, since=NOW - 5), Member(m(1), ready=False, since=NOW - 5), within_grace[2])
     step = _decide(pinned, services=FORCED, hosts={"n0": m(2)}, members=nobody)
     assert not step.create_jobs and "rack-0 is not Ready" in step.problems[0].message
+    # Ready members whose Nova service is down (no heartbeat within Nova's service_down_time:
+    # state down) or forced down are no destination either
+    for unusable, why in ((service(m(0), up=False), "rack-0's Nova service is down"),
+                          (service(m(0), forced_down=True), "rack-0's Nova service is forced down")):
+        step = _decide(pinned, services={**FORCED, m(0): unusable}, hosts={"n0": m(2)})
+        (job,) = step.create_jobs
+        assert {mv.target for mv in job.moves} == {m(1)}, why
+        step = _decide(pinned, services={**FORCED, m(0): unusable, m(1): service(m(1), up=False)},
+                       hosts={"n0": m(2)})
+        assert not step.create_jobs and why in step.problems[0].message
 
 
 def test_a_retiring_pod_waits_for_its_nodes_mid_operation_and_says_since_when():
@@ -589,3 +599,37 @@ def test_a_failed_source_whose_nodes_are_all_refused_is_not_kept_from_its_pod_by
     assert progress.phase == handover.BLOCKED and not progress.held
     assert handover.kept_away(current, after, members, [m(0), m(1)], NOW, held={},
                               recorded=handover_section(step)) == {}
+
+
+def test_a_node_nova_has_no_compute_node_for_is_reported_and_the_failed_member_released_once_nothing_is_novas():
+    """A node of a failed member carries an instance in Ironic, but Nova lists no compute node
+    for it (a stale instance_uuid, a deploy made without Nova, a record Nova lost): nova-manage
+    has nothing to move. It is a problem the user sees, naming the node and what to do; the
+    member's other nodes are handed over, and once nothing left of it is Nova's it is released
+    (not held, the pod side lets it come back) instead of staying in MovingNodes for ever."""
+    after = replace(SETTINGS, after_failure_seconds=600)
+    members = (*ready(0, 1), Member(m(2), ready=False, since=NOW - 700))
+    lost, movable = with_instance("lost", m(2)), with_instance("n0", m(2))
+    kw = dict(pool=POOL, settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(), now=NOW)
+    held = _recorded(m(2), handover.MOVING, trigger=handover.FAILURE, held=True)
+    step = decide(nodes=[lost, movable], nova=NovaView(FORCED, {"n0": m(2)}), jobs=(), recorded=held, **kw)
+    (progress,) = step.progress
+    assert progress.phase == handover.MOVING and progress.held and progress.failed == 1
+    assert [mv.node_uuid for b in step.create_jobs for mv in b.moves] == ["n0"]  # the other node goes on
+    (problem,) = step.problems
+    assert (problem.trigger, problem.reason) == (handover.FAILURE, "HandoverNoComputeNode")
+    assert "lost (instance i-lost)" in problem.message and "openstack server show" in problem.message
+    assert "baremetal node undeploy" in problem.message and "lost" in progress.message
+    # n0 handed over: only the node Nova does not know is left; the member is released, reported
+    nodes = [lost, replace(movable, shard=m(0))]
+    step = decide(nodes=nodes, nova=NovaView(FORCED, {"n0": m(0)}), jobs=(), recorded=held, **kw)
+    (progress,) = step.progress
+    assert progress.phase == handover.BLOCKED and not progress.held
+    assert [p.reason for p in step.problems] == ["HandoverNoComputeNode"]
+    current = plan(Observation(PoolSpec(POOL, replicas=3), members, tuple(nodes), NOW))
+    assert handover.kept_away(current, after, members, [m(0), m(1)], NOW, held={},
+                              recorded=handover_section(step)) == {}
+    # the same node of a retiring member blocks its retire, reported the same way (it stays held)
+    step = _decide([lost], services=FORCED, hosts={})
+    assert step.progress[0].phase == handover.BLOCKED and step.progress[0].held
+    assert [p.reason for p in step.problems] == ["HandoverNoComputeNode"]

@@ -18,6 +18,12 @@ the next cycle reads back). The world is simulated as the real parts behave:
   their pods, which outlive a deleted Job until they end and, asked to stop, end after the
   nova-manage run under way.
 
+A nova-manage run spans three steps, as the real one spans its checks and its two saves: it
+starts (checks that the compute node's service is forced down and the destination is not),
+saves the compute node, then saves the instance. So a second run of the same node, started by
+another pod before the first one saved, passes the same checks: the overlap the operator must
+never let happen (a node enters a new Job only once no pod of an earlier Job may still move it).
+
 Faults: an operator restart (cycles without a plan, no memory), the operator killed between
 its writes and its status write, a scale change, a blocker
 (unusable novaManageConfig) or Nova not answering appearing and clearing, a Job pod killed (also
@@ -52,6 +58,9 @@ from ironic_shard_operator.core.status import handover_section, handover_section
 from tests.unit.nova_records import service
 
 POOL = "rack"
+# The steps of one nova-manage run: its checks passed, then the compute node saved (the
+# instance's save ends the run).
+STARTED, SAVED = "started", "compute node saved"
 GRACE = 30.0
 AFTER_FAILURE = 60.0
 STEP = 10.0
@@ -77,6 +86,11 @@ class RunningPod:
     alive: bool = True
     stopping: bool = False
     exit_code: int | None = None
+    run: str | None = None  # the nova-manage run under way on moves[index]: STARTED, then SAVED
+
+    def moving(self) -> str | None:
+        """The node a nova-manage run of this pod is moving right now (None between runs)."""
+        return self.moves[self.index][0] if self.alive and self.run is not None else None
 
 
 @dataclass
@@ -183,15 +197,13 @@ class HandoverUnderFaults(RuleBasedStateMachine):
     @precondition(lambda self: any(p.alive for p in self.world.job_pods.values()))
     @rule(data=st.data(), half=st.booleans())
     def a_job_pod_is_killed(self, data, half):
-        """SIGKILL: with `half`, in the middle of a nova-manage run, between its two saves."""
+        """SIGKILL, wherever its nova-manage run is; with `half`, a run that has passed its
+        checks is killed just after its compute node's save (the instance not saved)."""
         w = self.world
         pod = w.job_pods[data.draw(st.sampled_from(sorted(n for n, p in w.job_pods.items() if p.alive)))]
-        if half and pod.index < len(pod.moves):
-            uuid, dest = pod.moves[pod.index]
-            if self._may_move(uuid, dest) is None:
-                w.host[uuid] = dest  # the compute node saved; the instance not
-                w.moved_by_nova_manage.add(uuid)
-        pod.alive, pod.exit_code = False, 137
+        if half and pod.run == STARTED:
+            self._save_compute_node(pod)
+        pod.alive, pod.exit_code, pod.run = False, 137, None
         self.step()
 
     @precondition(lambda self: bool(self.world.jobs))
@@ -236,6 +248,12 @@ class HandoverUnderFaults(RuleBasedStateMachine):
         w = self.world
         for member in w.pods:
             assert not w.in_flight(member), (member, w.in_flight(member), w.recorded)
+
+    @invariant()
+    def never_two_nova_manage_runs_on_one_node_at_once(self):
+        moving = [(p.moving(), p.name) for p in self.world.job_pods.values() if p.moving() is not None]
+        nodes = [node for node, _ in moving]
+        assert len(nodes) == len(set(nodes)), f"two nova-manage runs on one node at once: {sorted(moving)}"
 
     # --- settling: the faults stop, the pool converges ----------------------------------------
 
@@ -366,26 +384,47 @@ class HandoverUnderFaults(RuleBasedStateMachine):
             return "Source service is not yet forced down!"
         return None
 
+    def _save_compute_node(self, pod):
+        uuid, dest = pod.moves[pod.index]
+        self.world.host[uuid] = dest
+        self.world.moved_by_nova_manage.add(uuid)
+        pod.run = SAVED
+
+    def nova_manage_goes_on(self, pod):
+        """One step of a Job pod's script: the next step of the nova-manage run under way (its
+        checks, the compute node's save, the instance's save), or, between runs, the next run,
+        a skip (nova-manage refused: its source is not forced down), the pod's failure, or its
+        end (batch done, or asked to stop: the run under way always finishes first)."""
+        w = self.world
+        if pod.run == STARTED:
+            self._save_compute_node(pod)
+            return
+        if pod.run == SAVED:
+            uuid, dest = pod.moves[pod.index]
+            w.instance_host[uuid] = dest
+            pod.run, pod.index = None, pod.index + 1
+            return
+        if pod.stopping or pod.index >= len(pod.moves):
+            pod.alive, pod.exit_code = False, 143 if pod.stopping and pod.index < len(pod.moves) else 0
+            return
+        refused = self._may_move(*pod.moves[pod.index])
+        if refused is None:
+            pod.run = STARTED
+        elif "Destination" in refused:
+            pod.alive, pod.exit_code = False, 1
+        else:
+            pod.index += 1
+
     def world_moves_on(self):
         w = self.world
-        # nova-manage: each running pod makes one run per step; never two on one node at once
-        running = [p for p in w.job_pods.values() if p.alive]
-        targets = [p.moves[p.index][0] for p in running if not p.stopping and p.index < len(p.moves)]
-        assert len(targets) == len(set(targets)), f"two nova-manage runs on one node at once: {targets}"
-        for pod in running:
-            if pod.stopping or pod.index >= len(pod.moves):
-                pod.alive, pod.exit_code = False, 143 if pod.stopping and pod.index < len(pod.moves) else 0
-                continue
-            uuid, dest = pod.moves[pod.index]
-            refused = self._may_move(uuid, dest)
-            if refused is None:
-                w.host[uuid] = dest
-                w.instance_host[uuid] = dest
-                w.moved_by_nova_manage.add(uuid)
-            elif "Destination" in refused:
-                pod.alive, pod.exit_code = False, 1
-                continue
-            pod.index += 1
+        # Runs start (their checks) before the runs under way save: a run's checks may come
+        # between another run's checks and its saves, as they may in two real processes.
+        under_way = [p for p in w.job_pods.values() if p.alive and p.run is not None]
+        for pod in [p for p in w.job_pods.values() if p.alive and p.run is None]:
+            self.nova_manage_goes_on(pod)
+        for pod in under_way:
+            self.nova_manage_goes_on(pod)
+        self.never_two_nova_manage_runs_on_one_node_at_once()
         # the Job controller: success, or a replacement once the pod has ended, up to the limit
         for name, job in list(w.jobs.items()):
             if job.state != ACTIVE:

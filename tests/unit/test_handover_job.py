@@ -9,7 +9,7 @@ import pytest
 
 from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobBatch, handover_durations, job_name
 from ironic_shard_operator.core.handover_job import (
-    BACKOFF_LIMIT, CONFIG_PATH, MOVED_ALREADY, config_problem, job_selector, read_job, read_job_pod, render_job, script,
+    BACKOFF_LIMIT, CONFIG_PATH, SOURCE_NOT_FORCED_DOWN, config_problem, job_selector, read_job, read_job_pod, render_job, script,
 )
 from ironic_shard_operator.core.model import Move
 from ironic_shard_operator.core.spec import read_pool
@@ -74,13 +74,14 @@ exit 1
 
 @pytest.mark.parametrize("answers, ran, code, logged", [
     ({}, ["n-1", "n-2", "n-3"], 0, None),
-    # n-1 moved by an earlier pod of the Job (killed after it): noted, the rest of the batch runs
-    ({"n-1": MOVED_ALREADY}, ["n-1", "n-2", "n-3"], 0, "node n-1 skipped"),
+    # n-1 refused as not forced down (an earlier pod of the Job may have moved it): noted, not
+    # counted as moved, the rest of the batch runs
+    ({"n-1": SOURCE_NOT_FORCED_DOWN}, ["n-1", "n-2", "n-3"], 0, "node n-1 skipped"),
     # any other refusal ends the pod with nova-manage's status; nothing after it runs
     ({"n-2": "Destination compute is forced down!"}, ["n-1", "n-2"], 1, "Destination compute is forced down!"),
-    ({"n-1": MOVED_ALREADY, "n-3": "Found an ironic host with more than one instance!"},
+    ({"n-1": SOURCE_NOT_FORCED_DOWN, "n-3": "Found an ironic host with more than one instance!"},
      ["n-1", "n-2", "n-3"], 1, "more than one instance"),
-], ids=["all move", "a node moved already is skipped", "a refusal stops the batch", "skip, then refusal"])
+], ids=["all move", "a node refused as not forced down is skipped", "a refusal stops the batch", "skip, then refusal"])
 def test_the_jobs_script_moves_each_node_skips_one_moved_already_and_stops_at_any_other_failure(
         tmp_path, answers, ran, code, logged):
     import os
@@ -102,6 +103,9 @@ def test_the_jobs_script_moves_each_node_skips_one_moved_already_and_stops_at_an
     assert done.returncode == code, done.stdout + done.stderr
     if logged:
         assert logged in done.stdout
+    if SOURCE_NOT_FORCED_DOWN in answers.values():  # a skip claims nothing: where the node is, is Nova's to say
+        assert "not counted as moved: the operator reads Nova's hypervisor list" in done.stdout
+        assert "moved already" not in done.stdout and "Job moved it" not in done.stdout
 
 
 def test_a_job_pod_asked_to_stop_finishes_the_move_under_way_and_starts_no_other(tmp_path):
@@ -151,8 +155,10 @@ def test_a_failed_jobs_reason_is_the_error_that_ended_it_not_a_node_skipped_befo
     from ironic_shard_operator.core.handover import job_failure_reason
 
     tail = " | ".join([
-        "An error has occurred:", f"nova.exception.NovaException: {MOVED_ALREADY}",
-        "ironic-shard-operator: node n-1 skipped: its compute node is no longer under the source",
+        "An error has occurred:", f"nova.exception.NovaException: {SOURCE_NOT_FORCED_DOWN}",
+        "ironic-shard-operator: node n-1 skipped: nova-manage refused it, the service its compute node is listed "
+        "under is not forced down (an earlier run may have moved it); not counted as moved: the operator reads "
+        "Nova's hypervisor list to know where it is",
         "An error has occurred:", "Traceback (most recent call last):",
         "oslo_db.exception.DBConnectionError: (pymysql.err.OperationalError) (2003, \"Can't connect\")"])
     assert job_failure_reason(tail) == "database"

@@ -149,6 +149,10 @@ class ApplyResult:
     # Guarded moves written, then put back: a build claimed the node between its read and its
     # write (shard_write.claimed_after_write).
     reverted: int = 0
+    # Guarded moves written and claimed meanwhile whose put-back failed: the node stays at the
+    # target while a build may land on it for the source (counted in `applied` too: the shard
+    # did change). Each is reported (metric, Warning Event), never only logged.
+    revert_failed: list[Move] = field(default_factory=list)
     # The guarded moves held back by allocations in Placement (counted in skipped_claimed too).
     held: list[GuardHold] = field(default_factory=list)
 
@@ -658,9 +662,10 @@ class IronicAdapter:
 
     def _after_write(self, move: Move, guard: Guard) -> str:
         """A guarded move just written, its node read again (and Placement asked): "applied",
-        or "reverted" once its shard is put back to the move's source because a build claimed
-        it meanwhile (shard_write.claimed_after_write; a read that gets no answer counts as a
-        claim: never leave a node blind with a live owner's build). Logged when it reverts."""
+        "reverted" once its shard is put back to the move's source because a build claimed it
+        meanwhile (shard_write.claimed_after_write; a read that gets no answer counts as a
+        claim: never leave a node blind with a live owner's build), or "revert_failed" when
+        putting it back failed (the caller reports it). Logged either way."""
         try:
             # Raw, as every node read here: an openstacksdk Node costs 1.5-3 ms of CPU (bench/sdk_cost_bench.py)
             response = self._send_once(
@@ -685,11 +690,11 @@ class IronicAdapter:
             log.error("node %s: claimed by a build while it moved %s -> %s, and its shard could not be put "
                       "back (%s): the Nova audit reports it misplaced", move.node_uuid, move.source, move.target,
                       error)
-            return "applied"
+            return "revert_failed"
         if reverted.status_code != 200:
             log.error("node %s: claimed by a build while it moved %s -> %s; putting its shard back was refused: "
                       "%s", move.node_uuid, move.source, move.target, describe(reverted))
-            return "applied"
+            return "revert_failed"
         log.warning("node %s: a build claimed it while it moved %s -> %s (%s): its shard is put back to %s",
                     move.node_uuid, move.source, move.target,
                     "Placement allocations of " + ", ".join(consumers) if consumers else "pinned in Ironic",
@@ -797,6 +802,9 @@ def _tally(result: ApplyResult, outcomes: Iterable[tuple[Move, Any]],
             result.applied += 1
         elif outcome == "reverted":
             result.reverted += 1
+        elif outcome == "revert_failed":
+            result.applied += 1
+            result.revert_failed.append(move)
         elif outcome == "gone":
             result.skipped_gone += 1
         elif outcome == "stopped":

@@ -6,7 +6,8 @@ A cycle (reconcile.py) starts one `CloudSide` when none is under way, with what 
    with the members' readiness, no writes;
 2. Nova's side, when the cloud has a compute endpoint (nova_cycle.py), also after an Ironic
    failure (forced_down needs no node list): a member past its grace is forced down here,
-   before any of its free nodes moves;
+   before any of its free nodes moves, and Nova is read again: its free nodes leave it
+   unguarded only once Nova lists it down and forced down;
 3. when the plan moves nodes and the pool is not paused, run the Ironic cycle again with
    writes (it lists Ironic in full first: a second listing only when something moves); the writes
    stop between two writes on news or when stopping (`interrupt`), or once the leader may
@@ -42,6 +43,7 @@ from ironic_shard_operator.controller.ironic_cycle import CycleReport, Observati
 from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
 from ironic_shard_operator.core import model, nova_policy
+from ironic_shard_operator.core.guard_holds import held_by_guard
 from ironic_shard_operator.core.shard_write import guarded_owners
 from ironic_shard_operator.core.spec import Pool
 
@@ -85,7 +87,7 @@ class CloudWork:
     `kube` the Kubernetes client the handover task uses (None: no handover step);
     `previous_handover` the last status.handover; `held` the members a handover holds
     (core/handover.py::holds, as the cycle read it); `previous_host_mapping` the last
-    status.hostMapping."""
+    status.hostMapping; `previous_guard` the last status.guard."""
 
     key: str
     pool: Pool
@@ -104,6 +106,7 @@ class CloudWork:
     previous_handover: Mapping[str, Any] | None = None
     held: AbstractSet[str] = frozenset()
     previous_host_mapping: Mapping[str, Any] | None = None
+    previous_guard: Mapping[str, Any] | None = None
 
 
 class CloudSide:
@@ -232,6 +235,8 @@ class CloudSide:
                     metrics.record_moves(work.key, report.moves_applied)
                 if report.applied.reverted and metrics is not None:
                     metrics.record_moves_reverted(work.key, report.applied.reverted)
+                if report.applied.revert_failed and metrics is not None:
+                    metrics.record_moves_revert_failed(work.key, len(report.applied.revert_failed))
             except IronicError as error:
                 _record_error(metrics, work.key, error)
                 result = CloudResult(result.report, error=error)
@@ -241,7 +246,9 @@ class CloudSide:
             moving = await run_handover(HandoverWork(work.kube, work.may_write, metrics), pool, ironic=work.adapter,
                                         nova=_usable_nova(work.nova, nova), members=work.members, plan=plan,
                                         nodes=result.report.nodes if result.report is not None else None,
-                                        now=work.now, recorded=work.previous_handover)
+                                        now=work.now, recorded=work.previous_handover,
+                                        guard_held=held_by_guard(work.previous_guard, result.report.applied.held
+                                                                 if result.report is not None else ()))
             if moving.resharded and work.memory is not None:
                 work.memory.last = None  # shards written outside run_cycle: list in full next time
         return CloudResult(result.report, result.error, result.applied, nova, moving, mapping)

@@ -71,9 +71,11 @@ class HandoverWork:
 
 async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter, nova: NovaAdapter | None,
                        members: Sequence[Member], plan: Plan | None, nodes: Sequence[Node] | None,
-                       now: float, recorded: Mapping[str, Any] | None = None) -> HandoverOutcome:
+                       now: float, recorded: Mapping[str, Any] | None = None,
+                       guard_held: Mapping[str, bool] | None = None) -> HandoverOutcome:
     """One step of every handover of `pool` (the module doc); `recorded` is the last
-    status.handover. Never raises for Kubernetes, Nova or Ironic failures (they are reported):
+    status.handover, `guard_held` the free nodes the shard-write guard holds (core/handover.py's
+    `decide`). Never raises for Kubernetes, Nova or Ironic failures (they are reported):
     what cannot be seen keeps the recorded sources as they were, so no hold is lost."""
     settings = pool.handover
     if plan is None or nodes is None:
@@ -106,7 +108,8 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
         return _unseen(recorded, found, "HandoverNovaUnavailable", f"Nova: {error}")
     step = handover.decide(pool=pool.name, settings=settings, members=members, retiring=retiring,
                            ring_members=plan.ring_members, pods=with_pod, nodes=nodes, nova=view,
-                           jobs=jobs, job_pods=job_pods, recorded=recorded, blocker=blocker, now=now)
+                           jobs=jobs, job_pods=job_pods, recorded=recorded, blocker=blocker, now=now,
+                           guard_held=guard_held)
     events = [Event(p.reason, p.message, "Warning") for p in step.problems] + list(step.events)
     resharded = 0
     if step.writes and not pool.paused and work.may_write():

@@ -148,6 +148,9 @@ class OperatorMetrics:
         self.moves_reverted = Counter(
             f"{PREFIX}_moves_reverted", "Guarded shard changes put back because a build claimed the node "
             "between its read and its write.", ["pool"], registry=r)
+        self.moves_revert_failed = Counter(
+            f"{PREFIX}_moves_revert_failed", "Guarded shard changes a build claimed meanwhile whose put-back "
+            "failed: the node may be on the wrong shard (a Warning Event names it).", ["pool"], registry=r)
         self.replacements = Counter(
             f"{PREFIX}_member_replacements",
             "Member pods replaced (same identity) after failure.", ["pool"], registry=r)
@@ -227,7 +230,8 @@ class OperatorMetrics:
         self._started: set[str] = set()  # pools whose counters record_status has shown
         # Counters (and histograms) whose every label value is known: 0 from a pool's first cycle.
         self._zeroed: tuple[tuple[Any, tuple[tuple[str, ...], ...]], ...] = (
-            (self.node_moves, ((),)), (self.moves_reverted, ((),)), (self.replacements, ((),)),
+            (self.node_moves, ((),)), (self.moves_reverted, ((),)), (self.moves_revert_failed, ((),)),
+            (self.replacements, ((),)),
             (self.cycle_duration, ((),)),
             (self.fences, tuple((m,) for m in FENCING_MODES)),
             (self.ironic_errors, tuple((k,) for k in IRONIC_ERROR_KINDS)),
@@ -319,6 +323,10 @@ class OperatorMetrics:
     def record_moves_reverted(self, pool: str, count: int) -> None:
         """`count` guarded shard changes were put back (a build claimed the node meanwhile)."""
         self._child(self.moves_reverted, pool).inc(count)
+
+    def record_moves_revert_failed(self, pool: str, count: int) -> None:
+        """`count` guarded shard changes were claimed meanwhile and could not be put back."""
+        self._child(self.moves_revert_failed, pool).inc(count)
 
     def record_replacement(self, pool: str) -> None:
         """A failed member pod was replaced by a new pod with the same identity."""

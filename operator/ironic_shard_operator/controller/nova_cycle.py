@@ -82,9 +82,10 @@ class NovaRuntime:
 class NovaOutcome:
     """`section`: the new status.nova, None when Nova was not asked this cycle (keep the
     last one). `events`: for the writes done and the section's transitions. `services`: the
-    compute services as Nova shows them once this cycle's forced_down writes are done (None:
-    not known this cycle). `listed`: the hosts Nova's hypervisor list named, when the audit
-    read it this cycle (empty otherwise): each is mapped to a cell."""
+    compute services as Nova shows them once this cycle's forced_down writes are done, read
+    again from Nova when one was forced down (None: not known this cycle). `listed`: the hosts
+    Nova's hypervisor list named, when the audit read it this cycle (empty otherwise): each is
+    mapped to a cell."""
 
     section: dict[str, Any] | None
     events: tuple[Event, ...] = ()
@@ -178,8 +179,25 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                                              sorted(forced & identities), state.retired,
                                              fencing.clear_when_ready_written(clear_when_ready, changes, forced))
         return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)),
-                           {host: replace(s, forced_down=host in forced) for host, s in services.items()}, listed)
+                           _services_after(nova, key, services, forced), listed)
     return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)))
+
+
+def _services_after(nova: NovaAdapter, key: str, services: Mapping[str, Any],
+                    forced: AbstractSet[str]) -> Mapping[str, Any] | None:
+    """The compute services as Nova shows them once this cycle's writes are done. When a service
+    was forced down, Nova is read again: a member past its grace leaves the guard of its free
+    nodes' moves (shard_write.guarded_owners) only once Nova itself lists it down and forced
+    down, never on the strength of an accepted request alone. None when that read fails (every
+    identity is then guarded). Without a new flag, the first read with the flags written."""
+    if all(services[host].forced_down for host in forced if host in services):
+        return {host: replace(s, forced_down=host in forced) for host, s in services.items()}
+    try:
+        return nova.compute_services()
+    except NovaError as error:
+        log.warning("pool %s: Nova not read again after forcing services down (%s): every member's free "
+                    "nodes move guarded this cycle", key, error)
+        return None
 
 
 def _write(nova: NovaAdapter, key: str, changes: Sequence[fencing.ForcedDownChange],

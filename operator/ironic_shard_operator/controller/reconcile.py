@@ -55,7 +55,7 @@ from ironic_shard_operator.controller.signals import status_written
 from ironic_shard_operator.core import handover, handover_job, model, pods, podspec
 from ironic_shard_operator.core.claims import Conflict, PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
-from ironic_shard_operator.core.guard_holds import guard_section
+from ironic_shard_operator.core.guard_holds import guard_section, revert_failed_event
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
 from ironic_shard_operator.core.refusals import Refusal, news, refused
 from ironic_shard_operator.core.schedule import AFTER_MOVES_SECONDS, RETRY_SECONDS, handover_retry_in, next_delay
@@ -344,7 +344,8 @@ async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets
             previous_nova=cycle.previous.get("nova"), autoscale_history=autoscale_history_of(cycle.previous),
             now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
             memory=runtime.ironic.memory, kube=cycle.op.kube, previous_handover=cycle.previous.get("handover"),
-            held=frozenset(members.held), previous_host_mapping=cycle.previous.get("hostMapping")),
+            held=frozenset(members.held), previous_host_mapping=cycle.previous.get("hostMapping"),
+            previous_guard=cycle.previous.get("guard")),
             runtime.interrupt, requests_made=lambda: adapter.requests_made + _nova_requests(runtime))
     _remember(runtime, await side.plan_by(side.deadline))
     return _Cloud(side, runtime.ironic_plan, runtime.ironic_error,
@@ -486,6 +487,8 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
     events.extend(news(refusals, cycle.previous))
     if cloud.applied and plan is not None:
         events.append(moves_event(plan.moves, cloud.applied))
+    if report is not None and (failed_back := revert_failed_event(report.applied.revert_failed)) is not None:
+        events.append(failed_back)
     events.extend(nova.events if nova is not None else ())
     events.extend(moving.events if moving is not None else ())
     events.extend(mapping.events if mapping is not None else ())

@@ -18,6 +18,7 @@ from typing import Any
 
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.pods import parse_time
+from ironic_shard_operator.core.model import Move
 from ironic_shard_operator.core.shard_write import GuardHold
 from ironic_shard_operator.core.status import format_time
 
@@ -52,3 +53,31 @@ def guard_section(previous: Mapping[str, Any] | None, held: Sequence[GuardHold],
                 "or nova-manage placement audit --delete)"), "Warning"))
         entries.append({"node": node, "consumers": consumers, "since": format_time(since), "leaked": leaked})
     return {"held": len(entries), "leaked": sum(e["leaked"] for e in entries), "nodes": entries[:LISTED]}, events
+
+
+def held_by_guard(previous: Mapping[str, Any] | None, held: Sequence[GuardHold]) -> dict[str, bool]:
+    """node uuid -> whether it is reported as a leaked allocation, for every free node the guard
+    holds: those this cycle's writes held, and those the last status.guard listed (a cycle whose
+    writes stopped early did not get to them). What a retiring source's handover message names
+    (core/handover.py::why_pod_stays), so a retire held by Placement says why."""
+    found = {entry["node"]: bool(entry.get("leaked")) for entry in (previous or {}).get("nodes") or ()
+             if isinstance(entry, Mapping) and isinstance(entry.get("node"), str)}
+    for hold in held:
+        found.setdefault(hold.node_uuid, False)
+    return found
+
+
+def revert_failed_event(moves: Sequence[Move]) -> Event | None:
+    """The Warning of guarded moves a build claimed between their read and their write whose
+    shard could not be put back: each such node may now be on the wrong shard (its instance
+    names the source, its shard the target: no nova-compute serves it), so it is named with
+    the fix, never only logged. None without such moves."""
+    if not moves:
+        return None
+    listed = ", ".join(f"{m.node_uuid} ({m.source} -> {m.target})" for m in moves[:5])
+    return Event("ShardRevertFailed", (
+        f"{len(moves)} free nodes were claimed by a build while their shard changed, and putting the shard back "
+        f"failed: {listed}. Such a node may be on the wrong shard: if its instance is on the old owner (openstack "
+        "baremetal node show NODE -f value -c instance_uuid; openstack server show INSTANCE), set the shard "
+        "back (openstack baremetal node set --shard OLD NODE); the Nova audit reports it misplaced meanwhile "
+        "(spec.nova.repairMisplaced repairs it)"), "Warning")

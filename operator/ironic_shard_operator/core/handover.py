@@ -293,13 +293,21 @@ def blocked(last_status: Mapping | None) -> bool:
 
 
 def why_pod_stays(*, free: int, busy: Sequence[tuple[str, str]], ring_members: Sequence[str],
-                  stalled: bool) -> str | None:
+                  stalled: bool, guarded: int = 0, leaked: int = 0) -> str | None:
     """Why a retiring source's pod is not stopped yet, None when it may go: its free nodes
-    move first (its nova-compute serves them meanwhile), a node of it is mid-operation (its
-    nova-compute may be driving it: a deploy stopped half-way needs a reset by hand), no ring
-    member could take its nodes, or a problem stops every handover (`stalled`)."""
+    move first (its nova-compute serves them meanwhile; `guarded` of them the shard-write guard
+    holds for Placement allocations, `leaked` of those reported as leaked allocations), a node
+    of it is mid-operation (its nova-compute may be driving it: a deploy stopped half-way needs
+    a reset by hand), no ring member could take its nodes, or a problem stops every handover
+    (`stalled`)."""
     if free:
-        return f"{free} free nodes still move to other members first"
+        why = f"{free} free nodes still move to other members first"
+        if guarded:
+            why += (f"; {guarded} of them are held by the guard: Placement holds allocations on them (a build "
+                    "in flight, or an allocation a failed build left behind; status.guard lists them"
+                    + (f", {leaked} reported as leaked allocations: Event LeakedAllocation says how to remove "
+                       "one no server uses" if leaked else "") + ")")
+        return why
     if busy:
         return f"{len(busy)} of its nodes are mid-operation: " + ", ".join(
             f"{uuid} ({state})" for uuid, state in busy[:5])
@@ -370,13 +378,16 @@ def retirable(members_to_delete: Iterable[str], jobs: Iterable[JobView], job_pod
 def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], retiring: Iterable[str],
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
            jobs: Sequence[JobView], now: float, job_pods: Sequence[JobPod] = (),
-           recorded: Mapping | None = None, blocker: tuple[str, str] | None = None) -> HandoverPlan:
+           recorded: Mapping | None = None, blocker: tuple[str, str] | None = None,
+           guard_held: Mapping[str, bool] | None = None) -> HandoverPlan:
     """The next step of each handover (module doc). `ring_members`: the plan's ring (ready
     by the grace rule, not retiring); `pods`: members with a pod object; `jobs`: the pool's
     handover Jobs, `job_pods` their pods (those of deleted Jobs too); `recorded`: the last
     status.handover; `blocker`: (reason, message) of what stops every new Job (no usable
-    nova.conf), the rest of each step goes on. `settings` None (handover off): only what is
-    in flight is finished.
+    nova.conf), the rest of each step goes on; `guard_held`: the free nodes the shard-write
+    guard holds for Placement allocations (node uuid -> reported leaked,
+    core/guard_holds.py::held_by_guard), named in a retiring source's message. `settings` None
+    (handover off): only what is in flight is finished.
 
     Invariants (tests/unit/test_handover.py, tests/unit/test_handover_faults.py): a node is
     put in a Job only from a source whose pod is gone and whose service is forced down, while
@@ -389,7 +400,7 @@ def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], r
     """
     ctx = _Context.of(pool=pool, settings=settings, members=members, retiring=retiring, ring_members=ring_members,
                       pods=pods, nodes=nodes, nova=nova, jobs=jobs, job_pods=job_pods, recorded=recorded,
-                      blocker=blocker, now=now)
+                      blocker=blocker, now=now, guard_held=guard_held or {})
     steps = _Steps()
     steps.delete_jobs.extend(j.name for j in jobs if j.source not in ctx.found and j.source not in ctx.cancelled
                              and ctx.settled(j))
@@ -452,6 +463,19 @@ def stray_move_message(node: str, source: str, host: str) -> str:
             f"the shard). Move it in Nova to a member: openstack compute service set --down {host} nova-compute; "
             f"nova-manage db ironic_compute_node_move --ironic-node-uuid {node} --destination-host <a Ready "
             "member>; the operator then sets its Ironic shard to that member")
+
+
+def no_compute_node_message(source: str, nodes: Sequence[Node]) -> str:
+    """What nodes of `source` that carry an instance in Ironic, while Nova lists no compute
+    node for them, need: nova-manage has nothing to move, so they stay with the member (they are
+    not Nova's); and how to find out which of the two it is."""
+    listed = ", ".join(f"{n.uuid} (instance {n.instance_uuid})" for n in nodes[:5])
+    return (f"{len(nodes)} nodes of {source} carry an instance in Ironic but Nova lists no compute node for them "
+            f"({listed}): nova-manage cannot move them and they stay with {source}. For each, ask Nova for "
+            "the server (openstack server show INSTANCE): if there is none, Ironic's instance_uuid is stale "
+            "(a deploy Nova forgot, or one made without Nova): tear the node down (openstack baremetal node "
+            f"undeploy NODE) once nobody uses it; if there is one, its compute node is missing: {source}'s "
+            "nova-compute records it again once it runs")
 
 
 def retry_delay(attempt: int) -> float:
@@ -545,12 +569,13 @@ class _Context:
     destinations: tuple[str, ...]
     stalled: bool
     running: frozenset[str]
+    guard_held: Mapping[str, bool]
 
     @classmethod
     def of(cls, *, pool: str, settings: Handover | None, members: Sequence[Member], retiring: Iterable[str],
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
            jobs: Sequence[JobView], job_pods: Sequence[JobPod], recorded: Mapping | None,
-           blocker: tuple[str, str] | None, now: float) -> _Context:
+           blocker: tuple[str, str] | None, now: float, guard_held: Mapping[str, bool]) -> _Context:
         retiring, with_pod, ring = frozenset(retiring), frozenset(pods), tuple(ring_members)
         found = sources(settings=settings, members=members, retiring=retiring, pods=with_pod,
                         pinned=Counter(n.shard for n in nodes if n.pinned),
@@ -571,7 +596,8 @@ class _Context:
                    nova, jobs, job_pods, before, blocker, now, found, frozenset(held - set(found)), holding,
                    frozenset(p.source for p in job_pods if p.alive and p.moves is None), destinations,
                    blocked({"handover": recorded}) or blocker is not None,
-                   frozenset({j.source for j in jobs if j.state == ACTIVE} | {p.source for p in job_pods if p.alive}))
+                   frozenset({j.source for j in jobs if j.state == ACTIVE} | {p.source for p in job_pods if p.alive}),
+                   guard_held)
 
     def recorded_held(self, member: str) -> bool:
         """Whether the last status recorded `member` held (what every pod side reads)."""
@@ -640,7 +666,7 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
     base = SourceProgress(source, trigger, MOVING_FREE, nodes=len(pinned), job=own_jobs[0].name if own_jobs else None,
                           message=_kept_message(kept))
     if source in ctx.with_pod:
-        return _with_pod_step(source, base, free, len(pinned), ctx, steps)
+        return _with_pod_step(source, base, [n.uuid for n in mine if not n.pinned], len(pinned), ctx, steps)
     in_flight = source in ctx.running or any(ctx.nova.compute_host.get(n.uuid) not in (None, source) for n in pinned)
     if not in_flight and (ctx.blocker is not None or not ctx.destinations):
         # nothing of it in flight and nothing can start: not held, its pod may come back
@@ -664,21 +690,19 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
     failed_job_nodes = {uuid for j in own_jobs if j.state == FAILED and j.name not in steps.delete_jobs
                         for uuid, _ in j.moves}
     candidates = [node for node in pinned if _classify(node, source, trigger, ctx, steps, count, failed_job_nodes)]
-    if count.refused:
-        message = (f"{len(count.refused)} nodes of {source} carry more than one instance in Nova "
-                   f"({', '.join(count.refused[:5])}): nova-manage refuses them; delete the instances "
-                   "that do not match the instance_uuid recorded on the Ironic node")
-        steps.problems.append(Problem(trigger, "HandoverRefused", message))
-        count.reasons.append(message)
+    _report_unmovable(source, trigger, count, steps)
     phase = MOVING if pinned else DONE
-    if phase == MOVING and not candidates and not count.in_flight and not count.done and (count.refused or count.failed):
+    stuck = count.refused or count.failed or count.unknown
+    if phase == MOVING and not candidates and not count.in_flight and not count.done and stuck:
         phase = BLOCKED
     remaining = [j for j in own_jobs if j.name not in steps.delete_jobs]
     # Held while it moves, and while anything of it is in flight; a failed member whose nodes
-    # are all refused, with nothing in flight, comes back (its instances stay manageable).
+    # are all refused or not Nova's (no compute node), with nothing in flight, comes back (its
+    # instances stay manageable).
     held = phase == MOVING or in_flight or bool(remaining) or (phase == BLOCKED and trigger == SCALE_DOWN)
     progress = replace(base, phase=phase, done=count.done, in_flight=count.in_flight,
-                       waiting=count.waiting + len(candidates), failed=count.failed + len(count.refused),
+                       waiting=count.waiting + len(candidates),
+                       failed=count.failed + len(count.refused) + len(count.unknown),
                        job=remaining[0].name if remaining else None,
                        message=_join(*count.reasons[:5], base.message), attempts=retries.last_attempt,
                        next_retry_at=retries.next_retry, held=held)
@@ -686,6 +710,22 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
     # the source a pod while the Job runs.
     may_batch = not remaining and ctx.blocker is None and ctx.recorded_held(source)
     return _SourceStep(progress, candidates, may_batch=may_batch, attempts=retries.attempts)
+
+
+def _report_unmovable(source: str, trigger: str, count: _Count, steps: _Steps) -> None:
+    """The problems of a source's nodes no Job can move: more than one instance in Nova
+    (HandoverRefused), no compute node in Nova (HandoverNoComputeNode); each also in its
+    message."""
+    if count.refused:
+        message = (f"{len(count.refused)} nodes of {source} carry more than one instance in Nova "
+                   f"({', '.join(count.refused[:5])}): nova-manage refuses them; delete the instances "
+                   "that do not match the instance_uuid recorded on the Ironic node")
+        steps.problems.append(Problem(trigger, "HandoverRefused", message))
+        count.reasons.append(message)
+    if count.unknown:
+        message = no_compute_node_message(source, count.unknown)
+        steps.problems.append(Problem(trigger, "HandoverNoComputeNode", message))
+        count.reasons.append(message)
 
 
 @dataclass
@@ -736,6 +776,7 @@ class _Count:
     waiting: int = 0
     failed: int = 0
     refused: list[str] = field(default_factory=list)
+    unknown: list[Node] = field(default_factory=list)  # an instance in Ironic, no compute node in Nova
     reasons: list[str] = field(default_factory=list)
 
 
@@ -769,9 +810,8 @@ def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Step
         what = f"locked by {node.reservation}" if node.reservation else \
             f"in provision state {mid_operation(node) or node.provision_state}"
         count.reasons.append(f"node {uuid} waits: {what}")
-    elif host is None:
-        count.waiting += 1
-        count.reasons.append(f"node {uuid} waits: Nova lists no compute node for it")
+    elif host is None:  # not Nova's: nova-manage has no compute node to move
+        count.unknown.append(node)
     elif ctx.nova.instances.get(uuid, 1) > 1:
         count.refused.append(uuid)
     elif uuid in failed_job_nodes:
@@ -784,14 +824,15 @@ def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Step
     return False
 
 
-def _with_pod_step(source: str, base: SourceProgress, free: int, pinned: int, ctx: _Context,
+def _with_pod_step(source: str, base: SourceProgress, free: Sequence[str], pinned: int, ctx: _Context,
                    steps: _Steps) -> _SourceStep:
     """A source whose pod exists: it moves its free nodes and waits for its nodes
     mid-operation first (MOVING_FREE), then its pod goes (STOPPING_POD: from here on it is
     held). The same rule as the pod side's (`why_pod_stays`)."""
     busy = ctx.busy_nodes(source)
-    why = why_pod_stays(free=free, busy=[(b.node, b.state) for b in busy], ring_members=ctx.ring_members,
-                        stalled=ctx.stalled)
+    guarded = [uuid for uuid in free if uuid in ctx.guard_held]
+    why = why_pod_stays(free=len(free), busy=[(b.node, b.state) for b in busy], ring_members=ctx.ring_members,
+                        stalled=ctx.stalled, guarded=len(guarded), leaked=sum(ctx.guard_held[u] for u in guarded))
     if why is None or source in ctx.running:  # (a Job of it running: it is held, whatever else)
         return _SourceStep(replace(base, phase=STOPPING_POD, waiting=pinned, held=True,
                                    message=_join(f"waiting for pod {source} to be gone", base.message)))

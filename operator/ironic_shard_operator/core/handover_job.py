@@ -54,16 +54,18 @@ def job_selector(pool: str) -> str:
 
 
 # nova 34's refusal of a node whose compute node's service is not forced down: for a node of a
-# running Job (its source forced down first, and held so while the Job runs), an earlier pod of
-# the Job moved it already. Noted and skipped; whether it moved is Nova's to say.
-MOVED_ALREADY = "Source service is not yet forced down!"
+# running Job (its source forced down first, and held so while the Job runs), most likely an
+# earlier pod of the Job moved it already; but the log cannot tell (its source's flag may have
+# been cleared by someone). Noted and skipped, never counted as moved: whether it moved is Nova's
+# hypervisor list's to say, which the operator reads.
+SOURCE_NOT_FORCED_DOWN = "Source service is not yet forced down!"
 # The exit status of a pod that stopped between two nodes when asked to (128 + SIGTERM).
 STOPPED_EXIT = 143
 
 
 def script(moves: Sequence[Any]) -> str:
     """The shell script of a batch (POSIX sh, PID 1 of its container): one nova-manage per node,
-    its output in the log; a node refused with MOVED_ALREADY is noted and skipped, any other
+    its output in the log; a node refused with SOURCE_NOT_FORCED_DOWN is noted and skipped, any other
     failure ends the pod with nova-manage's exit status. SIGTERM is trapped: the run under way
     ends (a shell runs a trap only once its foreground command is done), no other starts, and
     the pod exits STOPPED_EXIT."""
@@ -74,9 +76,10 @@ def script(moves: Sequence[Any]) -> str:
             f'node $1 and the rest of the batch not started"; exit {STOPPED_EXIT}; fi; '
             "out=$(" + command + ' --ironic-node-uuid "$1" --destination-host "$2" 2>&1); rc=$?; '
             "printf '%s\\n' \"$out\"; [ \"$rc\" -eq 0 ] && return 0; "
-            f"case \"$out\" in *{shlex.quote(MOVED_ALREADY)}*) "
-            'echo "ironic-shard-operator: node $1 skipped: nova-manage says its source is not forced down '
-            '(an earlier pod of this Job moved it); the operator believes Nova\'s hypervisor list"; return 0;; '
+            f"case \"$out\" in *{shlex.quote(SOURCE_NOT_FORCED_DOWN)}*) "
+            'echo "ironic-shard-operator: node $1 skipped: nova-manage refused it, the service its compute node '
+            'is listed under is not forced down (an earlier run may have moved it); not counted as moved: the '
+            'operator reads Nova\'s hypervisor list to know where it is"; return 0;; '
             'esac; return "$rc"; }')
     steps = [f"move {shlex.quote(m.node_uuid)} {shlex.quote(m.target)} || exit $?" for m in moves]
     return "\n".join([trap, move, *steps, f'[ -z "$stopping" ] || exit {STOPPED_EXIT}'])

@@ -1,0 +1,78 @@
+"""Nova's side of a cycle (controller/nova_cycle.py) as the Ironic writes of the same cycle
+see it (invariant 13): a member past its grace whose nova-compute still heartbeats is forced
+down first, and its free nodes leave it unguarded only once Nova, read again, lists it down and
+forced down; an accepted request alone is not taken for Nova's word."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ironic_shard_operator.controller.nova_cycle import NovaRuntime, run_nova_cycle
+from ironic_shard_operator.core.model import Member
+from ironic_shard_operator.core.shard_write import guarded_owners
+from ironic_shard_operator.core.spec import read_pool
+from tests.unit.nova_records import services
+
+NOW = 1_800_000_000.0
+POOL = read_pool({"metadata": {"name": "rack", "namespace": "ns", "uid": "u", "generation": 1},
+                  "spec": {"replicas": 2, "image": "i", "novaConfig": {"secretRef": {"name": "n"}},
+                           "cloud": {"secretRef": {"name": "c"}}, "failover": {"rebalanceAfterSeconds": 60}}})
+# rack-1's pod lost readiness 100 s ago (a failing readiness probe): past its grace, while its
+# nova-compute heartbeats on (its service is up).
+MEMBERS = (Member("rack-0", ready=True, since=0.0), Member("rack-1", ready=False, since=NOW - 100))
+
+
+class NovaAnswers:
+    """Nova's compute services as the operator's adapter returns them. A forced_down request is
+    accepted; with `applies` False, Nova's next listing does not show it (whatever the reason:
+    the request was never Nova's word, the listing is)."""
+
+    def __init__(self, *, applies: bool = True) -> None:
+        self.services = services("rack-0", "rack-1")
+        self.applies, self.listings, self.connection, self.requests_made = applies, 0, object(), 0
+
+    def compute_services(self, hosts=None):
+        self.listings += 1
+        return dict(self.services)
+
+    def set_forced_down(self, service, forced_down):
+        if self.applies:
+            self.services[service.host] = replace(service, forced_down=forced_down, up=service.up and not forced_down)
+        return replace(service, forced_down=forced_down)
+
+    def hypervisors(self):
+        return []
+
+
+class IronicConnection:
+    def __init__(self, nova: NovaAnswers) -> None:
+        self.connection = nova.connection
+
+
+def cycle(nova: NovaAnswers):
+    return run_nova_cycle(NovaRuntime(adapter=nova), IronicConnection(nova), POOL, members=MEMBERS,
+                          identities={"rack-0", "rack-1"}, retiring=set(), nova_conf=None, nodes=(),
+                          previous=None, now=NOW)
+
+
+def test_a_member_forced_down_leaves_the_guard_only_once_nova_read_again_lists_it_so():
+    nova = NovaAnswers()
+    outcome = cycle(nova)
+    assert [e.reason for e in outcome.events if e.reason == "ForcedDown"] == ["ForcedDown"]
+    assert nova.listings == 2, "Nova was not read again after the forced_down write"
+    assert outcome.services["rack-1"].forced_down and not outcome.services["rack-1"].up
+    assert guarded_owners(MEMBERS, NOW, 60, outcome.services, {"rack-0", "rack-1"}) == {"rack-0"}
+
+
+def test_an_accepted_forced_down_that_nova_does_not_list_keeps_the_member_guarded():
+    nova = NovaAnswers(applies=False)
+    outcome = cycle(nova)
+    assert not outcome.services["rack-1"].forced_down and outcome.services["rack-1"].up
+    assert guarded_owners(MEMBERS, NOW, 60, outcome.services, {"rack-0", "rack-1"}) == {"rack-0", "rack-1"}
+
+
+def test_without_a_new_flag_nova_is_read_once():
+    nova = NovaAnswers()
+    nova.services["rack-1"] = replace(nova.services["rack-1"], forced_down=True, up=False)
+    outcome = cycle(nova)
+    assert nova.listings == 1 and outcome.services["rack-1"].forced_down
