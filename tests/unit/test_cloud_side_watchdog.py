@@ -63,7 +63,7 @@ async def test_a_hung_side_is_abandoned_and_the_next_cycle_starts_a_new_side_on_
     and starts a new side on a new adapter; the abandoned side may write nothing more."""
     import socket
 
-    from ironic_shard_operator.controller.pool_loop import Operator
+    from ironic_shard_operator.controller.runtime import Operator
     from ironic_shard_operator.controller.reconcile import _Cycle, _ironic_and_nova, _Members, _Secrets
 
     with socket.socket() as closed:  # a port nothing listens on: the new side's requests are refused
