@@ -16,15 +16,16 @@ import pytest
 from testbed.ironic_service import IronicService, available_nodes, shards_of, unique_resource_class
 from testbed.operator_objects import install_crd
 from testbed.nova_stack import NovaStack
-from testbed.waiting import wait_for
+from testbed.waiting import DEADLINE_SCALE, wait_for
 from tests.nova.nova_watch import NovaWatch
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import POOLS, OperatorProcess, get_pool, ready_members
 
 Shards = Callable[[], dict[str, str | None]]
 # The longest time between two samples of Nova a history may have (a node's two listings
-# shorter than that could go unseen).
-MAX_SAMPLE_GAP = 5.0
+# shorter than that could go unseen); stretched with the other deadlines on a loaded machine,
+# where one read of Nova's API can itself take seconds.
+MAX_SAMPLE_GAP = 5.0 * DEADLINE_SCALE
 
 
 @dataclass(frozen=True)

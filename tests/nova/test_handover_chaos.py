@@ -18,9 +18,10 @@ nodes to the last one. For FAULT_SECONDS, every few seconds, one fault drawn by 
 - a node of the retiring member busy (wait call-back) for a while, then settled;
 - a half move injected (what nova-manage killed between its two saves leaves) on an instance
   node of the failed member while its handover holds it (no pod), Nova still listing it there.
-The whole test, its setup included, is bounded (BOUND_SECONDS, not stretched by
-TEST_DEADLINE_SCALE: under 4 minutes on CI's loaded two cores): past it, it fails at once and
-says so, with the seed, rather than running on.
+The test is bounded by construction, not by a timed assertion: FAULT_SECONDS of faults
+between a setup and a settling that each wait on conditions (generous bounds, stretched by
+TEST_DEADLINE_SCALE); it prints how long each phase took (under 4 minutes in all on CI's two
+cores, setup included).
 Every second (two checks in a row, so that reading Kubernetes, Nova and Ironic one after the
 other cannot make a violation up): no member has a pod while a Job of it runs, a pod of one of
 its Jobs may run, or a node Ironic still gives it is listed under another host in Nova; no node
@@ -36,11 +37,8 @@ import base64
 import json
 import os
 import random
-import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,32 +63,9 @@ AFTER = 20      # handover.afterFailureSeconds
 POLL = 5
 NODES = 12
 FAULT_SECONDS = 50
-# The whole test, setup included, at most: wall-clock seconds, the same on CI (not scaled).
-BOUND_SECONDS = 235.0
 SECRET = "nova-manage"
 FAULTS = ("restart", "restart_slow", "kill_job_pod", "delete_job", "blocker", "nova_away", "scale_back",
           "busy_node", "half_move")
-
-
-@contextmanager
-def bounded(seconds: float, seed: int) -> Iterator[dict[str, float]]:
-    """Fail the test loudly once `seconds` have passed, whatever it waits on (SIGALRM, raised in
-    the test's own thread, pytest's main thread), saying how long each phase the test recorded
-    in the mapping it yields (phase -> time.monotonic() it began) took."""
-    phases: dict[str, float] = {}
-
-    def expired(signum, frame) -> None:
-        ends = [*list(phases.values())[1:], time.monotonic()]
-        spent = ", ".join(f"{name} {end - begun:.0f}s" for (name, begun), end in zip(phases.items(), ends))
-        raise AssertionError(f"handover chaos: over its bound of {seconds:.0f}s, setup included ({spent}; "
-                             f"seed {seed}, replay: CHAOS_SEED={seed})")
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield phases
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def test_handovers_keep_their_invariants_under_random_faults(
@@ -119,79 +94,76 @@ def test_handovers_keep_their_invariants_under_random_faults(
         checker = InvariantChecker(client, ns, nova_stack, names)
         faults: list[str] = []
         try:
-            with bounded(BOUND_SECONDS - (time.monotonic() - started), seed) as phases:
-                phases["setup"] = started
-                client.create(POOLS.format(ns=ns), pool_manifest(
-                    pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
-                    failover={"rebalanceAfterSeconds": GRACE, "podPendingTimeoutSeconds": 10},
-                    ironic={"pollIntervalSeconds": POLL},
-                    handover={"novaManageConfig": {"secretRef": {"name": SECRET}}, "maxConcurrent": 2,
-                              "afterFailureSeconds": AFTER}))
-                handover_pool.wait_for_members(kube_api, ns, nova_stack, pool, (m0, m1, m2), shards)
-                instances = handover_pool.seed_instances(nova_stack, ironic, shards(), (m0, m1, m2), 2,
-                                                         power_on=False)
-                checker.instances = dict(instances)
-                setup_done = phases["faults"] = time.monotonic()
+            client.create(POOLS.format(ns=ns), pool_manifest(
+                pool, cloud_name=CLOUD, resource_class=resource_class, image=PROCESS_IMAGE,
+                failover={"rebalanceAfterSeconds": GRACE, "podPendingTimeoutSeconds": 10},
+                ironic={"pollIntervalSeconds": POLL},
+                handover={"novaManageConfig": {"secretRef": {"name": SECRET}}, "maxConcurrent": 2,
+                          "afterFailureSeconds": AFTER}))
+            handover_pool.wait_for_members(kube_api, ns, nova_stack, pool, (m0, m1, m2), shards)
+            instances = handover_pool.seed_instances(nova_stack, ironic, shards(), (m0, m1, m2), 2,
+                                                     power_on=False)
+            checker.instances = dict(instances)
+            setup_done = time.monotonic()
 
-                with checker:
-                    patch_spec(client, ns, pool, {"replicas": 2})  # m2 retires
-                    kubelet.hold(m1)  # m1 fails for good: killed, and no pod of its name starts again
-                    kubelet.kill(m1)
-                    chaos = Chaos(rng, client, ns, kubelet, nova_stack, ironic, names, instances, checker)
-                    fault_until, n = time.monotonic() + FAULT_SECONDS, 0
-                    while time.monotonic() < fault_until:
-                        time.sleep(rng.uniform(3, 7))  # the fault's pace: the seed's, not a wait for a condition
-                        fault = rng.choice(FAULTS)
-                        n += 1
-                        faults.append(fault)
-                        if fault.startswith("restart"):
-                            operator.kill()
-                            if fault == "restart_slow":
-                                slow_ironic.delay(5.0)
-                            operator = OperatorProcess(kube_api, ns, f"op-chaos-{n}", tmp_path).start()
-                            if fault == "restart_slow":
-                                time.sleep(rng.uniform(8, 15))
-                                slow_ironic.delay(0)
-                        elif fault == "blocker":
-                            set_manage_conf("[DEFAULT]\ndebug = true\n")
-                            time.sleep(rng.uniform(5, 12))
-                            set_manage_conf(manage_conf)
-                        elif fault == "nova_away":
-                            nova_api.off()
-                            time.sleep(rng.uniform(5, 12))
-                            nova_api.on()
-                        else:
-                            getattr(chaos, fault)()
-                    faults_done = phases["settling"] = time.monotonic()
-                    print(f"handover chaos: faults {faults}; {chaos.done}; setup {setup_done - started:.0f}s, "
-                          f"faults {faults_done - setup_done:.0f}s")
+            with checker:
+                patch_spec(client, ns, pool, {"replicas": 2})  # m2 retires
+                kubelet.hold(m1)  # m1 fails for good: killed, and no pod of its name starts again
+                kubelet.kill(m1)
+                chaos = Chaos(rng, client, ns, kubelet, nova_stack, ironic, names, instances, checker)
+                fault_until, n = time.monotonic() + FAULT_SECONDS, 0
+                while time.monotonic() < fault_until:
+                    time.sleep(rng.uniform(3, 7))  # the fault's pace: the seed's, not a wait for a condition
+                    fault = rng.choice(FAULTS)
+                    n += 1
+                    faults.append(fault)
+                    if fault.startswith("restart"):
+                        operator.kill()
+                        if fault == "restart_slow":
+                            slow_ironic.delay(5.0)
+                        operator = OperatorProcess(kube_api, ns, f"op-chaos-{n}", tmp_path).start()
+                        if fault == "restart_slow":
+                            time.sleep(rng.uniform(8, 15))
+                            slow_ironic.delay(0)
+                    elif fault == "blocker":
+                        set_manage_conf("[DEFAULT]\ndebug = true\n")
+                        time.sleep(rng.uniform(5, 12))
+                        set_manage_conf(manage_conf)
+                    elif fault == "nova_away":
+                        nova_api.off()
+                        time.sleep(rng.uniform(5, 12))
+                        nova_api.on()
+                    else:
+                        getattr(chaos, fault)()
+                faults_done = time.monotonic()
+                print(f"handover chaos: faults {faults}; {chaos.done}; setup {setup_done - started:.0f}s, "
+                      f"faults {faults_done - setup_done:.0f}s")
 
-                    # The faults stop. A half move (a killed pod's, or injected) is reported, then
-                    # finished by hand as its message says.
-                    def settled() -> bool:
-                        half = checker.half_moves()
-                        if half:
-                            reported = json.dumps((get_pool(client, ns, pool).get("status") or {}).get("handover"))
-                            for node, host in half.items():
-                                if f"UPDATE instances SET host='{host}'" in reported and node in reported:
-                                    nova_stack.cell_sql(f"UPDATE instances SET host='{host}' "
-                                                        f"WHERE uuid='{instances[node]}' AND deleted=0")
-                                    checker.finished_by_hand.add(node)
-                            return False
-                        hosts = nova_stack.hypervisor_hosts()
-                        final = shards()
-                        return all(final[node] == m0 and hosts.get(node) == [m0] for node in instances) \
-                            and not client.get(f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
-                    wait(settled, timeout=240, interval=2, what="every instance node with the member that stays")
-                assert not checker.violations, checker.violations[:5]
-                assert checker.checks > FAULT_SECONDS // 2, f"only {checker.checks} checks ran"
-                for node, server in instances.items():
-                    assert handover_pool.server_host(nova_stack, server, (m0, m1, m2)) == m0, (node, server)
+                # The faults stop. A half move (a killed pod's, or injected) is reported, then
+                # finished by hand as its message says.
+                def settled() -> bool:
+                    half = checker.half_moves()
+                    if half:
+                        reported = json.dumps((get_pool(client, ns, pool).get("status") or {}).get("handover"))
+                        for node, host in half.items():
+                            if f"UPDATE instances SET host='{host}'" in reported and node in reported:
+                                nova_stack.cell_sql(f"UPDATE instances SET host='{host}' "
+                                                    f"WHERE uuid='{instances[node]}' AND deleted=0")
+                                checker.finished_by_hand.add(node)
+                        return False
+                    hosts = nova_stack.hypervisor_hosts()
+                    final = shards()
+                    return all(final[node] == m0 and hosts.get(node) == [m0] for node in instances) \
+                        and not client.get(f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+                wait(settled, timeout=240, interval=2, what="every instance node with the member that stays")
+            assert not checker.violations, checker.violations[:5]
+            assert checker.checks > FAULT_SECONDS // 2, f"only {checker.checks} checks ran"
+            for node, server in instances.items():
+                assert handover_pool.server_host(nova_stack, server, (m0, m1, m2)) == m0, (node, server)
             print(f"handover chaos: seed {seed}, {len(faults)} faults, {checker.checks} checks, "
                   f"half moves finished by hand: {sorted(checker.finished_by_hand)}; setup "
                   f"{setup_done - started:.0f}s, faults {faults_done - setup_done:.0f}s, settled "
-                  f"{time.monotonic() - faults_done:.0f}s after; whole test {time.monotonic() - started:.0f}s "
-                  f"(bound {BOUND_SECONDS:.0f}s)")
+                  f"{time.monotonic() - faults_done:.0f}s after; whole test {time.monotonic() - started:.0f}s")
         finally:
             handover_pool.report_and_delete(kube_api, ns, pool, operator)
             print(f"handover chaos: seed {seed} (replay: CHAOS_SEED={seed}), faults {faults}")
