@@ -25,7 +25,7 @@ from testbed.ports import free_port
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
     POOLS, OperatorProcess, condition, events, get_pool, http_get, is_ready, lease_holder, loads,
-    member_pods, patch_spec, pool_manifest, ready_members, settle,
+    member_pods, patch_spec, pool_manifest, posted_events, ready_members, settle,
 )
 
 pytestmark = pytest.mark.integration
@@ -139,7 +139,7 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
                        and p["metadata"]["uid"] != old_uid and p, timeout=30,
                        what="a new pod with the same name")
     assert replacement["metadata"]["name"] == f"{POOL}-1"
-    assert events(client, ns, "ReplacingPod")
+    assert posted_events(client, ns, "ReplacingPod")
     # Within the grace, nothing moves.
     settle(max(0.0, GRACE / 2 - (time.monotonic() - failed_at)))
     assert totals(owners_now(ironic_service, resource_class)) == balanced3
@@ -299,7 +299,7 @@ def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
                       timeout=60, what="a replacement on a reachable node")
     if mode == "ForceAfter":
         assert time.monotonic() - lost_at >= FORCE_AFTER
-        assert events(client, ns, "FencedPod")
+        assert posted_events(client, ns, "FencedPod")
     # With OutOfServiceTaint the cluster's pod garbage collector force-deletes the terminating pod
     # of the out-of-service node too, mostly before the operator's next look, so who forgot the
     # old pod is a race (FencedPod only when the operator won it): test_fencing_pod_gc.py checks

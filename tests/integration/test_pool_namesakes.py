@@ -13,7 +13,7 @@ from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, sha
 from testbed.operator_objects import create_secrets, install_crd
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    POOLS, OperatorProcess, condition, events, get_pool, member_pods, pool_manifest, settle,
+    POOLS, OperatorProcess, condition, get_pool, member_pods, pool_manifest, posted_events, settle,
 )
 from tests.support.operator_rbac import install_identity
 
@@ -56,7 +56,7 @@ def test_a_namesake_in_another_namespace_on_the_same_cloud_is_refused(
         assert f"member identities {POOL}-<n> (the Nova compute hosts and Ironic shard keys)" in refused["message"]
         assert "global to the cloud" in refused["message"]
         assert condition(late, "Ready")["status"] == "False"
-        assert [e["type"] for e in events(client, west, "Conflict")] == ["Warning"]
+        assert [e["type"] for e in posted_events(client, west, "Conflict")] == ["Warning"]
         settle(6)  # more than a poll interval: it stays refused, and writes nothing
         assert not member_pods(client, west, POOL)
         assert not client.get(f"/api/v1/namespaces/{west}/configmaps",

@@ -64,8 +64,9 @@ def test_a_pool_outside_the_pool_namespaces_reports_the_refusal_and_runs_nothing
                 f'"secrets" in API group "" in the namespace "{elsewhere}"')
             assert (f"add {elsewhere} to rbac.poolNamespaces (helm upgrade --reuse-values --set "
                     f"'rbac.poolNamespaces={{...,{elsewhere}}}'), or to watchNamespaces") in said["message"]
-            warned = [e for e in events(client, elsewhere, "SecretReadRefused")
-                      if e["involvedObject"]["name"] == "rack-out"]
+            warned = wait(lambda: len(w := [e for e in events(client, elsewhere, "SecretReadRefused")
+                                            if e["involvedObject"]["name"] == "rack-out"]) >= 2 and w,
+                          timeout=30, what="rack-out's two SecretReadRefused Events")
             # One Warning Event per Secret refused (both of the pool's), each with the value to change.
             assert sorted((e["type"], e["message"].split(" (HTTP")[0]) for e in warned) == [
                 ("Warning", f"the API server refused to read Secret {name}") for name in ("nova-config", "openstack-cloud")]

@@ -103,7 +103,9 @@ def test_the_operator_reports_preflight_when_a_pool_starts_and_when_its_secret_c
     import base64
 
     from testbed.operator_objects import create_secrets, install_crd
-    from tests.support.operator_harness import POOLS, OperatorProcess, condition, events, get_pool, pool_manifest
+    from tests.support.operator_harness import (
+        POOLS, OperatorProcess, condition, events, get_pool, pool_manifest, posted_events,
+    )
 
     client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
     install_crd(client)
@@ -115,7 +117,7 @@ def test_the_operator_reports_preflight_when_a_pool_starts_and_when_its_secret_c
                       what="the Preflight condition")
         assert failed["status"] == "False" and failed["reason"] == "ChecksFailed"
         assert "nova-conf-driver" in failed["message"] and "fix: set compute_driver" in failed["message"]
-        [warning] = events(client, ns, "PreflightFailed")
+        [warning] = posted_events(client, ns, "PreflightFailed")
         assert warning["type"] == "Warning" and warning["message"] == failed["message"]
 
         client.patch(f"/api/v1/namespaces/{ns}/secrets/nova-config", {"data": {

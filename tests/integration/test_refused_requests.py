@@ -17,8 +17,8 @@ from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, sha
 from testbed.operator_objects import create_secrets, install_crd
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    POOLS, OperatorProcess, condition, events, get_pool, member_pods, patch_spec, pool_manifest, ready_members,
-    settle,
+    POOLS, OperatorProcess, condition, events, get_pool, member_pods, patch_spec, pool_manifest, posted_events,
+    ready_members, settle,
 )
 from tests.support.operator_rbac import install_identity
 
@@ -113,7 +113,7 @@ def test_an_invalid_pass_through_probe_or_affinity_is_reported_and_ironic_goes_o
     # The Ironic side goes on: past the grace, the member without a pod loses its free nodes.
     kube_api.wait_for(lambda: owners(ironic_service, resource_class) == {survivor} or None,
                       timeout=45, what=f"every node owned by {survivor}")
-    assert [e["type"] for e in events(client, ns, "PodCreateRefused")] == ["Warning"]
+    assert [e["type"] for e in posted_events(client, ns, "PodCreateRefused")] == ["Warning"]
 
     # A valid probe, but an affinity the API refuses (a match expression needs an operator).
     patch_spec(client, ns, name, {"readinessProbe": None, "affinity": {"nodeAffinity": {
@@ -147,7 +147,7 @@ def test_a_forbidden_secret_read_is_reported_and_ironic_goes_on(
         'the API server refused to read Secret nova-config (HTTP 403): secrets "nova-config" is forbidden: '
         f'User "system:serviceaccount:{ns}:{operator.service_account}" cannot get resource "secrets"')
     assert "member pods are left as they are" in refused["message"]
-    assert [e["type"] for e in events(client, ns, "SecretReadRefused")] == ["Warning"]
+    assert [e["type"] for e in posted_events(client, ns, "SecretReadRefused")] == ["Warning"]
 
     # A member fails: its pod is left as it is (its replacement needs the nova.conf), but the
     # Ironic side re-owns its free nodes past the grace.

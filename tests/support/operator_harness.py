@@ -23,6 +23,7 @@ from typing import Any
 from ironic_shard_operator.core.pods import member_readiness, read_pod
 from testbed import service_account_tokens as tokens
 from testbed.kube_client import KubeAPIError, KubeClient
+from testbed.waiting import wait_for
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_rbac import install_identity
 
@@ -171,6 +172,15 @@ def ready_members(client: KubeClient, namespace: str, pool: str) -> list[str]:
 def events(client: KubeClient, namespace: str, reason: str) -> list[dict[str, Any]]:
     items = client.get(f"/api/v1/namespaces/{namespace}/events")["items"]
     return [e for e in items if e.get("reason") == reason]
+
+
+def posted_events(client: KubeClient, namespace: str, reason: str, *, count: int = 1,
+                  timeout: float = 30) -> list[dict[str, Any]]:
+    """The Events of `reason` once at least `count` are posted. The operator posts a cycle's
+    Events after the status write that carries their condition, so a test that has just seen
+    the condition waits for its Event instead of racing it."""
+    return wait_for(lambda: (found := events(client, namespace, reason)) and len(found) >= count and found,
+                    timeout=timeout, what=f"{count} {reason} Event(s) in {namespace}")
 
 
 def loads(owners: dict[str, str | None]) -> Counter[str | None]:
