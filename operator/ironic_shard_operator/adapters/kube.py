@@ -1,31 +1,10 @@
 """Kubernetes adapter: the few API calls the operator makes, and nothing that decides.
 
-A small asyncio client on aiohttp (kopf's own HTTP library). Credentials come from kopf's
-public login helpers (`kopf.login_with_service_account` in a pod, else
-`kopf.login_with_kubeconfig`), so the operator and kopf talk to the same cluster the same
-way. Every method is one API request (two for an upsert that finds the object), and
-`writes` counts the mutating ones, so "a reconcile with nothing changed makes zero
-writes" (invariant 6, docs/invariants.md) can be checked.
-
-Errors: `KubeError` carries the HTTP status and the API's own message; `KubeRefused`, one of
-them, is a request the API server refused as such (400, 403, 422: RBAC, admission, validation),
-which no retry fixes. Outcomes the
-callers expect (a pod that already exists, an object already gone, a deletion whose uid
-precondition no longer matches) are answered by return values, not exceptions.
-
-Answers worth another try are retried inside `request()`, within bounds:
-- 401: the credentials are read again (a projected service-account token is rewritten by
-  the kubelet before it expires; a kubeconfig may have been renewed) and the request is
-  sent once more if they changed, as kopf does for its own requests (it invalidates the
-  rejected credentials and logs in again).
-- 429 (after its Retry-After) and 5xx (after a doubling backoff): at most `retries` more
-  tries and `retry_budget` seconds of waiting per call, so a struggling API server delays
-  a caller by a known amount; a Retry-After longer than what is left is not waited for.
-A request that gets no answer (timeout, refused) is not retried here: its caller's next
-cycle is the retry.
-
-Writes can be fenced: with `may_write`, every mutating request (each try) is sent only
-while `may_write()` is True, else `NotLeader` is raised (the leader's Lease check).
+Invariants: every method is one API request (two for an upsert that finds the object) and
+`writes` counts the mutating ones (invariant 6: a quiet cycle writes nothing); a write is sent
+only while `may_write()` holds (the Lease); `KubeRefused` is a refusal no retry fixes (400, 403,
+422); expected outcomes (exists, gone, uid changed) are return values. Retries (401, 429, 5xx) and
+their bounds: docs/design.md, "Kubernetes adapter".
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """The Nova adapter: members' compute services and Nova's hypervisor list. Talks, decides nothing.
 
-Built on the same openstacksdk connection as the Ironic adapter (one clouds.yaml, one
-cloud, one keystoneauth session): openstacksdk's compute proxy makes the services, forced_down,
-delete and servers calls, at microversion 2.53 always (services addressed by UUID,
-`forced_down` readable and writable, hypervisors with their service's host; a clouds.yaml's
-`compute_api_version` does not change it), and the adapter's own transport carries each of
-its requests (openstack_http.routed_proxy). Two calls stay raw HTTP on that proxy, each
-saying why at the call: the API root (is it Nova, how new?), and the hypervisor list, where
-an openstacksdk Hypervisor costs ~1-1.5 ms of CPU to build: about 2 minutes a listing of
-100,000 Ironic nodes, against ~2 s parsed here (bench/sdk_cost_bench.py). Its Service costs
-as much, which a listing of the ~200 services of 100,000 nodes affords (~0.2 s a cycle). One
-raw read is at 2.42: a host's cell mapping (`GET /os-hosts/{host}`, which openstacksdk lacks).
-
-What it keeps:
-- Reads are one request for all of a cloud's nova-compute services, and one per 1,000
-  hypervisors (Ironic nodes); the caller compares them with what it wants. Whether a host is
-  mapped to a cell is one request per host, at microversion 2.42 (`host_mapped`).
-- Writes are exactly what the caller asks: `set_forced_down`, `delete_service`.
-  Deleting is idempotent (a service already gone is not an error); Nova refusing to delete
-  a host that still has instances (HTTP 409) is `ServiceInUse`, with Nova's reason.
-- No answer, timeouts and 502/503/504 are retried with exponential backoff; after the last
-  attempt the call raises `NovaUnavailable` and nothing was half-done on our side (each
-  write is one idempotent request).
-- Every failure is one exception of the `NovaError` family whose message names the problem
-  and the cloud, and holds no credential (core/redact.py). `NovaNotConfigured` means the
-  cloud has no usable compute endpoint: the operator then runs without its Nova features.
+openstacksdk's compute proxy at microversion 2.53 makes the services, forced_down, delete and
+servers calls over the adapter's own transport (openstack_http.routed_proxy); the API root, the
+hypervisor list (an SDK Hypervisor costs ~1 ms of CPU each: bench/sdk_cost_bench.py) and the
+host-mapping read at 2.42 stay raw, each saying why at its call. Invariants: writes are exactly what
+the caller asks and idempotent; every failure is one `NovaError` naming the problem and the cloud,
+without a credential. Details: docs/design.md, "Nova adapter".
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """kopf wiring: which Kubernetes events run which pool's cycle. Nothing here decides.
 
-- One task per IronicComputeShard runs that pool's loop (`pool_loop.run_pool`), started at
-  the pool's first event (its creation, or the listing when the operator starts) and
-  stopped when the pool is deleted or the operator stops (`PoolLoops`). One loop per pool
-  is what keeps one cycle per pool at a time.
-- Every trigger only wakes that loop: a CR event whose generation moved (an update of
-  the spec; status writes do not count), and any event of a pod labelled with a pool.
-  The loop also runs every `spec.ironic.pollIntervalSeconds` on its own.
-- An index of all pools (kopf fills it before any handler runs) tells each cycle which
-  other pools exist, so the later of two overlapping pools refuses to write (Conflict).
-- Deleting the CR needs no operator: pools carry no finalizer, Kubernetes garbage-collects
-  the pods and ConfigMaps (owner references). Ironic shards are left as they are: the
-  nodes keep their owner for whoever manages them next. The loop is not a kopf daemon for
-  that reason: kopf puts a finalizer on every object that has a daemon (kopf 1.45:
-  `requires_finalizer=True` for daemons and timers, with no option), and a finalizer keeps a
-  pool, and the CRD, from being deleted while no operator runs.
-- Upgrade from a version that had the finalizer (`LEGACY_FINALIZER`): kopf removes its own
-  finalizer from every object it handles when no handler needs one, so naming the old
-  finalizer as kopf's makes kopf remove exactly that string from each pool it sees (a JSON
-  patch guarded by the resourceVersion), including pools already being deleted.
-
-Handlers that touch the operator's state are coroutines: kopf runs them on the event loop
-(plain functions would run in a worker thread, where waking a pool's loop is not safe).
-
-kopf's own event posting is switched off (the operator posts its Events itself, only for
-actions and transitions), so a quiet cycle writes nothing.
+Invariants: one loop task per pool (`pool_loop.run_pool`), so one cycle per pool at a time; an
+event only wakes that loop; pools carry no finalizer (deleting a pool needs no operator; its pods
+go by owner reference, Ironic shards stay as they are); kopf posts no Events of its own. Why the
+loop is not a kopf daemon, and the legacy finalizer's removal: docs/design.md, "kopf wiring".
 """
 
 from __future__ import annotations

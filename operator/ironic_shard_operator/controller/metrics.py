@@ -1,31 +1,9 @@
 """Prometheus metrics of the operator: what a pool looks like, what the operator did to it.
 
-One `OperatorMetrics` object owns its own `CollectorRegistry` (never prometheus_client's
-global one), so two instances (tests, or two operators in one process) never share a
-series. The operator creates one, calls `serve(port)` once, and then only the `record_*`
-methods below; it never touches a metric object directly.
-
-Invariants kept:
-- every pool series carries the `pool` label (plus `member` for per-member gauges), and a
-  member's or pool's series disappear when it does (`record_cycle` drops members no
-  longer planned, `forget_pool` drops a deleted pool: every pool series is made through
-  `_child`, which remembers it);
-- a pool has its series from its first cycle, whether or not Ironic ever answers
-  (`record_status`, after every status write): members desired and Ready, each condition,
-  seconds since the last Ironic observation (counted from the pool's creation until the first
-  one), and every counter of a bounded label set at 0, so that `increase()` sees the first
-  event too;
-- label values are bounded: Ironic error kinds are the adapter's own exception classes'
-  (`adapters/ironic.py` ERROR_KINDS), Nova's from
-  `NOVA_ERROR_KINDS`, fence
-  modes from `FENCING_MODES`, Nova finding kinds from `audit.FINDING_KINDS`, Nova
-  actions from `NOVA_ACTIONS`, handover triggers from `HANDOVER_TRIGGERS` and handover Job
-  failure reasons from `handover.JOB_FAILURE_REASONS`, reasons for a full listing from
-  `observation.FULL_LISTING_KINDS`, refused Kubernetes requests from `refusals.REASONS`,
-  conditions from the status the operator writes, so a strange exception can never explode
-  cardinality;
-- "seconds since the last successful Ironic observation" is computed at scrape time, so
-  it keeps growing while Ironic is unreachable and no cycle completes.
+Invariants: one `CollectorRegistry` per `OperatorMetrics` (never the global one); every pool
+series carries `pool` and goes with its pool or member; a pool has its series from its first
+cycle, whether or not Ironic ever answers; every label value comes from a bounded set declared
+in code. Details: docs/design.md, "Metrics".
 """
 
 from __future__ import annotations

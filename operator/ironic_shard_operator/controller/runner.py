@@ -14,27 +14,10 @@ Environment:
   OPERATOR_DEBUG    any non-empty value: the log at DEBUG (kopf's steps and every pod event it
                     handles, the OpenStack libraries' requests; credentials still masked)
 
-Leader election uses a coordination.k8s.io/v1 Lease named `ironic-shard-operator` in
-POD_NAMESPACE, the Kubernetes standard (client-go's leaderelection, kube-controller-
-manager), with client-go's default timings (core/lease.py): a replica acts only while it
-holds the Lease and renews it every RETRY (2 s) seconds. A standby takes over when the
-holder's record has not changed for LEASE_DURATION (15 s) as measured on the standby's
-own clock (no trust in clock sync), so within ~LEASE_DURATION + RETRY (~17 s) of a
-leader's death, and at once when a leader exits cleanly (it releases the Lease).
-
-The leader writes nothing once RENEW_DEADLINE (10 s) has passed since its last successful
-renewal began, on its own clock: every batch of writes asks `LeaderElector.may_write()`
-first (the Kubernetes client before each write request, the Ironic shard writes before
-each node, the Nova cycle before it starts), so a leader that was frozen (SIGSTOP, a
-paused VM) and wakes up after a standby took over makes no write; it then exits
-non-zero, and the Deployment restarts it as a standby. The WRITE_MARGIN (5 s) between
-the renew deadline and the lease duration is room for a write checked just before the
-deadline to reach its server. A write already on the wire when the leader froze can
-still land when it wakes: no check on this side can recall it.
-
-kopf runs with `standalone=True`, i.e. without kopf's own peering: kopf peering pauses
-an operator only for peers of HIGHER priority, so two replicas with the same priority
-(one Deployment, two replicas) would both act. The Lease gives exactly one actor.
+Exactly one replica acts: it holds the coordination.k8s.io Lease `ironic-shard-operator` in
+POD_NAMESPACE (core/lease.py, client-go's timings) and writes nothing once its renew deadline
+has passed; kopf runs standalone (its peering would let two equal-priority replicas both act).
+The Lease's timings and what a frozen leader can still do: docs/design.md, "The operator process".
 """
 
 from __future__ import annotations

@@ -1,43 +1,11 @@
-"""Nova's cell mapping of the members' hosts: what is known of it, the Job that maps new
-members, and what each member's entry in status.hostMapping says. Pure: the shell
-(controller/host_mapping.py) observes Nova and Kubernetes and carries the decisions out.
+"""Nova's cell mapping of the members' hosts: what is known of it, the Job that maps new members,
+and each member's entry in status.hostMapping. Pure: controller/host_mapping.py observes and acts.
 
-Nova lists a host's compute nodes (os-hypervisors) and schedules to them only once the host
-is mapped to a cell: a host mapping in the API database, made by `nova-manage cell_v2
-discover_hosts` or by the schedulers' `[scheduler]discover_hosts_in_cells_interval` (off by
-default). A member is a new host whenever Nova has a new compute service for it: a new
-identity (scale-up, autoscale), and an identity taken up again after scale-down deleted its
-service (Nova deletes the host mapping with the service). So what is known is kept per member
-AND service id: a pod restart keeps its service and its mapping, nothing is asked again.
-
-What tells, cheapest first (the operator never reads Nova's databases):
-- the member's entry in status.hostMapping says Mapped for this service: nothing is asked;
-- Nova's hypervisor list, when the audit read it this cycle, names the host: mapped
-  (os-hypervisors skips the compute nodes of a host without a mapping). It says nothing of a
-  member that has not reported a node yet (it owns none, or its first resource-tracker cycle
-  is under way);
-- `GET /os-hosts/{host}` at microversion 2.42 (NovaAdapter.host_mapped): mapped, not mapped,
-  or no answer (None: a Nova that stopped serving that route, or a policy forbidding it). At
-  most once per `every` seconds per member (the members' update interval), and once more
-  after a Job covering it ended, to see what the Job did (`hosts_to_probe`).
-
-With `spec.handover.novaManageConfig`, a member not known mapped is mapped by a Job of the
-pool's image running `nova-manage cell_v2 discover_hosts --by-service` with that nova.conf.
-discover_hosts maps every unmapped service of every cell, the pool's or not (nova-manage has no
-command for one host; a deployment's host discovery does the same), and must not run twice at once
-(parallel runs collide on the mapping's unique key: exit status 2), so a pool runs one such Job
-at a time, covering every member waiting for one when it is created; a member whose service
-appears meanwhile waits for the next. A Job's members and their service ids are in its
-annotation (a restarted operator reads them back); its name derives from them and its attempt.
-Each (member, service) is covered by one Job that succeeds: once Nova does not contradict it
-(the probe does not say "not mapped"), the member is Mapped on record, and the Job is deleted
-in the step after the record was written. A Job that failed, or that succeeded while Nova still
-says the host is not mapped (a nova.conf whose [api_database] is another Nova's), is reported
-(reason HostMappingFailed, with its log tail) and its members are tried again in a new Job
-(attempt + 1) after the handover's backoff (core/handover.py::retry_delay); the failed Job is
-deleted once the next exists. Without a novaManageConfig (or with one that cannot be used, or
-while paused), a member Nova says is not mapped is reported (reason HostNotMapped, with the
-fix) until Nova has mapped it.
+Invariants: what is known is kept per member AND Nova service id (a new service is a new host);
+one discover_hosts Job runs per pool at a time (parallel runs collide in Nova's database); a
+(member, service) is Mapped on record only once Nova does not contradict the Job that covered it;
+without a usable novaManageConfig, HostNotMapped is reported until Nova maps it. The sources of
+truth, cheapest first, and the Job's life: docs/design.md, "Cells v2 host mapping".
 """
 
 from __future__ import annotations

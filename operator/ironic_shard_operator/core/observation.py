@@ -1,64 +1,11 @@
 """Observation by need: when a pool must list all its nodes, and when cheap answers do.
 
-Listing a pool costs ceil(N/1000)+1 Ironic requests (about 101 and ~18 s of Ironic's time at
-100,000 nodes). Ownership only has to change when the ring changes, when nodes appear, leave or
-are freed where no ring member serves them. So a poll plans from the pool's LAST FULL
-LISTING (`FullObservation`) and asks Ironic only:
-
-1. the shard summary (`GET /v1/shards`: node count per shard value, over ALL of Ironic);
-2. the selector's unsharded nodes (`sharded=false` + selector: one request, empty when
-   steady; new nodes typically arrive unsharded);
-3. per owner outside the ring that still owned nodes of the pool at the last listing (a
-   member that failed, left or retires, a stranger's shard on pinned nodes): that owner's
-   nodes in the selector, one request per 1,000, to notice a node freed there and to give
-   the plan a fresh view of every node that can move.
-
-The fresh lists replace those owners' (and the unsharded) nodes of the last listing
-(`merged`): when the ring only lost members, or a node arrived or was freed outside the
-ring, those are exactly the nodes the planner moves, so the change is acted on without a
-full listing. `reason_before_asking()` and `reason_from_answers()` say why a full listing is
-needed instead, or None. A full listing is needed:
-- when there is none yet (an operator restart starts with one; nothing here is persisted);
-- when the ring gained a member since the last listing (a join takes nodes from everyone);
-- when the pool wrote shards since (the listing predates its own writes);
-- on the slow timer (`spec.ironic.fullResyncSeconds`);
-- when the summary moved for a shard value that concerns the pool, or a new value appeared;
-- before writing moves whose source was not listed in this cycle (`unlisted_sources`); the
-  adapter's bulk re-read right before each batch of writes stays in any case.
-
-What the GLOBAL shard summary can and cannot tell a pool with a selector. Every count is
-over all of Ironic, every pool and every unmanaged node included:
-- a value that is one of the pool's identities (`<pool>-<n>`, unique per cloud, invariant 8):
-  every node carrying it should be one of the pool's, so its count must equal the pool's
-  listed count; when not, a node carrying it was added, deleted, re-sharded, or entered or
-  left the selector, and the pool lists (every poll, while nodes carrying its identities sit
-  outside its selector: nodes someone moved out of it);
-- a value that owned nodes of the pool at the last listing (a stranger's, on pinned nodes): a
-  moved count means a node of it was added, deleted or re-sharded; the pool cannot tell
-  whether inside its selector, so it lists. Its count is compared with the summary read just
-  BEFORE the last listing (a change between the two is seen again);
-- a value that did not exist at the last listing: it may be a new node of the selector
-  enrolled with a preset shard, so the pool lists (another pool's new member costs this pool
-  one full listing);
-- any other value (another pool's members, strangers elsewhere, and the unsharded count,
-  which the `sharded=false` listing answers for the selector exactly): ignored, so pools
-  with disjoint selectors on one Ironic do not make each other list on every change;
-- it cannot see: a node entering or leaving the selector (its conductor group or resource
-  class changed) with a shard that is none of the pool's identities, a pinned node freed on a ring member
-  whose pinned nodes alone exceeded its fair share, changes of instance or provision state
-  on ring members' nodes (which change no owner). Those wait for the slow timer, which is
-  why the status says when the counts were last listed in full (status.nodes.observedAt).
-
-Credentials refused the summary (`SummaryRefused`: Ironic's policy `baremetal:shards:get`,
-a system reader in Ironic's defaults, answered 403) cannot poll by need: every poll lists in
-full, as before observation by need (ceil(N/1000)+1 requests instead of 2), and asks the
-summary again before each listing (one refused request), so a policy that allows it again
-takes effect at the next poll. Preflight's `ironic-shard-summary` check warns of it.
-
-Each reason (`ListingReason`) is a sentence for people (numbers and shard values in it) and
-its kind, one of the few fixed `FULL_LISTING_KINDS`: the label of the operator's metric of
-full listings (a sentence in a label would make a new series per number). The rule that
-writes a sentence names its kind; nothing reads a kind back out of a sentence.
+A poll plans from the pool's last full listing (`FullObservation`) refreshed by cheap answers
+(Ironic's shard summary, the selector's unsharded nodes, the nodes of owners outside the ring).
+Invariant: a plan never moves a node whose owner was not read in this cycle; any change the cheap
+answers cannot account for (`reason_before_asking`, `reason_from_answers`) makes the poll list in
+full. Each reason names one of the fixed `FULL_LISTING_KINDS` (a metric label). What the summary
+can and cannot tell a pool: docs/design.md, "Observation by need".
 """
 
 from __future__ import annotations
