@@ -16,7 +16,7 @@ Invariants kept:
   one), and every counter of a bounded label set at 0, so that `increase()` sees the first
   event too;
 - label values are bounded: Ironic error kinds are the adapter's own exception classes'
-  (`adapters/ironic.py` ERROR_KINDS), Nova's from
+  (`adapters/ironic/errors.py` ERROR_KINDS), Nova's from
   `NOVA_ERROR_KINDS`, fence
   modes from `FENCING_MODES`, Nova finding kinds from `audit.FINDING_KINDS`, Nova
   actions from `NOVA_ACTIONS`, handover triggers from `HANDOVER_TRIGGERS` and handover Job
