@@ -35,7 +35,8 @@ from ironic_shard_operator.adapters.ironic.reads import (
 from ironic_shard_operator.adapters.openstack_http import Transient, backoff_delay, describe, not_answering, redacting
 from ironic_shard_operator.core.model import Move, Node
 from ironic_shard_operator.core.shard_write import (
-    GuardHold, Verdict, claimed_after_write, guarded_verdict, handover_verdict, move_verdict,
+    GuardHold, PlacementState, Verdict, claimed_after_write, guarded_verdict, handover_verdict, is_guarded,
+    move_verdict, split_blind,
 )
 
 log = logging.getLogger(__name__)
@@ -88,15 +89,18 @@ class ApplyResult:
 class Guard:
     """Which moves are guarded, and how a build in flight is seen.
 
-    A move whose source is one of `live_owners` (shard_write.guarded_owners) is read on its
-    own right before its write and written only on shard_write.guarded_verdict's WRITE, then
-    read again right after it and put back on shard_write.claimed_after_write.
-    `placement_consumers(node_uuid)` names the consumers holding allocations on the node's
-    provider (None: no Placement to ask, so the Ironic reads alone decide); an exception from
-    it leaves the move unwritten this cycle (counted busy), or puts a written one back.
+    A move leaving one of `owners` (core/shard_write.py::is_guarded) is read on its own right
+    before its write and written only on shard_write.guarded_verdict's WRITE, then read again
+    right after it and put back on shard_write.claimed_after_write. `placement`: Placement's
+    state as the writes start; with NOT_ANSWERING the guarded moves are not tried at all
+    (shard_write.waits_for_placement). `placement_consumers(node_uuid)` names the consumers
+    holding allocations on the node's provider (None: no Placement to ask, so the Ironic
+    reads alone decide); an exception from it leaves the move unwritten this cycle (counted
+    busy), or puts a written one back.
     """
 
-    live_owners: frozenset[str]
+    owners: frozenset[str]
+    placement: PlacementState = PlacementState.ABSENT
     placement_consumers: Callable[[str], tuple[str, ...]] | None = None
 
 
@@ -156,10 +160,12 @@ class IronicAdapter(IronicReader):
         batch one uuid-range listing re-reads the batch's nodes. `stop` (optional) ends the
         work between writes; the moves not started are counted as not attempted. `guard`
         (optional) names the moves that are checked again right before their own write.
-        Raises IronicUnavailable when Ironic stops answering beyond the retries; what was
-        written stays written, and the next cycle re-reads and continues from there.
+        Guarded moves that wait for Placement (shard_write.split_blind) are not tried: they
+        count as busy. Raises IronicUnavailable when Ironic stops answering beyond the retries;
+        what was written stays written, and the next cycle re-reads and continues from there.
         """
-        return self._apply(moves, observed, stop, move_verdict, guard)
+        tried, waiting = (list(moves), []) if guard is None else split_blind(moves, guard.owners, guard.placement)
+        return self._apply(tried, observed, stop, move_verdict, guard, waiting=len(waiting))
 
     @redacting
     def hand_over(self, moves: Sequence[Move], observed: Sequence[Node],
@@ -181,12 +187,13 @@ class IronicAdapter(IronicReader):
 
     def _apply(self, moves: Sequence[Move], observed: Sequence[Node], stop: threading.Event | None,
                verdict: Callable[[Move, Node | None], Verdict], guard: Guard | None = None,
-               targets_too: bool = False) -> ApplyResult:
+               targets_too: bool = False, waiting: int = 0) -> ApplyResult:
         """apply_moves() or hand_over(): each move is written only if `verdict` (the write
         rule, core/shard_write.py) says WRITE of its node's fresh read. `targets_too`: the
-        re-reads also list the moves' targets (see _recheck)."""
+        re-reads also list the moves' targets (see _recheck). `waiting`: planned moves kept
+        back untried, counted busy."""
         self.check()
-        result = ApplyResult(planned=len(moves))
+        result = ApplyResult(planned=len(moves) + waiting, skipped_busy=waiting)
         known = uuids_by_owner(observed)
         ordered = sorted(moves)
         pool = ThreadPoolExecutor(self.max_concurrent_writes,
@@ -333,7 +340,7 @@ class IronicAdapter(IronicReader):
         self.rate.acquire()
         if stop is not None and stop.is_set():  # asked again: the wait for a slot can be long
             return "stopped"
-        guarded = guard is not None and move.source in guard.live_owners
+        guarded = guard is not None and is_guarded(move, guard.owners)
         if guarded:
             said = self._guard(move, guard)
             if said is not Verdict.WRITE:
@@ -371,7 +378,7 @@ class IronicAdapter(IronicReader):
         if guard.placement_consumers is not None and move_verdict(move, node) is Verdict.WRITE:
             try:
                 consumers = guard.placement_consumers(move.node_uuid)
-            except Exception as error:  # Placement not answering: never write blind
+            except Exception as error:  # no answer: never write blind (shard_write.waits_for_placement)
                 return Transient(f"Placement: {error}", unavailable=False)
         said = guarded_verdict(move, node, bool(consumers))
         return GuardHold(move.node_uuid, tuple(consumers)) if said is Verdict.CLAIMED and consumers else said
