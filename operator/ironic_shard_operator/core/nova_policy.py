@@ -237,8 +237,36 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
     none found). A node not asked about is never repaired.
     """
     members, leaving = set(identities), set(retiring)
-    refused = refused or {}
-    patience = UPDATE_INTERVALS_BEFORE_FINDING * interval
+    clocks = _Clocks(since, now, UPDATE_INTERVALS_BEFORE_FINDING * interval)
+    listed, under_host = _listing(nodes, hypervisors)
+    findings, repairs, owned = _node_findings(nodes, listed, members, leaving, services, clocks,
+                                              repair, instance_hosts or {})
+    findings += _unmapped(pool, members, services, owned, under_host, clocks)
+    deletions, waiting = _retired_services(pool, retired, members, services, owned, under_host, refused or {}, now)
+    return AuditReport(findings=tuple(findings), since=clocks.seen, deletions=tuple(deletions),
+                       waiting=waiting, repairs=tuple(repairs))
+
+
+@dataclass
+class _Clocks:
+    """The audit's memory of pending findings: when each was first seen (`since`, the last
+    audit's memory) and, filled as the audit goes, those still pending now (`seen`, the next)."""
+
+    since: Mapping[str, float]
+    now: float
+    patience: float
+    seen: dict[str, float] = field(default_factory=dict)
+
+    def persisting(self, key: str) -> bool:
+        """Whether `key` has been pending for longer than the patience (remembered either way)."""
+        first = self.seen[key] = self.since.get(key, self.now)
+        return self.now - first > self.patience
+
+
+def _listing(nodes: Iterable[Node], hypervisors: Iterable[HypervisorRecord]
+             ) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    """Nova's hypervisor list over the pool's nodes: the hosts each node is listed under, and
+    the nodes listed under each host (others' nodes left out)."""
     listed: defaultdict[str, list[str]] = defaultdict(list)
     under_host: defaultdict[str, set[str]] = defaultdict(set)
     managed = {node.uuid for node in nodes}
@@ -246,16 +274,17 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
         if hypervisor.node_uuid in managed:
             listed[hypervisor.node_uuid].append(hypervisor.host)
             under_host[hypervisor.host].add(hypervisor.node_uuid)
+    return listed, under_host
 
+
+def _node_findings(nodes: Sequence[Node], listed: Mapping[str, list[str]], members: AbstractSet[str],
+                   leaving: AbstractSet[str], services: Mapping[str, ServiceRecord], clocks: _Clocks,
+                   repair: bool, instance_hosts: Mapping[str, str | None]
+                   ) -> tuple[list[Finding], list[Move], Counter[str]]:
+    """Each node against the computes Nova lists it under: duplicate, misplaced (and its
+    repair), incomplete, unlisted; and the nodes each shard owns."""
     findings: list[Finding] = []
-    next_since: dict[str, float] = {}
     repairs: list[Move] = []
-
-    def persisting(key: str) -> bool:
-        """Whether `key` has been pending for longer than the patience (remembered either way)."""
-        first = next_since[key] = since.get(key, now)
-        return now - first > patience
-
     owned: Counter[str] = Counter()
     for node in sorted(nodes, key=lambda n: n.uuid):
         hosts = sorted(set(listed.get(node.uuid, ())))
@@ -268,35 +297,61 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
         elif node.instance_uuid and hosts and hosts[0] != node.shard:
             host = hosts[0]
             if handover_in_flight(node.shard, host, members, leaving, services) \
-                    and not persisting(f"{MISPLACED}:{node.uuid}:{host}"):
+                    and not clocks.persisting(f"{MISPLACED}:{node.uuid}:{host}"):
                 continue  # moved in Nova first by a handover: its shard is written next
-            instance_host = (instance_hosts or {}).get(node.uuid)
-            if instance_host is not None and instance_host != host:
-                findings.append(Finding(INCOMPLETE, node.uuid, half_move_message(
-                    node.uuid, node.instance_uuid, instance_host, host)))
-                continue  # never repaired: nova-manage's second save is missing
-            findings.append(Finding(MISPLACED, node.uuid,
-                                    f"node {node.uuid} has an instance on {host} but its shard is "
-                                    f"{node.shard or '(none)'}: no compute serves it"))
-            if repair and host in members and host not in leaving and instance_host == host:
-                repairs.append(Move(node.uuid, node.shard, host))
+            finding, move = _misplaced(node, host, instance_hosts.get(node.uuid), members, leaving, repair)
+            findings.append(finding)
+            repairs += [move] if move is not None else []
         elif node.shard in members and hosts != [node.shard]:
-            if persisting(f"{UNLISTED}:{node.uuid}:{node.shard}"):  # a new owner: a new clock
+            if clocks.persisting(f"{UNLISTED}:{node.uuid}:{node.shard}"):  # a new owner: a new clock
                 where = f"under {hosts[0]}" if hosts else "under no compute"
                 findings.append(Finding(UNLISTED, node.uuid,
                                         f"node {node.uuid} (shard {node.shard}) is listed {where} "
-                                        f"for more than {patience:g}s"))
+                                        f"for more than {clocks.patience:g}s"))
+    return findings, repairs, owned
 
+
+def _misplaced(node: Node, host: str, instance_host: str | None, members: AbstractSet[str],
+               leaving: AbstractSet[str], repair: bool) -> tuple[Finding, Move | None]:
+    """A node with an instance that Nova lists under `host`, not its shard: a half move when its
+    instance is on another host (never repaired: nova-manage's second save is missing), else
+    misplaced, with its repair when asked for and the host is a staying member where the
+    instance is too."""
+    assert node.instance_uuid is not None
+    if instance_host is not None and instance_host != host:
+        return Finding(INCOMPLETE, node.uuid, half_move_message(node.uuid, node.instance_uuid, instance_host,
+                                                                 host)), None
+    finding = Finding(MISPLACED, node.uuid, f"node {node.uuid} has an instance on {host} but its shard is "
+                                            f"{node.shard or '(none)'}: no compute serves it")
+    if repair and host in members and host not in leaving and instance_host == host:
+        return finding, Move(node.uuid, node.shard, host)
+    return finding, None
+
+
+def _unmapped(pool: str, members: AbstractSet[str], services: Mapping[str, ServiceRecord], owned: Counter[str],
+              under_host: Mapping[str, set[str]], clocks: _Clocks) -> list[Finding]:
+    """Members up and owning nodes under which Nova has listed none for longer than the
+    patience: their host is probably not mapped to a cell."""
+    findings = []
     for member in sorted(members, key=lambda m: (member_ordinal(pool, m) or 0, m)):
         service = services.get(member)
         if service is None or not service.up or not owned[member] or under_host.get(member):
             continue
-        if persisting(f"{UNMAPPED}:{member}"):
+        if clocks.persisting(f"{UNMAPPED}:{member}"):
             findings.append(Finding(UNMAPPED, member,
                                     f"member {member} is up and owns nodes, but Nova has listed "
-                                    f"none under it for more than {patience:g}s: is its host mapped "
+                                    f"none under it for more than {clocks.patience:g}s: is its host mapped "
                                     "to a cell (nova-manage cell_v2 discover_hosts)?"))
+    return findings
 
+
+def _retired_services(pool: str, retired: Iterable[str], members: AbstractSet[str],
+                      services: Mapping[str, ServiceRecord], owned: Counter[str],
+                      under_host: Mapping[str, set[str]], refused: Mapping[str, ServiceDeletionRefusal],
+                      now: float) -> tuple[list[ServiceDeletion], dict[str, str]]:
+    """The services of members this pool retired that are deleted now, and why each other one
+    waits: nodes still carry its shard, Nova still lists nodes under it, or Nova refused
+    (asked again REFUSAL_RETRY_SECONDS later). Only this pool's member names, never a member."""
     deletions: list[ServiceDeletion] = []
     waiting: dict[str, str] = {}
     for host in sorted(set(retired)):
@@ -317,8 +372,7 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
             deletions.append(ServiceDeletion(
                 service, f"Deleted Nova compute service {host}: the member was removed by "
                          "scale-down and owns no node any more"))
-    return AuditReport(findings=tuple(findings), since=next_since, deletions=tuple(deletions),
-                       waiting=waiting, repairs=tuple(repairs))
+    return deletions, waiting
 
 
 def summary(findings: Sequence[Finding]) -> str:
