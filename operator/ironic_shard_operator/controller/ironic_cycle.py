@@ -1,30 +1,12 @@
-"""One reconcile cycle of a pool's node ownership: observe -> plan -> apply -> report.
+"""The Ironic side of one pool's cycle: observe -> plan (core/planner.py) -> write -> report.
 
-Callable without Kubernetes: members come from the caller (the kopf handler reads them
-from pods; tests and benchmarks name them). Level-triggered: a cycle interrupted after any
-write (or killed) leaves every node with either its old owner or its new one, and the next
-cycle plans from what Ironic shows and finishes the job. Re-running a converged pool makes no
-write.
-
-Observation by need (core/observation.py): with an `ObservationMemory` (one per pool, in
-memory only), a cycle plans from the pool's last full listing when Ironic's cheap answers
-(shard summary, an unsharded probe, one probe per owner outside the ring) say it still
-stands: 2 requests whatever the node count. It lists in full when they do not, when the ring
-changed, on the slow timer, and always before writing: every shard write is planned from a
-listing made in the same cycle (and re-checked in bulk by the adapter). Without a memory
-(benchmarks, tests of one cycle) every cycle lists in full. A restart starts with a full
-listing: nothing of this is persisted. Credentials Ironic refuses the shard summary (policy
-baremetal:shards:get) make every poll list in full, as without a memory: the pool is managed
-as before observation by need, at the cost of a full listing per poll; said once in the log
-(WARNING) and by preflight's `ironic-shard-summary` check, and undone at the first poll whose
-summary Ironic answers again.
-
-`AdapterCache` keeps a pool's adapter from one cycle to the next: rebuilt when its
-configuration changes, and a configuration that cannot be used is neither tried nor logged
-again until it changes. It also keeps the pool's `ObservationMemory`, which starts empty with
-every new adapter (a new cloud or selector is listed in full first).
+Invariants: level-triggered (a cycle interrupted after any write, or killed, leaves every
+node with its old owner or its new one, and the next cycle plans from what Ironic shows); a
+converged pool makes no write; every shard write is planned from a listing made in the same
+cycle and passes core/shard_write.py's rule against a fresh read; the guarded moves, and what
+Placement must say first, are core/shard_write.py's. Callable without Kubernetes: members come
+from the caller.
 """
-
 from __future__ import annotations
 
 import logging
@@ -207,9 +189,17 @@ class _Seen:
 
 def _observe(adapter: IronicAdapter, planner: _Planner, memory: ObservationMemory | None, *,
              paused: bool, full_resync_seconds: float) -> _Seen:
-    """The pool's nodes and the plan made from them: from the last full listing when the
-    cheap answers confirm it, else from a listing in full (always without a memory).
-    The memory keeps what was observed."""
+    """The pool's nodes and the plan made from them: observation by need (core/observation.py).
+
+    With a memory (one per pool, in memory only: a restart, or a new adapter, lists in full
+    first), a cycle plans from the pool's last full listing when Ironic's cheap answers (shard
+    summary, an unsharded probe, one probe per owner outside the ring) say it still stands: 2
+    requests whatever the node count. It lists in full when they do not, when the ring changed,
+    on the slow timer, and before writing anything not listed this cycle. Without a memory
+    (benchmarks, tests of one cycle) every cycle lists in full. Credentials Ironic refuses the
+    shard summary (policy baremetal:shards:get) make every poll list in full, at the cost of a
+    full listing per poll; said once in the log (WARNING) and by preflight's
+    `ironic-shard-summary` check, and undone at the first poll whose summary Ironic answers."""
     if memory is None:
         return _listed(adapter, planner, observation.EVERY_CYCLE, with_summary=False)
     confirmed = (_confirmed(adapter, planner, memory.last, paused, full_resync_seconds)

@@ -1,33 +1,16 @@
-"""Nova's side of one pool's cycle: observe Nova, audit (core/nova_policy.py), write, report.
+"""Nova's side of one pool's cycle: observe Nova, decide (forced_down: core/fencing.py; the
+audit: core/nova_policy.py), write, report. Runs in a worker thread after the pod actions,
+on the pool's openstacksdk connection (the Ironic adapter's), so a slow or absent Nova never
+delays a pod replacement.
 
-reconcile.py runs it (in a worker thread, like ironic_cycle.py's Ironic cycle) after the pod
-actions, so a slow or absent Nova never delays a pod replacement. It shares the pool's
-openstacksdk connection (one clouds.yaml, one cloud) through the Ironic adapter.
-
-- Every cycle: the compute services (one request) -> forced_down set or cleared
-  (`fencing.forced_down_changes`): set once a member has not been ready for
-  `failover.rebalanceAfterSeconds`, cleared as soon as it is ready again if the flag belongs
-  to a failure (status.nova.clearWhenReady); an administrator's flag on a ready member stays.
-- Once per update interval of the members (`update_resources_interval` of the nova.conf
-  they run): Nova's hypervisor list against the pool's Ironic nodes as this cycle read
-  them -> `nova_policy.audit()`: findings (status.nova, condition Degraded, Events, metrics),
-  the deletion of the services of members this pool removed by scale-down (recorded in
-  status.nova.retired every cycle, Nova asked or not: `nova_policy.retired_after`), and, with
-  `spec.nova.repairMisplaced`, the handover of misplaced nodes to their instance's host
-  (`IronicAdapter.hand_over`: written only if a fresh re-read shows the node unchanged).
-  Nova refusing a deletion (instances left, HTTP 409) is remembered and asked again only
-  after `nova_policy.REFUSAL_RETRY_SECONDS`; status.nova.waiting says why.
-- `paused`: reads and reports, writes nothing.
-
-Nova is optional. A cloud without a usable compute endpoint, credentials Nova refuses
-(admin is needed) or a Nova older than 2.53 turn the Nova features off (state Disabled,
-with the reason). Nova not answering (refused, timeouts, 5xx after the adapter's own
-retries) or any other Nova error: state Unavailable, and the rest of the cycle goes on.
-When Nova is asked again, and when it is audited, is `nova_schedule.NovaSchedule`'s call.
-Nothing is lost meanwhile: every decision is re-derived from what Nova and Ironic show
-(level-triggered), and the audit's memory is kept.
+Invariants: forced_down is written first (the write failover waits for), then the service
+deletions, then the Ironic handover of misplaced nodes (compare-and-set on shard and
+instance); `paused` or a lost Lease writes nothing; it never raises for Nova's sake: no usable
+compute endpoint, refused credentials or a Nova older than 2.53 turn Nova off (Disabled, with
+the reason), any other failure is Unavailable and the rest of the cycle goes on. When Nova is
+asked and audited is core/nova_schedule.py's call; every decision is re-derived from what
+Nova and Ironic show.
 """
-
 from __future__ import annotations
 
 import logging
@@ -170,8 +153,10 @@ class _Answered:
 
 def _asked(state: NovaRuntime, nova: NovaAdapter, ironic: IronicAdapter, cycle: _NovaCycle,
            recorded: Sequence[str], events: list[Event]) -> _Answered:
-    """Nova's services read, forced_down decided (core/fencing.py), the audit made when due,
-    then the writes (forced_down first: it is the write failover waits for; then the Ironic
+    """Nova's services read, forced_down decided (core/fencing.py: set once a member has not
+    been ready for failover.rebalanceAfterSeconds, cleared as soon as it is ready again if the
+    flag belongs to a failure, status.nova.clearWhenReady; an administrator's flag on a ready
+    member stays), the audit made when due, then the writes (forced_down first; then the Ironic
     handover of misplaced nodes, which a Nova failure does not hold up). Nova errors propagate."""
     services = nova.compute_services()
     state.schedule = state.schedule.answered_now()
@@ -195,9 +180,11 @@ def _asked(state: NovaRuntime, nova: NovaAdapter, ironic: IronicAdapter, cycle: 
 
 def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: Mapping[str, Any]
            ) -> tuple[tuple[nova_policy.ServiceDeletion, ...], tuple[Move, ...], frozenset[str]]:
-    """When the audit is due and Ironic was read: Nova's hypervisor list audited against the
-    nodes (core/nova_policy.py::audit, its report kept in `state`); its service deletions, its
-    repairs and the hosts the list named. Not due: nothing."""
+    """When the audit is due (once per update interval of the members, the
+    `update_resources_interval` of the nova.conf they run) and Ironic was read: Nova's
+    hypervisor list audited against the nodes (core/nova_policy.py::audit, its report kept in
+    `state`); its service deletions (of members this pool retired, status.nova.retired), its
+    repairs (spec.nova.repairMisplaced) and the hosts the list named. Not due: nothing."""
     interval = nova_policy.update_interval(cycle.nova_conf)
     nodes = cycle.nodes
     if nodes is None or not state.schedule.audit_due(cycle.now, interval):

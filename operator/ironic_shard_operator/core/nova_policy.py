@@ -1,52 +1,12 @@
-"""Nova's side of a pool, audited against Ironic: findings and the Nova writes they call for.
+"""Nova's side of a pool, audited against Ironic: findings, the services to delete, the
+misplaced nodes to hand over. Pure: the shell (controller/nova_cycle.py) reads Nova and
+carries the decisions out; forced_down, which follows the grace rule, is core/fencing.py's.
 
-Pure: observations in (Nova's compute services and hypervisors, the pool's Ironic nodes,
-its members, the clock), decisions out. The shell (reconcile.py) reads Nova
-through nova.py and carries the decisions out.
-
-What Nova shows, and why it can be trusted as the judge (Nova 2024.1+, `[ironic]shard`):
-each Ironic node has at most one compute-node record, named by the node's UUID, whose
-`host` is the nova-compute service that last reported it. A member whose shard gains a
-free node takes the record over at its next resource-tracker cycle; a member that stops
-reporting a node keeps the record (Nova deletes it only when the Ironic node is gone).
-A node with an instance is reported only by the host of that instance, so its record's
-host IS the instance's host: the audit reads the instance's host from the hypervisor list
-(no server listing needed).
-
-Findings (`Finding.kind`):
-- `duplicate`: a managed node listed under two or more computes (reported at once);
-- `unlisted`: a node owned by a member but not listed under that member's compute (under
-  none, or still under another) for longer than two update intervals (the members' resource
-  cycle, `update_interval()`); the first time it was seen so is carried from audit to audit
-  in `since` (kept in memory: after an operator restart the clock starts again);
-- `misplaced`: a node with an instance, listed under exactly one host that is not its shard
-  (a handover between its Nova move and its shard write only once that persists).
-  No compute serves it (the instance's host lists only the nodes of its own shard, and no other
-  host takes over a node with an instance); with `repair` the audit hands it over explicitly:
-  a Move setting its shard to the compute node's host, when that host is a member of the pool
-  and Nova places the node's instance on that same host (`instance_hosts`). This is the one
-  audited exception to "the ring never moves a pinned node" (invariant 2);
-- `incomplete`: a misplaced node whose instance Nova places on another host than its compute
-  node (a nova-manage move killed between its two saves: compute node saved, instance not).
-  Never repaired: writing its shard would hide the instance from the host Nova sends its
-  actions to, and nova-manage cannot finish it; the finding names the SQL that does, and stays
-  until it is done (invariant 12);
-- `unmapped`: a member whose service is up and owns nodes, but Nova lists no node under it
-  for longer than two update intervals (its host is not mapped to a cell: the deployment's
-  host discovery has not run for it).
-
-Decisions (forced_down, which follows the grace rule, is decided in fencing.py):
-- `AuditReport.deletions`: the service of an identity THIS pool created and retired
-  (scale-down: no pod, no ConfigMap any more), once no managed node has it as shard and
-  Nova lists no managed node under it. A host that merely looks like one of the pool's
-  (`<pool>-<n>`: a same-named pool in another namespace, a host someone runs by hand) is
-  never touched. The retired identities are recorded in status.nova.retired
-  (`retired_after()`), so an operator restart keeps the knowledge; an identity leaves the
-  record once it is no member and Nova lists no service for it (deleted, or never
-  registered). Nova refusing (instances left, HTTP 409)
-  is remembered by the shell (`refused`) and retried only after `REFUSAL_RETRY_SECONDS`;
-  until a retry succeeds the host stays in `waiting` (so ScaleDownBlocked does not blink
-  each time Nova is asked again).
+Invariants: Nova's hypervisor list is the judge (each Ironic node has at most one compute
+node, whose host is the one that last reported it, and a node with an instance is reported
+only by its instance's host); only the service of an identity THIS pool created and retired
+is ever deleted (invariant 11); a pinned node is handed over only on `repair`, to the host of
+its own instance (the one audited exception to invariant 2), and a half move never.
 """
 
 from __future__ import annotations
@@ -109,7 +69,39 @@ class HypervisorRecord(Protocol):
 class Finding:
     """Something wrong in Nova's view of the pool; `subject` is a node uuid or member name.
     `message` depends only on the facts (not on the clock), so a status built from it is
-    rewritten only when they change."""
+    rewritten only when they change.
+
+    What Nova shows, and why it can be trusted as the judge (Nova 2024.1+, `[ironic]shard`):
+    each Ironic node has at most one compute-node record, named by the node's UUID, whose
+    `host` is the nova-compute service that last reported it. A member whose shard gains a
+    free node takes the record over at its next resource-tracker cycle; a member that stops
+    reporting a node keeps the record (Nova deletes it only when the Ironic node is gone).
+    A node with an instance is reported only by the host of that instance, so its record's
+    host IS the instance's host: the audit reads the instance's host from the hypervisor list
+    (no server listing needed).
+
+    Findings (`Finding.kind`):
+    - `duplicate`: a managed node listed under two or more computes (reported at once);
+    - `unlisted`: a node owned by a member but not listed under that member's compute (under
+      none, or still under another) for longer than two update intervals (the members' resource
+      cycle, `update_interval()`); the first time it was seen so is carried from audit to audit
+      in `since` (kept in memory: after an operator restart the clock starts again);
+    - `misplaced`: a node with an instance, listed under exactly one host that is not its shard
+      (a handover between its Nova move and its shard write only once that persists).
+      No compute serves it (the instance's host lists only the nodes of its own shard, and no other
+      host takes over a node with an instance); with `repair` the audit hands it over explicitly:
+      a Move setting its shard to the compute node's host, when that host is a member of the pool
+      and Nova places the node's instance on that same host (`instance_hosts`). This is the one
+      audited exception to "the ring never moves a pinned node" (invariant 2);
+    - `incomplete`: a misplaced node whose instance Nova places on another host than its compute
+      node (a nova-manage move killed between its two saves: compute node saved, instance not).
+      Never repaired: writing its shard would hide the instance from the host Nova sends its
+      actions to, and nova-manage cannot finish it; the finding names the SQL that does, and stays
+      until it is done (invariant 12);
+    - `unmapped`: a member whose service is up and owns nodes, but Nova lists no node under it
+      for longer than two update intervals (its host is not mapped to a cell: the deployment's
+      host discovery has not run for it).
+    """
 
     kind: str
     subject: str
@@ -225,7 +217,9 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
           since: Mapping[str, float], now: float, interval: float, repair: bool = False,
           refused: Mapping[str, ServiceDeletionRefusal] | None = None,
           instance_hosts: Mapping[str, str | None] | None = None) -> AuditReport:
-    """Compare Nova's hypervisor list with the pool's Ironic nodes; see the module doc.
+    """Compare Nova's hypervisor list with the pool's Ironic nodes.
+
+    What each finding means: `Finding`; which services are deleted: `_retired_services`.
 
     `identities` are the pool's current members (a pod or a ConfigMap exists), `retiring`
     those of them being removed (never a repair's target), `retired` the identities this
@@ -351,7 +345,20 @@ def _retired_services(pool: str, retired: Iterable[str], members: AbstractSet[st
                       now: float) -> tuple[list[ServiceDeletion], dict[str, str]]:
     """The services of members this pool retired that are deleted now, and why each other one
     waits: nodes still carry its shard, Nova still lists nodes under it, or Nova refused
-    (asked again REFUSAL_RETRY_SECONDS later). Only this pool's member names, never a member."""
+    (asked again REFUSAL_RETRY_SECONDS later). Only this pool's member names, never a member.
+
+    `AuditReport.deletions`: the service of an identity THIS pool created and retired
+    (scale-down: no pod, no ConfigMap any more), once no managed node has it as shard and
+    Nova lists no managed node under it. A host that merely looks like one of the pool's
+    (`<pool>-<n>`: a same-named pool in another namespace, a host someone runs by hand) is
+    never touched. The retired identities are recorded in status.nova.retired
+    (`retired_after()`), so an operator restart keeps the knowledge; an identity leaves the
+    record once it is no member and Nova lists no service for it (deleted, or never
+    registered). Nova refusing (instances left, HTTP 409)
+    is remembered by the shell (`refused`) and retried only after `REFUSAL_RETRY_SECONDS`;
+    until a retry succeeds the host stays in `waiting` (so ScaleDownBlocked does not blink
+    each time Nova is asked again).
+    """
     deletions: list[ServiceDeletion] = []
     waiting: dict[str, str] = {}
     for host in sorted(set(retired)):

@@ -302,7 +302,7 @@ class IronicAdapter(IronicReader):
         `targets_too`, targets: to tell a handover already made from a changed node), one of
         the unsharded nodes when moves adopt. Only the nodes that can still be written are
         read: a failed member's ~500, not every node of its 199 heirs, which filtering by the
-        targets too would list (issue 14: a whole pool per batch at 100,000 nodes). Nodes
+        targets too would list (a whole pool per batch at 100,000 nodes). Nodes
         missing from the answer left the pool or the moves' sources."""
         sources = {move.source for move in moves}
         shards = {source for source in sources if source is not None}
