@@ -230,13 +230,7 @@ class IronicAdapter(IronicReader):
             current = self._recheck(batch, known, targets_too)
         except Transient as error:
             return _Launched(batch, [], error)
-        writes = []
-        for move in batch:
-            said = verdict(move, current.get(move.node_uuid))
-            if said is Verdict.WRITE:
-                writes.append(move)
-            else:
-                result.count_skipped(said)
+        writes = _writable(batch, current, verdict, result)
         return _Launched([], [(move, pool.submit(self._write, move, stop, guard)) for move in writes], None)
 
     def _settle(self, launched: _Launched, known: Mapping[str | None, list[str]], pool: ThreadPoolExecutor,
@@ -271,13 +265,7 @@ class IronicAdapter(IronicReader):
             except Transient as error:
                 failure = error
                 continue
-            writes = []
-            for move in pending:
-                said = verdict(move, current.get(move.node_uuid))
-                if said is Verdict.WRITE:
-                    writes.append(move)
-                else:
-                    result.count_skipped(said)
+            writes = _writable(pending, current, verdict, result)
             retry, failure = _tally(result, zip(writes, pool.map(lambda m: self._write(m, stop, guard), writes)),
                                     Transient("", unavailable=False))
             if not retry:
@@ -443,6 +431,20 @@ def uuids_by_owner(nodes: Iterable[Node]) -> dict[str | None, list[str]]:
     for uuids in owned.values():
         uuids.sort()
     return owned
+
+
+def _writable(moves: Iterable[Move], current: Mapping[str, Node], verdict: Callable[[Move, Node | None], Verdict],
+              result: ApplyResult) -> list[Move]:
+    """The moves `verdict` lets through against their nodes' fresh read (`current`); each other
+    one counted in `result` as its verdict says."""
+    writes = []
+    for move in moves:
+        said = verdict(move, current.get(move.node_uuid))
+        if said is Verdict.WRITE:
+            writes.append(move)
+        else:
+            result.count_skipped(said)
+    return writes
 
 
 def _tally(result: ApplyResult, outcomes: Iterable[tuple[Move, Any]],
