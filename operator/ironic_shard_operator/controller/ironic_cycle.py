@@ -7,6 +7,7 @@ cycle and passes core/shard_write.py's rule against a fresh read; the guarded mo
 Placement must say first, are core/shard_write.py's. Callable without Kubernetes: members come
 from the caller.
 """
+
 from __future__ import annotations
 
 import logging

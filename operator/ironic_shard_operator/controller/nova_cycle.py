@@ -11,6 +11,7 @@ the reason), any other failure is Unavailable and the rest of the cycle goes on.
 asked and audited is core/nova_schedule.py's call; every decision is re-derived from what
 Nova and Ironic show.
 """
+
 from __future__ import annotations
 
 import logging

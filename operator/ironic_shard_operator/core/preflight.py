@@ -12,6 +12,7 @@ what it saw in one line, and for warn and fail a one-line fix. Invariants:
 - the one request that could write (the shard-update probe) is sent only while the pool is
   not in Conflict, and only to a node the pool may own (`probe_target`).
 """
+
 from __future__ import annotations
 
 import configparser

@@ -18,6 +18,7 @@ Ironic adapter re-reads the node right before writing and writes only on WRITE, 
   a Placement (`waits_for_placement`); one that does not answer keeps it where it is;
 - a node the guard holds back is reported (`GuardHold`), never waited on silently.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
