@@ -69,7 +69,7 @@ def main() -> None:
                 ironic_adapter, moves = adapter(option.replace("+", "-"))
                 observed = ironic_adapter.list_nodes()
                 guard = None if option == "anchor" else Guard(
-                    frozenset({"live-0"}), placement_question(ironic_adapter) if "placement" in option else None)
+                    frozenset({"live-0"}), *(placement_question(ironic_adapter) if "placement" in option else ()))
                 started, requests = time.monotonic(), ironic_adapter.requests_made
                 applied = ironic_adapter.apply_moves(moves, observed, guard=guard)
                 results[option] = (time.monotonic() - started, applied.applied,

@@ -85,7 +85,8 @@ def _preflight(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     from pathlib import Path
 
     from ironic_shard_operator.adapters.user_cluster import ClusterError, UserCluster
-    from ironic_shard_operator.adapters.preflight import Inputs, quiet_client_logs, run_checks
+    from ironic_shard_operator.adapters.preflight import quiet_client_logs, run_checks
+    from ironic_shard_operator.core.preflight import Inputs
     from ironic_shard_operator.core import preflight
     from ironic_shard_operator.core.model import Selector
     from ironic_shard_operator.core.spec import InvalidSpec

@@ -635,7 +635,7 @@ def _preflight(cluster: UserCluster, body: Mapping[str, Any], *, as_json: bool, 
 def pool_inputs(cluster: UserCluster, body: Mapping[str, Any], *, check_image: bool = True) -> Any:
     """Preflight's inputs for a pool's CR: its Secrets read from the cluster (a Secret or key
     that cannot be read counts as missing: its checks fail and say so)."""
-    from ironic_shard_operator.adapters.preflight import Inputs
+    from ironic_shard_operator.core.preflight import Inputs
     from ironic_shard_operator.core.spec import read_pool
 
     pool = read_pool(body)

@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ironic_shard_operator.adapters.preflight import Inputs, run_checks
-from ironic_shard_operator.core.preflight import Check, Verdict
+from ironic_shard_operator.adapters.preflight import run_checks
+from ironic_shard_operator.core.preflight import Check, Inputs, Verdict
 from testbed import registry
 from testbed.ironic_service import IronicService, unique_resource_class
 from testbed.procgroup import group_members

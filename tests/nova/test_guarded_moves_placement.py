@@ -2,7 +2,7 @@
 in Placement before Ironic shows an instance_uuid. While Placement holds an allocation on a
 node's resource provider, that free node does not move away from its live owner when a member
 joins (the consumer holding it reported, for status.guard); once the allocation is gone, it
-moves. A move away from a dead owner asks nothing.
+moves; while Placement does not answer, it waits. A move away from a dead owner asks nothing.
 """
 
 from __future__ import annotations
@@ -106,12 +106,14 @@ def test_a_move_away_from_a_dead_owner_does_not_wait_for_placement(
     assert set(shards_of(noauth_ironic, resource_class).values()) == {"pool-1"}
 
 
-def test_a_placement_that_does_not_answer_leaves_the_guard_to_ironic(
+def test_a_placement_that_does_not_answer_keeps_guarded_moves_where_they_are(
         nova_stack: NovaStack, noauth_ironic: IronicService) -> None:
-    """Nova cannot schedule without Placement: an outage must not hold a scale-down or a
-    rebalance. The moves go ahead, each still read again in Ironic right before its write."""
+    """Never write blind: a build Placement placed before it stopped answering shows in Ironic
+    only later, so a free node does not leave its live owner while Placement does not answer
+    (counted busy, tried again next cycle); nothing is read or written for those moves. A move
+    away from a dead owner needs no guard and goes ahead."""
     resource_class = unique_resource_class("placement-down")
-    seed_nodes_directly_in_db(noauth_ironic, 6, resource_class=resource_class, shard="pool-0")
+    nodes = seed_nodes_directly_in_db(noauth_ironic, 6, resource_class=resource_class, shard="pool-0")
     entry = nova_stack.cloud_config()
     entry.pop("compute_api_version")
     entry |= {"baremetal_endpoint_override": noauth_ironic.url, "placement_endpoint_override": _closed_url()}
@@ -120,9 +122,15 @@ def test_a_placement_that_does_not_answer_leaves_the_guard_to_ironic(
     now = time.time()
     joined = [Member("pool-0", ready=True, since=now - 600), Member("pool-1", ready=True, since=now - 5)]
     report = run_cycle(adapter, PoolSpec(name="pool", replicas=2), joined, now=now)
-    assert report.moves_planned and report.applied.applied == report.moves_planned
-    # one listing, one bulk re-read, and per move its own read, its write and the read after it
-    assert report.ironic_requests == 2 + 3 * report.moves_planned
+    assert report.moves_planned and report.applied.applied == 0
+    assert report.applied.skipped_busy == report.moves_planned
+    assert set(shards_of(noauth_ironic, resource_class).values()) == {"pool-0"}
+    assert report.ironic_requests == 1  # the listing; no re-read, no write
+
+    dead = [Member("pool-0", ready=False, since=now - 600), Member("pool-1", ready=True, since=now - 600)]
+    report = run_cycle(adapter, PoolSpec(name="pool", replicas=2), dead, now=now)
+    assert report.applied.applied == len(nodes)
+    assert set(shards_of(noauth_ironic, resource_class).values()) == {"pool-1"}
 
 
 def _closed_url() -> str:

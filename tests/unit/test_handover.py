@@ -633,3 +633,20 @@ def test_a_node_nova_has_no_compute_node_for_is_reported_and_the_failed_member_r
     step = _decide([lost], services=FORCED, hosts={})
     assert step.progress[0].phase == handover.BLOCKED and step.progress[0].held
     assert [p.reason for p in step.problems] == ["HandoverNoComputeNode"]
+
+
+def test_nova_is_asked_about_the_next_nodes_to_move_and_each_node_it_lists_elsewhere():
+    """The instances of the next `per_source` nodes Nova still lists under a subject (uuid
+    order, as Jobs take them), and every node of it Nova lists under another host; a node
+    without an instance, another member's, or one Nova does not list asks nothing."""
+    nodes = [with_instance(f"n{i}", m(0)) for i in (3, 1, 2)] + [
+        with_instance("away", m(0)), with_instance("unlisted", m(0)), Node("free", shard=m(0)),
+        with_instance("other", m(1))]
+    hosts = {"n1": m(0), "n2": m(0), "n3": m(0), "away": m(2), "free": m(2), "other": m(2)}
+    asked = handover.nova_questions({m(0)}, nodes, hosts, per_source=2)
+    assert asked.count == ((m(0), "n1"), (m(0), "n2"))
+    assert asked.half_moved == ((m(0), "away"),)
+
+
+def test_a_node_is_stranded_when_an_instance_on_it_still_names_its_source():
+    assert handover.stranded({"away": 1, "done": 0}) == frozenset({"away"})

@@ -20,7 +20,7 @@ SECTION = re.compile(r"^## (\d+)\. ", re.M)
 # A test as a pytest node id; a parametrized test may be cited with or without its parameters.
 TEST_ID = re.compile(r"`(tests/[\w/]+\.py)::(\w+(?:::\w+)?)(\[[^\]`]*\])?`")
 # Code under operator/ironic_shard_operator/: a module, or a name in it (`Class.method`).
-CODE_REF = re.compile(r"`((?:core|adapters|controller|testing)/\w+\.py)(?:::([\w.]+))?`")
+CODE_REF = re.compile(r"`((?:core|adapters|controller|testing)/[\w/]+\.py)(?:::([\w.]+))?`")
 NOT_YET = re.compile(r"not yet enforced", re.I)
 NOT_YET_WITH_ISSUE = re.compile(r"not yet enforced: issue \d+", re.I)
 

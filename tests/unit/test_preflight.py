@@ -4,6 +4,7 @@ the Preflight condition; and the `kubectl ics status` screen rendered from a poo
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -389,3 +390,30 @@ def test_a_registry_whose_certificate_is_not_trusted_is_said_to_answer_not_to_be
     assert "not reachable" not in answer.text
     check = preflight.image_check(f"localhost:{port}/nova:1", answer)
     assert check.verdict is Verdict.WARN and "not trusted" in check.message
+
+
+def test_preflight_asks_what_its_inputs_allow():
+    """No clouds.yaml: the cloud is not asked; in Conflict: no probe; the image's registry
+    only when its check is wanted and an image is named."""
+    full = preflight.Inputs(clouds_yaml="clouds: {}", cloud_name="c", nova_conf=None, image="registry/i:1")
+    assert preflight.questions(full) == preflight.Questions(cloud=True, probe=True, image=True, registry=True)
+    assert not preflight.questions(replace(full, clouds_yaml=None)).cloud
+    assert not preflight.questions(replace(full, may_probe=False)).probe
+    assert preflight.questions(replace(full, image=None)) == preflight.Questions(True, True, True, False)
+    assert preflight.questions(replace(full, check_image=False)) == preflight.Questions(True, True, False, False)
+
+
+def test_the_cloud_is_asked_beyond_ironic_only_once_ironic_answered():
+    assert preflight.asks_beyond_ironic(preflight.ServiceAnswer(version=(1, 82)))
+    assert not preflight.asks_beyond_ironic(preflight.ServiceAnswer(failure="auth", message="no"))
+    assert preflight.ASKED_AGAIN == {"unavailable", "keystone"}
+
+
+def test_the_file_checks_add_the_handovers_only_when_it_is_configured():
+    inputs = preflight.Inputs(clouds_yaml=None, cloud_name="c", nova_conf=None)
+    assert preflight.file_checks(inputs) == preflight.nova_conf_checks(None)
+    configured = replace(inputs, handover=True)
+    assert preflight.file_checks(configured) == [*preflight.nova_conf_checks(None),
+                                                 preflight.handover_conf_check(None, True)]
+    assert preflight.no_clouds_yaml().verdict is preflight.Verdict.FAIL
+    assert preflight.probe_in_conflict().verdict is preflight.Verdict.WARN

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ironic_shard_operator.adapters.preflight import Inputs
+from ironic_shard_operator.core.preflight import Inputs
 from ironic_shard_operator.controller.preflight_side import RECHECK_FAILED_SECONDS, PreflightSide
 from ironic_shard_operator.core.preflight import Check, Verdict
 

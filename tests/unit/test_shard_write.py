@@ -6,7 +6,8 @@ from hypothesis import given, strategies as st
 
 from ironic_shard_operator.core.model import Member, Move, Node
 from ironic_shard_operator.core.shard_write import (
-    Verdict, guarded_owners, guarded_verdict, handover_verdict, live_owners, move_verdict,
+    PlacementState, Verdict, asks_placement, guarded_owners, guarded_verdict, handover_verdict, is_guarded,
+    live_owners, move_verdict, split_blind, waits_for_placement,
 )
 from tests.unit.nova_records import service
 
@@ -138,3 +139,26 @@ def test_a_guard_only_ever_holds_back_what_the_write_rule_lets_through(shard, in
     said = guarded_verdict(REBALANCE, current, claimed)
     plain = move_verdict(REBALANCE, current)
     assert said is plain or (plain is Verdict.WRITE and said is Verdict.CLAIMED and claimed)
+
+
+def test_a_move_is_guarded_when_it_leaves_a_guarded_owner_and_only_then_is_placement_asked():
+    guarded = frozenset({"rack-1"})
+    assert is_guarded(REBALANCE, guarded)
+    assert not is_guarded(ADOPT, guarded)  # an unassigned node leaves no one
+    assert not is_guarded(Move(UUID, "rack-2", "rack-0"), guarded)
+    assert asks_placement([ADOPT, REBALANCE], guarded)
+    assert not asks_placement([ADOPT], guarded)
+    assert not asks_placement([], guarded)
+
+
+@pytest.mark.parametrize(("placement", "waits"), [
+    (PlacementState.ANSWERS, False), (PlacementState.ABSENT, False), (PlacementState.NOT_ANSWERING, True),
+])
+def test_a_guarded_move_is_never_written_blind(placement, waits):
+    """A cloud whose Placement does not answer keeps its guarded moves where they are; one
+    without Placement (no Nova schedules there) leaves them to Ironic's reads."""
+    guarded = frozenset({"rack-1"})
+    assert waits_for_placement(REBALANCE, guarded, placement) is waits
+    assert not waits_for_placement(ADOPT, guarded, placement)  # unguarded moves never wait
+    tried, waiting = split_blind([ADOPT, REBALANCE], guarded, placement)
+    assert (tried, waiting) == (([ADOPT], [REBALANCE]) if waits else ([ADOPT, REBALANCE], []))

@@ -1,7 +1,8 @@
 """Preflight's questions to the cloud: Ironic, Nova, Placement and the image's registry.
-Talks, decides nothing: every answer goes to core/preflight.py as plain data.
+Talks, decides nothing: core/preflight.py::questions selects what is asked, and every answer
+goes back to core/preflight.py as plain data.
 
-Ironic and Nova are asked through their adapters' own checks (IronicAdapter.check,
+Ironic and Nova are asked through their adapters' own checks (IronicReader.check,
 NovaAdapter.check: endpoint, version, credentials) and the same HTTP path
 (openstack_http.send_once); nothing here is a second client. The one request that could
 write, the shard-update probe, is a PATCH whose only operation addresses a path below
@@ -22,12 +23,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.ironic import (
-    MICROVERSION_HEADER, SHARD_MICROVERSION, IronicAdapter, IronicAuthError, IronicConfigError,
-    IronicEndpointError, IronicError, IronicKeystoneUnavailable, IronicTooOld, IronicUnavailable, selector_filters,
+    MICROVERSION_HEADER, SHARD_MICROVERSION, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError,
+    IronicKeystoneUnavailable, IronicReader, IronicTooOld, IronicUnavailable, selector_filters,
 )
 from ironic_shard_operator.adapters.nova import (
     NovaAdapter, NovaAuthError, NovaError, NovaNotConfigured, NovaTooOld, NovaUnavailable,
@@ -38,7 +38,7 @@ from ironic_shard_operator.adapters.openstack_http import (
 )
 from ironic_shard_operator.core import preflight
 from ironic_shard_operator.core.model import Selector
-from ironic_shard_operator.core.preflight import Check, HttpAnswer, ServiceAnswer
+from ironic_shard_operator.core.preflight import Check, HttpAnswer, Inputs, ServiceAnswer
 
 REQUEST_TIMEOUT = 10.0
 # A service (or Keystone for it) that gave no answer is asked once more, this long after, before
@@ -46,26 +46,6 @@ REQUEST_TIMEOUT = 10.0
 # request went out) is no verdict, and a verdict stands until the next run (5 minutes for a
 # failed one in the operator). A service that really is down costs one more timeout.
 ASK_AGAIN_AFTER_SECONDS = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Inputs:
-    """What preflight checks: the cloud (clouds.yaml text and cloud name), the pool's node
-    selection, the base nova.conf, the handover nova.conf (`handover` says whether one is
-    configured) and the member image. `pool`: the pool's name (the shard-update probe addresses
-    only a node it may own; None: any node of the selection); `may_probe` False: the probe is
-    not sent (the pool is in Conflict: its selection holds another pool's nodes)."""
-
-    clouds_yaml: str | None
-    cloud_name: str
-    nova_conf: str | None
-    selector: Selector = Selector()
-    handover: bool = False
-    handover_nova_conf: str | None = None
-    image: str | None = None
-    check_image: bool = True
-    pool: str | None = None
-    may_probe: bool = True
 
 
 # The client libraries preflight asks through; they log their own view of what preflight's
@@ -84,21 +64,14 @@ def quiet_client_logs() -> None:
 
 
 def run_checks(inputs: Inputs) -> list[Check]:
-    """Every check, in the order a user fixes them: the cloud, Nova, the files, the image."""
-    checks: list[Check] = []
-    if inputs.clouds_yaml is None:
-        checks.append(preflight.failed("ironic-reachable", "no clouds.yaml given",
-                                       "create the Secret of spec.cloud (or pass --clouds-yaml FILE)"))
-    else:
-        checks += cloud_checks(inputs.clouds_yaml, inputs.cloud_name, inputs.selector, pool=inputs.pool,
-                               may_probe=inputs.may_probe)
-    checks += preflight.nova_conf_checks(inputs.nova_conf)
-    handover = preflight.handover_conf_check(inputs.handover_nova_conf, inputs.handover)
-    if handover is not None:
-        checks.append(handover)
-    if inputs.check_image:
-        checks.append(preflight.image_check(inputs.image, registry_answer(inputs.image)
-                                            if inputs.image else None))
+    """Every check core/preflight.py::questions selects, in the order a user fixes them: the
+    cloud, Nova, the files, the image."""
+    asked = preflight.questions(inputs)
+    checks = cloud_checks(inputs.clouds_yaml, inputs.cloud_name, inputs.selector, pool=inputs.pool,
+                          may_probe=asked.probe) if asked.cloud else [preflight.no_clouds_yaml()]
+    checks += preflight.file_checks(inputs)
+    if asked.image:
+        checks.append(preflight.image_check(inputs.image, registry_answer(inputs.image) if asked.registry else None))
     return checks
 
 
@@ -108,14 +81,12 @@ def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selecto
     Placement. The shard-update probe addresses only a node `pool` may own, and is not sent
     without `may_probe`."""
     try:
-        adapter = IronicAdapter.from_clouds_yaml(clouds_yaml, cloud_name, selector=selector,
-                                                 request_timeout=REQUEST_TIMEOUT, retry_attempts=1)
+        adapter = IronicReader.from_clouds_yaml(clouds_yaml, cloud_name, selector=selector,
+                                                request_timeout=REQUEST_TIMEOUT, retry_attempts=1)
     except IronicError as error:
-        return [preflight.failed("ironic-reachable", str(error),
-                                 f"fix the clouds.yaml so that 'clouds:' maps cloud '{cloud_name}' to its "
-                                 "settings (auth_type, auth, endpoint override)")]
+        return [preflight.clouds_yaml_unusable(str(error), cloud_name)]
     answer = _ironic_answer(adapter)
-    if answer.failure is not None:
+    if not preflight.asks_beyond_ironic(answer):
         return preflight.ironic_checks(answer, None)
     checks = preflight.ironic_checks(answer, _ironic_get(adapter, "/nodes", {
         **selector_filters(selector), "shard": "ironic-shard-operator-preflight", "fields": "uuid,shard",
@@ -127,15 +98,13 @@ def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selecto
                                                        [{"op": "remove", "path": preflight.SHARD_PROBE_PATH}])
         checks.append(preflight.shard_update_check(probe, node, others=others))
     else:
-        checks.append(preflight.shard_update_not_probed(
-            "the pool is in Conflict (its selection holds another pool's nodes)",
-            "resolve the Conflict (its condition names the other pool); the probe runs then"))
+        checks.append(preflight.probe_in_conflict())
     checks.append(preflight.nova_check(_nova_answer(adapter)))
     checks.append(preflight.placement_check(_placement_answer(adapter)))
     return checks
 
 
-def _ironic_answer(adapter: IronicAdapter) -> ServiceAnswer:
+def _ironic_answer(adapter: IronicReader) -> ServiceAnswer:
     return _checked(adapter.check, IronicError, (
         (IronicConfigError, "config"), (IronicKeystoneUnavailable, "keystone"), (IronicUnavailable, "unavailable"),
         (IronicEndpointError, "endpoint"), (IronicAuthError, "auth"), (IronicTooOld, "too_old")))
@@ -145,7 +114,7 @@ def _checked(check: Callable[[], tuple[int, int]], errors: type[Exception],
              kinds: tuple[tuple[type[Exception], str], ...]) -> ServiceAnswer:
     """The service's version from its adapter's `check`, or the failure's kind (the first of
     `kinds` the error is an instance of; "request" for none) and message. A check that got no
-    answer ("unavailable", "keystone") is made once more, ASK_AGAIN_AFTER_SECONDS later."""
+    answer (core/preflight.py::ASKED_AGAIN) is made once more, ASK_AGAIN_AFTER_SECONDS later."""
     for attempt in range(2):
         if attempt:
             time.sleep(ASK_AGAIN_AFTER_SECONDS)
@@ -154,12 +123,12 @@ def _checked(check: Callable[[], tuple[int, int]], errors: type[Exception],
         except errors as error:
             kind = next((k for cls, k in kinds if isinstance(error, cls)), "request")
             answer = ServiceAnswer(failure=kind, message=str(error))
-            if kind not in ("unavailable", "keystone"):
+            if kind not in preflight.ASKED_AGAIN:
                 break
     return answer
 
 
-def _probe_node(adapter: IronicAdapter, selector: Selector, pool: str | None) -> tuple[str | None, int]:
+def _probe_node(adapter: IronicReader, selector: Selector, pool: str | None) -> tuple[str | None, int]:
     """The probe's target among the selection's first nodes (core/preflight.probe_target), and
     how many of those were left out as another pool's."""
     answer = _ironic_get(adapter, "/nodes", {**selector_filters(selector),
@@ -172,12 +141,12 @@ def _probe_node(adapter: IronicAdapter, selector: Selector, pool: str | None) ->
     return target, (len(nodes) if target is None else 0)
 
 
-def _ironic_get(adapter: IronicAdapter, path: str, params: dict) -> HttpAnswer:
+def _ironic_get(adapter: IronicReader, path: str, params: dict) -> HttpAnswer:
     query = f"?{urlencode(params, safe=',')}" if params else ""
     return _ironic_send(adapter, "GET", f"{path}{query}", None)
 
 
-def _ironic_send(adapter: IronicAdapter, method: str, path: str, body: object) -> HttpAnswer:
+def _ironic_send(adapter: IronicReader, method: str, path: str, body: object) -> HttpAnswer:
     """One request at Ironic's shard microversion through the adapter's session; a GET's
     answer carries its body, any other its error text."""
     try:
@@ -193,7 +162,7 @@ def _ironic_send(adapter: IronicAdapter, method: str, path: str, body: object) -
     return HttpAnswer(response.status_code, error_text(response))
 
 
-def _nova_answer(adapter: IronicAdapter) -> ServiceAnswer:
+def _nova_answer(adapter: IronicReader) -> ServiceAnswer:
     nova = NovaAdapter(adapter.connection, cloud_name=adapter.cloud, request_timeout=REQUEST_TIMEOUT,
                        retry_attempts=1)
     return _checked(nova.check, NovaError, ((NovaNotConfigured, "not_configured"), (NovaUnavailable, "unavailable"),
@@ -204,7 +173,7 @@ class _NoPlacement(Exception):
     pass
 
 
-def _placement_answer(adapter: IronicAdapter) -> ServiceAnswer:
+def _placement_answer(adapter: IronicReader) -> ServiceAnswer:
     """Placement's root document (its version list), through the cloud's session."""
     session = adapter.connection.session
     try:

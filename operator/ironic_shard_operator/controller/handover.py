@@ -160,27 +160,18 @@ async def manage_config_problem(kube: Any, pool: Pool) -> tuple[str, str] | None
 
 
 def _nova_view(nova: NovaAdapter, subjects: set[str], nodes: Sequence[Node], per_source: int) -> handover.NovaView:
-    """Services, the hypervisor list, the instance count of the first `per_source` nodes
-    (by uuid, the order Jobs take them in) each subject (a source, or a member held) still has
-    in Nova, and which of its nodes Nova moved (not re-sharded yet) still have an instance on
-    it: a half move (blocking). A node not counted is left to nova-manage, which refuses more
-    than one instance itself."""
+    """Services, the hypervisor list, and Nova's answers to the step's questions about the
+    subjects' nodes (core/handover.py::nova_questions): the instances on the next nodes to
+    move, and the half moves (blocking)."""
     try:
         services = nova.compute_services()
         hosts = {h.node_uuid: h.host for h in nova.hypervisors()}
-        instances: dict[str, int] = {}
-        stranded = set()
-        for source in sorted(subjects):
-            mine = [n for n in nodes if n.shard == source and n.instance_uuid]
-            waiting = sorted(n.uuid for n in mine if hosts.get(n.uuid) == source)
-            for uuid in waiting[:per_source]:
-                instances[uuid] = nova.instances_on_node(source, uuid)
-            for node in mine:
-                if node.uuid in hosts and hosts[node.uuid] != source and nova.instances_on_node(source, node.uuid):
-                    stranded.add(node.uuid)
+        asked = handover.nova_questions(subjects, nodes, hosts, per_source)
+        instances = {uuid: nova.instances_on_node(subject, uuid) for subject, uuid in asked.count}
+        left = {uuid: nova.instances_on_node(subject, uuid) for subject, uuid in asked.half_moved}
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         raise NovaError(f"{error} (handover needs Nova: HandoverNeedsNova)") from error
-    return handover.NovaView(services, hosts, instances, frozenset(stranded))
+    return handover.NovaView(services, hosts, instances, handover.stranded(left))
 
 
 async def _job_view(kube: Any, pool: Pool, raw: dict[str, Any]) -> handover.JobView | None:

@@ -1,28 +1,11 @@
-"""One reconcile cycle of a pool's node ownership: observe -> plan -> apply -> report.
+"""The Ironic side of one pool's cycle: observe -> plan (core/planner.py) -> write -> report.
 
-Callable without Kubernetes: members come from the caller (the kopf handler reads them
-from pods; tests and benchmarks name them). Level-triggered: a cycle interrupted after any
-write (or killed) leaves every node with either its old owner or its new one, and the next
-cycle plans from what Ironic shows and finishes the job. Re-running a converged pool makes no
-write.
-
-Observation by need (core/observation.py): with an `ObservationMemory` (one per pool, in
-memory only), a cycle plans from the pool's last full listing when Ironic's cheap answers
-(shard summary, an unsharded probe, one probe per owner outside the ring) say it still
-stands: 2 requests whatever the node count. It lists in full when they do not, when the ring
-changed, on the slow timer, and always before writing: every shard write is planned from a
-listing made in the same cycle (and re-checked in bulk by the adapter). Without a memory
-(benchmarks, tests of one cycle) every cycle lists in full. A restart starts with a full
-listing: nothing of this is persisted. Credentials Ironic refuses the shard summary (policy
-baremetal:shards:get) make every poll list in full, as without a memory: the pool is managed
-as before observation by need, at the cost of a full listing per poll; said once in the log
-(WARNING) and by preflight's `ironic-shard-summary` check, and undone at the first poll whose
-summary Ironic answers again.
-
-`AdapterCache` keeps a pool's adapter from one cycle to the next: rebuilt when its
-configuration changes, and a configuration that cannot be used is neither tried nor logged
-again until it changes. It also keeps the pool's `ObservationMemory`, which starts empty with
-every new adapter (a new cloud or selector is listed in full first).
+Invariants: level-triggered (a cycle interrupted after any write, or killed, leaves every
+node with its old owner or its new one, and the next cycle plans from what Ironic shows); a
+converged pool makes no write; every shard write is planned from a listing made in the same
+cycle and passes core/shard_write.py's rule against a fresh read; the guarded moves, and what
+Placement must say first, are core/shard_write.py's. Callable without Kubernetes: members come
+from the caller.
 """
 
 from __future__ import annotations
@@ -41,7 +24,7 @@ from ironic_shard_operator.core.model import (
 )
 from ironic_shard_operator.core.observation import CheapAnswers, FullObservation, ListingReason, SummaryRefused
 from ironic_shard_operator.core.planner import plan
-from ironic_shard_operator.core.shard_write import live_owners
+from ironic_shard_operator.core.shard_write import PlacementState, asks_placement, live_owners
 
 log = logging.getLogger(__name__)
 
@@ -147,77 +130,135 @@ def run_cycle(
     `stop` ends the writing early (see IronicAdapter.apply_moves). `autoscale_history` is what
     autoscale kept from earlier cycles (status.autoscale). `guarded`: the owners a free node
     leaves only by a guarded move (shard_write.guarded_owners, from Nova's services); None:
-    the live owners (shard_write.live_owners), for a caller that knows nothing of Nova. Ironic errors propagate
-    as IronicError subclasses, after which Ironic holds a consistent, partial result.
-    The adapter's one-time check() (first use) is not counted in the report's requests.
-    Moves are written only when every node they move was listed by this cycle (a full
-    listing, or the listing of their source owner or of the unsharded nodes).
+    the live owners (shard_write.live_owners), for a caller that knows nothing of Nova.
+    Ironic errors propagate as IronicError subclasses, after which Ironic holds a consistent,
+    partial result. The adapter's one-time check() (first use) is not counted in the report's
+    requests. Moves are written only when every node they move was listed by this cycle (a
+    full listing, or the listing of their source owner or of the unsharded nodes).
     """
     adapter.check()  # once per adapter (endpoint, version, credentials): not a cycle cost
     started = time.monotonic()
     first_request = adapter.requests_made
     now = time.time() if now is None else now
-
-    def planned(nodes: tuple[Node, ...], observed_at: float) -> Plan:
-        return plan(Observation(spec=spec, members=tuple(members), nodes=nodes, now=now,
-                                autoscale_history=autoscale_history, nodes_observed_at=observed_at))
-
-    last = memory.last if memory is not None else None
-    reason: ListingReason | None = observation.EVERY_CYCLE if memory is None else observation.NO_LISTING_YET
-    if last is not None:
-        decision = planned(last.nodes, last.observed_at)
-        reason = observation.reason_before_asking(last, decision.ring_members, now, full_resync_seconds)
-        if reason is None:
-            answers = _cheap_answers(adapter, last.owners_outside(decision.ring_members))
-            reason = observation.reason_from_answers(spec.name, last, answers)
-        if reason is None:
-            nodes = observation.merged(last, answers)
-            decision = planned(nodes, last.observed_at)
-            if not paused:
-                reason = observation.unlisted_sources(decision.moves, answers)
-            if reason is None:
-                observed_at = last.observed_at
-                memory.last = FullObservation(nodes, observed_at, decision.ring_members, answers.summary)
-    if reason is not None:
-        summary = adapter.shard_summary() if memory is not None else {}  # before the listing
-        nodes, observed_at = adapter.list_nodes(), now
-        decision = planned(nodes, observed_at)
-        if memory is not None:
-            memory.last = FullObservation(nodes, observed_at, decision.ring_members, summary)
-            _say_summary_refused(memory, summary, spec.name)
+    planner = _Planner(spec, tuple(members), now, autoscale_history)
+    seen = _observe(adapter, planner, memory, paused=paused, full_resync_seconds=full_resync_seconds)
     observe_requests = adapter.requests_made - first_request
-    if paused or not decision.moves:
-        applied = ApplyResult(planned=len(decision.moves), not_attempted=len(decision.moves))
+    if paused or not seen.decision.moves:
+        applied = ApplyResult(planned=len(seen.decision.moves), not_attempted=len(seen.decision.moves))
     else:
-        try:
-            guard = Guard(live_owners(members, now, spec.rebalance_after_seconds) if guarded is None else guarded)
-            if any(move.source in guard.live_owners for move in decision.moves):
-                guard = replace(guard, placement_consumers=placement_question(adapter))
-            applied = adapter.apply_moves(decision.moves, nodes, stop, guard)
-        finally:
-            if memory is not None and memory.last is not None:
-                memory.last = replace(memory.last, wrote_since=True)
+        owners = live_owners(members, now, spec.rebalance_after_seconds) if guarded is None else guarded
+        applied = _write_moves(adapter, seen, owners, stop, memory)
     return CycleReport(
-        nodes=nodes,
-        plan=decision,
+        nodes=seen.nodes,
+        plan=seen.decision,
         applied=applied,
         observe_requests=observe_requests,
         ironic_requests=adapter.requests_made - first_request,
         duration_seconds=time.monotonic() - started,
-        nodes_observed_at=observed_at,
-        full_listing=reason.text if reason is not None else None,
-        full_listing_kind=reason.kind if reason is not None else None,
+        nodes_observed_at=seen.observed_at,
+        full_listing=seen.reason.text if seen.reason is not None else None,
+        full_listing_kind=seen.reason.kind if seen.reason is not None else None,
     )
 
 
-def placement_question(adapter: IronicAdapter) -> Callable[[str], tuple[str, ...]] | None:
-    """Placement's `consumers` question for the adapter's cloud, or None when there is none to
-    ask: the cloud names no Placement (then no Nova schedules there), or Placement does not
-    answer right now (then Nova cannot schedule either; holding every scale-down and
-    rebalance until it is back would cost more than the window it guards). With None the
-    guard reads Ironic alone, per node, right before each write; said in the log each time,
-    which is only when members change. A Placement that answered here and fails on a later
-    question keeps that move unwritten this cycle."""
+@dataclass(frozen=True, slots=True)
+class _Planner:
+    """The planner's inputs of one cycle but the nodes: `plan_for(nodes, observed_at)`."""
+
+    spec: PoolSpec
+    members: tuple[Member, ...]
+    now: float
+    autoscale_history: AutoscaleHistory
+
+    def plan_for(self, nodes: tuple[Node, ...], observed_at: float) -> Plan:
+        return plan(Observation(spec=self.spec, members=self.members, nodes=nodes, now=self.now,
+                                autoscale_history=self.autoscale_history, nodes_observed_at=observed_at))
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What a cycle observed and planned: the nodes, when they were listed, the plan, why the
+    cycle listed in full (None: the cheap answers confirmed the last listing) and the shard
+    summary asked with them (kept in the memory)."""
+
+    nodes: tuple[Node, ...]
+    observed_at: float
+    decision: Plan
+    reason: ListingReason | None
+    summary: Mapping[str, int] | SummaryRefused
+
+
+def _observe(adapter: IronicAdapter, planner: _Planner, memory: ObservationMemory | None, *,
+             paused: bool, full_resync_seconds: float) -> _Seen:
+    """The pool's nodes and the plan made from them: observation by need (core/observation.py).
+
+    With a memory (one per pool, in memory only: a restart, or a new adapter, lists in full
+    first), a cycle plans from the pool's last full listing when Ironic's cheap answers (shard
+    summary, an unsharded probe, one probe per owner outside the ring) say it still stands: 2
+    requests whatever the node count. It lists in full when they do not, when the ring changed,
+    on the slow timer, and before writing anything not listed this cycle. Without a memory
+    (benchmarks, tests of one cycle) every cycle lists in full. Credentials Ironic refuses the
+    shard summary (policy baremetal:shards:get) make every poll list in full, at the cost of a
+    full listing per poll; said once in the log (WARNING) and by preflight's
+    `ironic-shard-summary` check, and undone at the first poll whose summary Ironic answers."""
+    if memory is None:
+        return _listed(adapter, planner, observation.EVERY_CYCLE, with_summary=False)
+    confirmed = (_confirmed(adapter, planner, memory.last, paused, full_resync_seconds)
+                 if memory.last is not None else observation.NO_LISTING_YET)
+    seen = confirmed if isinstance(confirmed, _Seen) else _listed(adapter, planner, confirmed, with_summary=True)
+    memory.last = FullObservation(seen.nodes, seen.observed_at, seen.decision.ring_members, seen.summary)
+    if seen.reason is not None:
+        _say_summary_refused(memory, seen.summary, planner.spec.name)
+    return seen
+
+
+def _confirmed(adapter: IronicAdapter, planner: _Planner, last: FullObservation, paused: bool,
+               full_resync_seconds: float) -> _Seen | ListingReason:
+    """The last full listing, brought up to date by the cheap answers, and the plan made from
+    it; or why the pool must be listed in full instead (core/observation.py decides)."""
+    decision = planner.plan_for(last.nodes, last.observed_at)
+    reason = observation.reason_before_asking(last, decision.ring_members, planner.now, full_resync_seconds)
+    if reason is not None:
+        return reason
+    answers = _cheap_answers(adapter, last.owners_outside(decision.ring_members))
+    reason = observation.reason_from_answers(planner.spec.name, last, answers)
+    if reason is not None:
+        return reason
+    nodes = observation.merged(last, answers)
+    decision = planner.plan_for(nodes, last.observed_at)
+    reason = None if paused else observation.unlisted_sources(decision.moves, answers)
+    if reason is not None:
+        return reason
+    return _Seen(nodes, last.observed_at, decision, None, answers.summary)
+
+
+def _listed(adapter: IronicAdapter, planner: _Planner, reason: ListingReason, *, with_summary: bool) -> _Seen:
+    """The pool listed in full (the shard summary asked first, `with_summary`), and its plan."""
+    summary = adapter.shard_summary() if with_summary else {}  # before the listing
+    nodes = adapter.list_nodes()
+    return _Seen(nodes, planner.now, planner.plan_for(nodes, planner.now), reason, summary)
+
+
+def _write_moves(adapter: IronicAdapter, seen: _Seen, owners: frozenset[str], stop: threading.Event | None,
+                 memory: ObservationMemory | None) -> ApplyResult:
+    """The plan's moves written, those leaving one of `owners` guarded (core/shard_write.py);
+    the memory then knows the pool was written since its listing, whatever happened."""
+    try:
+        guard = Guard(owners)
+        if asks_placement(seen.decision.moves, owners):
+            guard = Guard(owners, *placement_question(adapter))
+        return adapter.apply_moves(seen.decision.moves, seen.nodes, stop, guard)
+    finally:
+        if memory is not None and memory.last is not None:
+            memory.last = replace(memory.last, wrote_since=True)
+
+
+def placement_question(adapter: IronicAdapter) -> tuple[PlacementState, Callable[[str], tuple[str, ...]] | None]:
+    """Placement's state for the adapter's cloud, and its `consumers` question when it answers.
+    The cloud names no Placement: ABSENT (no Nova schedules there; the guard reads Ironic alone,
+    per node, right before each write). Placement does not answer: NOT_ANSWERING, and the
+    guarded moves wait for it (never write blind: shard_write.waits_for_placement). Said in
+    the log each time, which is only when members change."""
     placement = PlacementAdapter(adapter.connection, cloud_name=adapter.cloud)
     try:
         placement.check()
@@ -225,12 +266,12 @@ def placement_question(adapter: IronicAdapter) -> Callable[[str], tuple[str, ...
         log.info("%s: moves away from live members are re-read in Ironic but Placement is not "
                  "asked for builds in flight (set placement_endpoint_override or a catalog "
                  "entry when the cloud runs Nova)", error)
-        return None
+        return PlacementState.ABSENT, None
     except PlacementError as error:
-        log.warning("%s: this cycle's moves away from live members rely on Ironic's per-node "
-                    "re-read alone", error)
-        return None
-    return placement.consumers
+        log.warning("%s: this cycle's moves away from live members wait until Placement answers "
+                    "(a build it placed may not show in Ironic yet)", error)
+        return PlacementState.NOT_ANSWERING, None
+    return PlacementState.ANSWERS, placement.consumers
 
 
 def _say_summary_refused(memory: ObservationMemory, summary: Mapping[str, int] | SummaryRefused,

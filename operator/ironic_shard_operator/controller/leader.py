@@ -27,7 +27,7 @@ def lease_clock() -> float:
 
 
 class WriteStop:
-    """The `stop` flag of the Ironic writers (adapters/ironic.py asks `is_set()` before each
+    """The `stop` flag of the Ironic writers (adapters/ironic/writes.py asks `is_set()` before each
     write): set once `interrupt` is set (news, stopping) or `may_write()` turned False."""
 
     def __init__(self, interrupt: threading.Event, may_write: Callable[[], bool]) -> None:

@@ -1,31 +1,15 @@
-"""Nova's side of one pool's cycle: observe Nova, audit (core/nova_policy.py), write, report.
+"""Nova's side of one pool's cycle: observe Nova, decide (forced_down: core/fencing.py; the
+audit: core/nova_policy.py), write, report. Runs in a worker thread after the pod actions,
+on the pool's openstacksdk connection (the Ironic adapter's), so a slow or absent Nova never
+delays a pod replacement.
 
-reconcile.py runs it (in a worker thread, like ironic_cycle.py's Ironic cycle) after the pod
-actions, so a slow or absent Nova never delays a pod replacement. It shares the pool's
-openstacksdk connection (one clouds.yaml, one cloud) through the Ironic adapter.
-
-- Every cycle: the compute services (one request) -> forced_down set or cleared
-  (`fencing.forced_down_changes`): set once a member has not been ready for
-  `failover.rebalanceAfterSeconds`, cleared as soon as it is ready again if the flag belongs
-  to a failure (status.nova.clearWhenReady); an administrator's flag on a ready member stays.
-- Once per update interval of the members (`update_resources_interval` of the nova.conf
-  they run): Nova's hypervisor list against the pool's Ironic nodes as this cycle read
-  them -> `nova_policy.audit()`: findings (status.nova, condition Degraded, Events, metrics),
-  the deletion of the services of members this pool removed by scale-down (recorded in
-  status.nova.retired every cycle, Nova asked or not: `nova_policy.retired_after`), and, with
-  `spec.nova.repairMisplaced`, the handover of misplaced nodes to their instance's host
-  (`IronicAdapter.hand_over`: written only if a fresh re-read shows the node unchanged).
-  Nova refusing a deletion (instances left, HTTP 409) is remembered and asked again only
-  after `nova_policy.REFUSAL_RETRY_SECONDS`; status.nova.waiting says why.
-- `paused`: reads and reports, writes nothing.
-
-Nova is optional. A cloud without a usable compute endpoint, credentials Nova refuses
-(admin is needed) or a Nova older than 2.53 turn the Nova features off (state Disabled,
-with the reason). Nova not answering (refused, timeouts, 5xx after the adapter's own
-retries) or any other Nova error: state Unavailable, and the rest of the cycle goes on.
-When Nova is asked again, and when it is audited, is `nova_schedule.NovaSchedule`'s call.
-Nothing is lost meanwhile: every decision is re-derived from what Nova and Ironic show
-(level-triggered), and the audit's memory is kept.
+Invariants: forced_down is written first (the write failover waits for), then the service
+deletions, then the Ironic handover of misplaced nodes (compare-and-set on shard and
+instance); `paused` or a lost Lease writes nothing; it never raises for Nova's sake: no usable
+compute endpoint, refused credentials or a Nova older than 2.53 turn Nova off (Disabled, with
+the reason), any other failure is Unavailable and the rest of the cycle goes on. When Nova is
+asked and audited is core/nova_schedule.py's call; every decision is re-derived from what
+Nova and Ironic show.
 """
 
 from __future__ import annotations
@@ -110,6 +94,8 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     `held`: members a handover holds (their forced_down is never cleared).
     Never raises for Nova's sake: failures become the section's state.
     """
+    cycle = _NovaCycle(pool, tuple(members), identities, retiring, nova_conf, nodes, previous, now, metrics,
+                       may_write, held)
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
         state.adapter, state.schedule = None, state.schedule.for_new_cloud()  # a new clouds.yaml
     recorded = (*((previous or {}).get("retired") or ()), *state.retired)
@@ -122,65 +108,128 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         state.adapter = NovaAdapter(ironic.connection, cloud_name=pool.cloud_name,
                                     request_timeout=REQUEST_TIMEOUT_SECONDS,
                                     retry_attempts=REQUEST_ATTEMPTS)
-    nova, key = state.adapter, pool.key
-    events: list[Event] = []
+    nova, events = state.adapter, []
     try:
-        services = nova.compute_services()
-        state.schedule = state.schedule.answered_now()
-        state.retired = nova_policy.retired_after(recorded, retiring=retiring, identities=identities,
-                                                  services=services)
-        clear_when_ready = fencing.clear_when_ready_after(
-            nova_policy.recorded_clear_when_ready(previous), members, services)
-        changes = fencing.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now,
-                                              clear_when_ready, held)
-        deletions: tuple[nova_policy.ServiceDeletion, ...] = ()
-        interval = nova_policy.update_interval(nova_conf)
-        repairs: tuple[Move, ...] = ()
-        listed: frozenset[str] = frozenset()
-        if nodes is not None and state.schedule.audit_due(now, interval):
-            hypervisors = nova.hypervisors()
-            listed = frozenset(h.host for h in hypervisors)
-            state.report = nova_policy.audit(
-                pool=pool.name, identities=identities, retiring=retiring, retired=state.retired, nodes=nodes,
-                hypervisors=hypervisors, services=services, since=state.since, now=now,
-                interval=interval, repair=pool.repair_misplaced, refused=state.refused,
-                instance_hosts=_instance_hosts(nova, nova_policy.misplaced(nodes, hypervisors)))
-            state.since, state.schedule = dict(state.report.since), state.schedule.audited(now)
-            deletions, repairs = state.report.deletions, state.report.repairs
-            if metrics is not None:
-                metrics.record_nova_audit(key, state.report.counts())
-        forced = {host for host, s in services.items() if s.forced_down}
-        if not pool.paused and (may_write is None or may_write()):
-            try:  # forced_down first: it is the write failover waits for
-                _write(nova, key, changes, deletions, state, now, forced, metrics, events)
-            finally:  # Ironic writes: a Nova failure above does not hold them up
-                if repairs:
-                    _hand_over(ironic, key, repairs, nodes or (), metrics, events,
-                               WriteStop(threading.Event(), may_write or (lambda: True)))
+        answered = _asked(state, nova, ironic, cycle, recorded, events)
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
-        state.schedule = state.schedule.after(nova_policy.DISABLED, now)
-        if metrics is not None:
-            metrics.record_nova_error(key, "disabled")
-        section = nova_policy.status_section(nova_policy.DISABLED, str(error), retired=state.retired)
+        section = _disabled(state, cycle, error)
     except NovaError as error:
-        state.schedule = state.schedule.after(nova_policy.UNAVAILABLE, now)
-        if metrics is not None:
-            metrics.record_nova_error(key, "unavailable")
-        log.warning("pool %s: Nova: %s (next attempt in %.0fs)", key, error,
-                    state.schedule.retry_at - now)
-        section = nova_policy.status_section(nova_policy.UNAVAILABLE, str(error), state.report,
-                                             (previous or {}).get("forcedDown") or (), state.retired,
-                                             nova_policy.recorded_clear_when_ready(previous))
+        section = _unavailable(state, cycle, error)
     else:
-        state.schedule = state.schedule.after(nova_policy.ENABLED, now)
-        message = nova_policy.summary(state.report.findings) if state.report is not None else \
-            "Nova answers; its hypervisor list is audited once Ironic has been read"
-        section = nova_policy.status_section(nova_policy.ENABLED, message, state.report,
-                                             sorted(forced & identities), state.retired,
-                                             fencing.clear_when_ready_written(clear_when_ready, changes, forced))
+        section = _enabled(state, cycle, answered)
         return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)),
-                           _services_after(nova, key, services, forced), listed)
+                           _services_after(nova, pool.key, answered.services, answered.forced), answered.listed)
     return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)))
+
+
+@dataclass(frozen=True, slots=True)
+class _NovaCycle:
+    """run_nova_cycle's arguments, for its steps."""
+
+    pool: Pool
+    members: tuple[Member, ...]
+    identities: AbstractSet[str]
+    retiring: AbstractSet[str]
+    nova_conf: str | None
+    nodes: Sequence[Node] | None
+    previous: Mapping[str, Any] | None
+    now: float
+    metrics: Any
+    may_write: Callable[[], bool] | None
+    held: AbstractSet[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Answered:
+    """What a cycle whose Nova answered saw and wrote: the services as first read, the
+    forced_down changes decided, the clearWhenReady flags they were decided with, the hosts
+    forced down once the writes are done, and the hosts the hypervisor list named (audited)."""
+
+    services: Mapping[str, nova_policy.ServiceRecord]
+    changes: tuple[fencing.ForcedDownChange, ...]
+    clear_when_ready: frozenset[str]
+    forced: set[str]
+    listed: frozenset[str]
+
+
+def _asked(state: NovaRuntime, nova: NovaAdapter, ironic: IronicAdapter, cycle: _NovaCycle,
+           recorded: Sequence[str], events: list[Event]) -> _Answered:
+    """Nova's services read, forced_down decided (core/fencing.py: set once a member has not
+    been ready for failover.rebalanceAfterSeconds, cleared as soon as it is ready again if the
+    flag belongs to a failure, status.nova.clearWhenReady; an administrator's flag on a ready
+    member stays), the audit made when due, then the writes (forced_down first; then the Ironic
+    handover of misplaced nodes, which a Nova failure does not hold up). Nova errors propagate."""
+    services = nova.compute_services()
+    state.schedule = state.schedule.answered_now()
+    state.retired = nova_policy.retired_after(recorded, retiring=cycle.retiring, identities=cycle.identities,
+                                              services=services)
+    clear_when_ready = fencing.clear_when_ready_after(
+        nova_policy.recorded_clear_when_ready(cycle.previous), cycle.members, services)
+    changes = fencing.forced_down_changes(cycle.members, services, cycle.pool.spec.rebalance_after_seconds,
+                                          cycle.now, clear_when_ready, cycle.held)
+    deletions, repairs, listed = _audit(state, nova, cycle, services)
+    forced = {host for host, s in services.items() if s.forced_down}
+    if not cycle.pool.paused and (cycle.may_write is None or cycle.may_write()):
+        try:
+            _write(nova, cycle.pool.key, changes, deletions, state, cycle.now, forced, cycle.metrics, events)
+        finally:
+            if repairs:
+                _hand_over(ironic, cycle.pool.key, repairs, cycle.nodes or (), cycle.metrics, events,
+                           WriteStop(threading.Event(), cycle.may_write or (lambda: True)))
+    return _Answered(services, tuple(changes), clear_when_ready, forced, listed)
+
+
+def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: Mapping[str, Any]
+           ) -> tuple[tuple[nova_policy.ServiceDeletion, ...], tuple[Move, ...], frozenset[str]]:
+    """When the audit is due (once per update interval of the members, the
+    `update_resources_interval` of the nova.conf they run) and Ironic was read: Nova's
+    hypervisor list audited against the nodes (core/nova_policy.py::audit, its report kept in
+    `state`); its service deletions (of members this pool retired, status.nova.retired), its
+    repairs (spec.nova.repairMisplaced) and the hosts the list named. Not due: nothing."""
+    interval = nova_policy.update_interval(cycle.nova_conf)
+    nodes = cycle.nodes
+    if nodes is None or not state.schedule.audit_due(cycle.now, interval):
+        return (), (), frozenset()
+    hypervisors = nova.hypervisors()
+    state.report = nova_policy.audit(
+        pool=cycle.pool.name, identities=cycle.identities, retiring=cycle.retiring, retired=state.retired,
+        nodes=nodes, hypervisors=hypervisors, services=services, since=state.since, now=cycle.now,
+        interval=interval, repair=cycle.pool.repair_misplaced, refused=state.refused,
+        instance_hosts=_instance_hosts(nova, nova_policy.misplaced(nodes, hypervisors)))
+    state.since, state.schedule = dict(state.report.since), state.schedule.audited(cycle.now)
+    if cycle.metrics is not None:
+        cycle.metrics.record_nova_audit(cycle.pool.key, state.report.counts())
+    return state.report.deletions, state.report.repairs, frozenset(h.host for h in hypervisors)
+
+
+def _disabled(state: NovaRuntime, cycle: _NovaCycle, error: NovaError) -> dict[str, Any]:
+    """The section of a Nova that cannot be used (no endpoint, credentials refused, too old)."""
+    state.schedule = state.schedule.after(nova_policy.DISABLED, cycle.now)
+    if cycle.metrics is not None:
+        cycle.metrics.record_nova_error(cycle.pool.key, "disabled")
+    return nova_policy.status_section(nova_policy.DISABLED, str(error), retired=state.retired)
+
+
+def _unavailable(state: NovaRuntime, cycle: _NovaCycle, error: NovaError) -> dict[str, Any]:
+    """The section of a Nova that did not answer: the last audit and forced_down flags kept."""
+    state.schedule = state.schedule.after(nova_policy.UNAVAILABLE, cycle.now)
+    if cycle.metrics is not None:
+        cycle.metrics.record_nova_error(cycle.pool.key, "unavailable")
+    log.warning("pool %s: Nova: %s (next attempt in %.0fs)", cycle.pool.key, error,
+                state.schedule.retry_at - cycle.now)
+    return nova_policy.status_section(nova_policy.UNAVAILABLE, str(error), state.report,
+                                      (cycle.previous or {}).get("forcedDown") or (), state.retired,
+                                      nova_policy.recorded_clear_when_ready(cycle.previous))
+
+
+def _enabled(state: NovaRuntime, cycle: _NovaCycle, answered: _Answered) -> dict[str, Any]:
+    """The section of a Nova that answered: the audit's findings, the hosts forced down."""
+    state.schedule = state.schedule.after(nova_policy.ENABLED, cycle.now)
+    message = nova_policy.summary(state.report.findings) if state.report is not None else \
+        "Nova answers; its hypervisor list is audited once Ironic has been read"
+    return nova_policy.status_section(
+        nova_policy.ENABLED, message, state.report, sorted(answered.forced & cycle.identities), state.retired,
+        fencing.clear_when_ready_written(answered.clear_when_ready, answered.changes, answered.forced))
 
 
 def _services_after(nova: NovaAdapter, key: str, services: Mapping[str, Any],

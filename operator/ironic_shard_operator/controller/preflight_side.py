@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ironic_shard_operator.adapters.preflight import Inputs, run_checks
+from ironic_shard_operator.adapters.preflight import run_checks
 from ironic_shard_operator.core import preflight
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ Verdict = tuple[bool, str, str]  # (status, reason, message) of the Preflight co
 RECHECK_FAILED_SECONDS = 300.0
 
 
-def inputs_key(inputs: Inputs) -> str:
+def inputs_key(inputs: preflight.Inputs) -> str:
     """A digest of everything the checks read: equal keys, the same checks."""
     parts = (inputs.clouds_yaml or "", inputs.cloud_name, inputs.nova_conf or "", repr(inputs.selector),
              str(inputs.handover), inputs.handover_nova_conf or "", inputs.image or "", str(inputs.check_image),
@@ -46,9 +46,9 @@ class PreflightSide:
     task: asyncio.Future | None = None
     verdict: Verdict | None = None
     decided_at: float = 0.0
-    _checks: Callable[[Inputs], list[preflight.Check]] = field(default=run_checks, repr=False)
+    _checks: Callable[[preflight.Inputs], list[preflight.Check]] = field(default=run_checks, repr=False)
 
-    def follow(self, inputs: Inputs, wake: asyncio.Event, now: float) -> Verdict | None:
+    def follow(self, inputs: preflight.Inputs, wake: asyncio.Event, now: float) -> Verdict | None:
         """The verdict for `inputs` at `now` (seconds): starts a run when they differ from the
         last ones, or when the last verdict failed RECHECK_FAILED_SECONDS ago; None while the
         first run for them is under way (the last reported condition stays)."""
@@ -68,6 +68,6 @@ class PreflightSide:
             self.task, self.decided_at = None, now
         return self.verdict
 
-    def _start(self, inputs: Inputs, wake: asyncio.Event) -> None:
+    def _start(self, inputs: preflight.Inputs, wake: asyncio.Event) -> None:
         self.task = asyncio.ensure_future(asyncio.to_thread(self._checks, inputs))
         self.task.add_done_callback(lambda _: wake.set())

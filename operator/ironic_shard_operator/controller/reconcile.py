@@ -45,7 +45,7 @@ from ironic_shard_operator.adapters.ironic import (
     IronicAdapter, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError, IronicTooOld,
 )
 from ironic_shard_operator.adapters.kube import KubeError, KubeRefused
-from ironic_shard_operator.adapters.preflight import Inputs
+from ironic_shard_operator.core.preflight import Inputs
 from ironic_shard_operator.controller.cloud_side import HUNG_AFTER_SECONDS, CloudResult, CloudSide, CloudWork
 from ironic_shard_operator.controller.disruption_budget import keep_budget
 from ironic_shard_operator.controller.ironic_cycle import AdapterCache

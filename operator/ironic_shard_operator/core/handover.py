@@ -97,6 +97,40 @@ class NovaView:
 
 
 @dataclass(frozen=True, slots=True)
+class NovaQuestions:
+    """What a handover step asks Nova about the nodes with instances of its subjects (the
+    sources, and the members a handover still holds), each as (subject, node uuid):
+    `count`: the instances on the next nodes Nova still lists under the subject, at most
+    `per_source` of them in uuid order (the order Jobs take them in; nova-manage refuses a
+    node with more than one, and counts the others itself); `half_moved`: whether an instance
+    still names the subject on a node Nova lists under another host (`stranded`)."""
+
+    count: tuple[tuple[str, str], ...]
+    half_moved: tuple[tuple[str, str], ...]
+
+
+def nova_questions(subjects: Iterable[str], nodes: Iterable[Node], compute_host: Mapping[str, str],
+                   per_source: int) -> NovaQuestions:
+    """The questions of `NovaQuestions`, from the nodes as Ironic shows them and the host
+    Nova's hypervisor list names for each."""
+    nodes = tuple(nodes)
+    count: list[tuple[str, str]] = []
+    half_moved: list[tuple[str, str]] = []
+    for subject in sorted(subjects):
+        mine = [n for n in nodes if n.shard == subject and n.instance_uuid]
+        waiting = sorted(n.uuid for n in mine if compute_host.get(n.uuid) == subject)
+        count += [(subject, uuid) for uuid in waiting[:per_source]]
+        half_moved += [(subject, n.uuid) for n in mine if compute_host.get(n.uuid, subject) != subject]
+    return NovaQuestions(tuple(count), tuple(half_moved))
+
+
+def stranded(instances_left: Mapping[str, int]) -> frozenset[str]:
+    """The nodes of a half move (NovaView.stranded), from `instances_left`: for each node of
+    NovaQuestions.half_moved, how many instances on it still name its Ironic shard's host."""
+    return frozenset(uuid for uuid, left in instances_left.items() if left)
+
+
+@dataclass(frozen=True, slots=True)
 class JobView:
     """A handover Job as observed: its `moves` (node uuid, destination), its state (ACTIVE,
     SUCCEEDED, FAILED), when it finished (FAILED/SUCCEEDED), the tail of its pod's log, and

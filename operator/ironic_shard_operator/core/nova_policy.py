@@ -1,52 +1,12 @@
-"""Nova's side of a pool, audited against Ironic: findings and the Nova writes they call for.
+"""Nova's side of a pool, audited against Ironic: findings, the services to delete, the
+misplaced nodes to hand over. Pure: the shell (controller/nova_cycle.py) reads Nova and
+carries the decisions out; forced_down, which follows the grace rule, is core/fencing.py's.
 
-Pure: observations in (Nova's compute services and hypervisors, the pool's Ironic nodes,
-its members, the clock), decisions out. The shell (reconcile.py) reads Nova
-through nova.py and carries the decisions out.
-
-What Nova shows, and why it can be trusted as the judge (Nova 2024.1+, `[ironic]shard`):
-each Ironic node has at most one compute-node record, named by the node's UUID, whose
-`host` is the nova-compute service that last reported it. A member whose shard gains a
-free node takes the record over at its next resource-tracker cycle; a member that stops
-reporting a node keeps the record (Nova deletes it only when the Ironic node is gone).
-A node with an instance is reported only by the host of that instance, so its record's
-host IS the instance's host: the audit reads the instance's host from the hypervisor list
-(no server listing needed).
-
-Findings (`Finding.kind`):
-- `duplicate`: a managed node listed under two or more computes (reported at once);
-- `unlisted`: a node owned by a member but not listed under that member's compute (under
-  none, or still under another) for longer than two update intervals (the members' resource
-  cycle, `update_interval()`); the first time it was seen so is carried from audit to audit
-  in `since` (kept in memory: after an operator restart the clock starts again);
-- `misplaced`: a node with an instance, listed under exactly one host that is not its shard
-  (a handover between its Nova move and its shard write only once that persists).
-  No compute serves it (the instance's host lists only the nodes of its own shard, and no other
-  host takes over a node with an instance); with `repair` the audit hands it over explicitly:
-  a Move setting its shard to the compute node's host, when that host is a member of the pool
-  and Nova places the node's instance on that same host (`instance_hosts`). This is the one
-  audited exception to "the ring never moves a pinned node" (invariant 2);
-- `incomplete`: a misplaced node whose instance Nova places on another host than its compute
-  node (a nova-manage move killed between its two saves: compute node saved, instance not).
-  Never repaired: writing its shard would hide the instance from the host Nova sends its
-  actions to, and nova-manage cannot finish it; the finding names the SQL that does, and stays
-  until it is done (invariant 12);
-- `unmapped`: a member whose service is up and owns nodes, but Nova lists no node under it
-  for longer than two update intervals (its host is not mapped to a cell: the deployment's
-  host discovery has not run for it).
-
-Decisions (forced_down, which follows the grace rule, is decided in fencing.py):
-- `AuditReport.deletions`: the service of an identity THIS pool created and retired
-  (scale-down: no pod, no ConfigMap any more), once no managed node has it as shard and
-  Nova lists no managed node under it. A host that merely looks like one of the pool's
-  (`<pool>-<n>`: a same-named pool in another namespace, a host someone runs by hand) is
-  never touched. The retired identities are recorded in status.nova.retired
-  (`retired_after()`), so an operator restart keeps the knowledge; an identity leaves the
-  record once it is no member and Nova lists no service for it (deleted, or never
-  registered). Nova refusing (instances left, HTTP 409)
-  is remembered by the shell (`refused`) and retried only after `REFUSAL_RETRY_SECONDS`;
-  until a retry succeeds the host stays in `waiting` (so ScaleDownBlocked does not blink
-  each time Nova is asked again).
+Invariants: Nova's hypervisor list is the judge (each Ironic node has at most one compute
+node, whose host is the one that last reported it, and a node with an instance is reported
+only by its instance's host); only the service of an identity THIS pool created and retired
+is ever deleted (invariant 11); a pinned node is handed over only on `repair`, to the host of
+its own instance (the one audited exception to invariant 2), and a half move never.
 """
 
 from __future__ import annotations
@@ -109,7 +69,39 @@ class HypervisorRecord(Protocol):
 class Finding:
     """Something wrong in Nova's view of the pool; `subject` is a node uuid or member name.
     `message` depends only on the facts (not on the clock), so a status built from it is
-    rewritten only when they change."""
+    rewritten only when they change.
+
+    What Nova shows, and why it can be trusted as the judge (Nova 2024.1+, `[ironic]shard`):
+    each Ironic node has at most one compute-node record, named by the node's UUID, whose
+    `host` is the nova-compute service that last reported it. A member whose shard gains a
+    free node takes the record over at its next resource-tracker cycle; a member that stops
+    reporting a node keeps the record (Nova deletes it only when the Ironic node is gone).
+    A node with an instance is reported only by the host of that instance, so its record's
+    host IS the instance's host: the audit reads the instance's host from the hypervisor list
+    (no server listing needed).
+
+    Findings (`Finding.kind`):
+    - `duplicate`: a managed node listed under two or more computes (reported at once);
+    - `unlisted`: a node owned by a member but not listed under that member's compute (under
+      none, or still under another) for longer than two update intervals (the members' resource
+      cycle, `update_interval()`); the first time it was seen so is carried from audit to audit
+      in `since` (kept in memory: after an operator restart the clock starts again);
+    - `misplaced`: a node with an instance, listed under exactly one host that is not its shard
+      (a handover between its Nova move and its shard write only once that persists).
+      No compute serves it (the instance's host lists only the nodes of its own shard, and no other
+      host takes over a node with an instance); with `repair` the audit hands it over explicitly:
+      a Move setting its shard to the compute node's host, when that host is a member of the pool
+      and Nova places the node's instance on that same host (`instance_hosts`). This is the one
+      audited exception to "the ring never moves a pinned node" (invariant 2);
+    - `incomplete`: a misplaced node whose instance Nova places on another host than its compute
+      node (a nova-manage move killed between its two saves: compute node saved, instance not).
+      Never repaired: writing its shard would hide the instance from the host Nova sends its
+      actions to, and nova-manage cannot finish it; the finding names the SQL that does, and stays
+      until it is done (invariant 12);
+    - `unmapped`: a member whose service is up and owns nodes, but Nova lists no node under it
+      for longer than two update intervals (its host is not mapped to a cell: the deployment's
+      host discovery has not run for it).
+    """
 
     kind: str
     subject: str
@@ -225,7 +217,9 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
           since: Mapping[str, float], now: float, interval: float, repair: bool = False,
           refused: Mapping[str, ServiceDeletionRefusal] | None = None,
           instance_hosts: Mapping[str, str | None] | None = None) -> AuditReport:
-    """Compare Nova's hypervisor list with the pool's Ironic nodes; see the module doc.
+    """Compare Nova's hypervisor list with the pool's Ironic nodes.
+
+    What each finding means: `Finding`; which services are deleted: `_retired_services`.
 
     `identities` are the pool's current members (a pod or a ConfigMap exists), `retiring`
     those of them being removed (never a repair's target), `retired` the identities this
@@ -237,8 +231,36 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
     none found). A node not asked about is never repaired.
     """
     members, leaving = set(identities), set(retiring)
-    refused = refused or {}
-    patience = UPDATE_INTERVALS_BEFORE_FINDING * interval
+    clocks = _Clocks(since, now, UPDATE_INTERVALS_BEFORE_FINDING * interval)
+    listed, under_host = _listing(nodes, hypervisors)
+    findings, repairs, owned = _node_findings(nodes, listed, members, leaving, services, clocks,
+                                              repair, instance_hosts or {})
+    findings += _unmapped(pool, members, services, owned, under_host, clocks)
+    deletions, waiting = _retired_services(pool, retired, members, services, owned, under_host, refused or {}, now)
+    return AuditReport(findings=tuple(findings), since=clocks.seen, deletions=tuple(deletions),
+                       waiting=waiting, repairs=tuple(repairs))
+
+
+@dataclass
+class _Clocks:
+    """The audit's memory of pending findings: when each was first seen (`since`, the last
+    audit's memory) and, filled as the audit goes, those still pending now (`seen`, the next)."""
+
+    since: Mapping[str, float]
+    now: float
+    patience: float
+    seen: dict[str, float] = field(default_factory=dict)
+
+    def persisting(self, key: str) -> bool:
+        """Whether `key` has been pending for longer than the patience (remembered either way)."""
+        first = self.seen[key] = self.since.get(key, self.now)
+        return self.now - first > self.patience
+
+
+def _listing(nodes: Iterable[Node], hypervisors: Iterable[HypervisorRecord]
+             ) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    """Nova's hypervisor list over the pool's nodes: the hosts each node is listed under, and
+    the nodes listed under each host (others' nodes left out)."""
     listed: defaultdict[str, list[str]] = defaultdict(list)
     under_host: defaultdict[str, set[str]] = defaultdict(set)
     managed = {node.uuid for node in nodes}
@@ -246,16 +268,17 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
         if hypervisor.node_uuid in managed:
             listed[hypervisor.node_uuid].append(hypervisor.host)
             under_host[hypervisor.host].add(hypervisor.node_uuid)
+    return listed, under_host
 
+
+def _node_findings(nodes: Sequence[Node], listed: Mapping[str, list[str]], members: AbstractSet[str],
+                   leaving: AbstractSet[str], services: Mapping[str, ServiceRecord], clocks: _Clocks,
+                   repair: bool, instance_hosts: Mapping[str, str | None]
+                   ) -> tuple[list[Finding], list[Move], Counter[str]]:
+    """Each node against the computes Nova lists it under: duplicate, misplaced (and its
+    repair), incomplete, unlisted; and the nodes each shard owns."""
     findings: list[Finding] = []
-    next_since: dict[str, float] = {}
     repairs: list[Move] = []
-
-    def persisting(key: str) -> bool:
-        """Whether `key` has been pending for longer than the patience (remembered either way)."""
-        first = next_since[key] = since.get(key, now)
-        return now - first > patience
-
     owned: Counter[str] = Counter()
     for node in sorted(nodes, key=lambda n: n.uuid):
         hosts = sorted(set(listed.get(node.uuid, ())))
@@ -268,35 +291,74 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
         elif node.instance_uuid and hosts and hosts[0] != node.shard:
             host = hosts[0]
             if handover_in_flight(node.shard, host, members, leaving, services) \
-                    and not persisting(f"{MISPLACED}:{node.uuid}:{host}"):
+                    and not clocks.persisting(f"{MISPLACED}:{node.uuid}:{host}"):
                 continue  # moved in Nova first by a handover: its shard is written next
-            instance_host = (instance_hosts or {}).get(node.uuid)
-            if instance_host is not None and instance_host != host:
-                findings.append(Finding(INCOMPLETE, node.uuid, half_move_message(
-                    node.uuid, node.instance_uuid, instance_host, host)))
-                continue  # never repaired: nova-manage's second save is missing
-            findings.append(Finding(MISPLACED, node.uuid,
-                                    f"node {node.uuid} has an instance on {host} but its shard is "
-                                    f"{node.shard or '(none)'}: no compute serves it"))
-            if repair and host in members and host not in leaving and instance_host == host:
-                repairs.append(Move(node.uuid, node.shard, host))
+            finding, move = _misplaced(node, host, instance_hosts.get(node.uuid), members, leaving, repair)
+            findings.append(finding)
+            repairs += [move] if move is not None else []
         elif node.shard in members and hosts != [node.shard]:
-            if persisting(f"{UNLISTED}:{node.uuid}:{node.shard}"):  # a new owner: a new clock
+            if clocks.persisting(f"{UNLISTED}:{node.uuid}:{node.shard}"):  # a new owner: a new clock
                 where = f"under {hosts[0]}" if hosts else "under no compute"
                 findings.append(Finding(UNLISTED, node.uuid,
                                         f"node {node.uuid} (shard {node.shard}) is listed {where} "
-                                        f"for more than {patience:g}s"))
+                                        f"for more than {clocks.patience:g}s"))
+    return findings, repairs, owned
 
+
+def _misplaced(node: Node, host: str, instance_host: str | None, members: AbstractSet[str],
+               leaving: AbstractSet[str], repair: bool) -> tuple[Finding, Move | None]:
+    """A node with an instance that Nova lists under `host`, not its shard: a half move when its
+    instance is on another host (never repaired: nova-manage's second save is missing), else
+    misplaced, with its repair when asked for and the host is a staying member where the
+    instance is too."""
+    assert node.instance_uuid is not None
+    if instance_host is not None and instance_host != host:
+        return Finding(INCOMPLETE, node.uuid, half_move_message(node.uuid, node.instance_uuid, instance_host,
+                                                                 host)), None
+    finding = Finding(MISPLACED, node.uuid, f"node {node.uuid} has an instance on {host} but its shard is "
+                                            f"{node.shard or '(none)'}: no compute serves it")
+    if repair and host in members and host not in leaving and instance_host == host:
+        return finding, Move(node.uuid, node.shard, host)
+    return finding, None
+
+
+def _unmapped(pool: str, members: AbstractSet[str], services: Mapping[str, ServiceRecord], owned: Counter[str],
+              under_host: Mapping[str, set[str]], clocks: _Clocks) -> list[Finding]:
+    """Members up and owning nodes under which Nova has listed none for longer than the
+    patience: their host is probably not mapped to a cell."""
+    findings = []
     for member in sorted(members, key=lambda m: (member_ordinal(pool, m) or 0, m)):
         service = services.get(member)
         if service is None or not service.up or not owned[member] or under_host.get(member):
             continue
-        if persisting(f"{UNMAPPED}:{member}"):
+        if clocks.persisting(f"{UNMAPPED}:{member}"):
             findings.append(Finding(UNMAPPED, member,
                                     f"member {member} is up and owns nodes, but Nova has listed "
-                                    f"none under it for more than {patience:g}s: is its host mapped "
+                                    f"none under it for more than {clocks.patience:g}s: is its host mapped "
                                     "to a cell (nova-manage cell_v2 discover_hosts)?"))
+    return findings
 
+
+def _retired_services(pool: str, retired: Iterable[str], members: AbstractSet[str],
+                      services: Mapping[str, ServiceRecord], owned: Counter[str],
+                      under_host: Mapping[str, set[str]], refused: Mapping[str, ServiceDeletionRefusal],
+                      now: float) -> tuple[list[ServiceDeletion], dict[str, str]]:
+    """The services of members this pool retired that are deleted now, and why each other one
+    waits: nodes still carry its shard, Nova still lists nodes under it, or Nova refused
+    (asked again REFUSAL_RETRY_SECONDS later). Only this pool's member names, never a member.
+
+    `AuditReport.deletions`: the service of an identity THIS pool created and retired
+    (scale-down: no pod, no ConfigMap any more), once no managed node has it as shard and
+    Nova lists no managed node under it. A host that merely looks like one of the pool's
+    (`<pool>-<n>`: a same-named pool in another namespace, a host someone runs by hand) is
+    never touched. The retired identities are recorded in status.nova.retired
+    (`retired_after()`), so an operator restart keeps the knowledge; an identity leaves the
+    record once it is no member and Nova lists no service for it (deleted, or never
+    registered). Nova refusing (instances left, HTTP 409)
+    is remembered by the shell (`refused`) and retried only after `REFUSAL_RETRY_SECONDS`;
+    until a retry succeeds the host stays in `waiting` (so ScaleDownBlocked does not blink
+    each time Nova is asked again).
+    """
     deletions: list[ServiceDeletion] = []
     waiting: dict[str, str] = {}
     for host in sorted(set(retired)):
@@ -317,8 +379,7 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
             deletions.append(ServiceDeletion(
                 service, f"Deleted Nova compute service {host}: the member was removed by "
                          "scale-down and owns no node any more"))
-    return AuditReport(findings=tuple(findings), since=next_since, deletions=tuple(deletions),
-                       waiting=waiting, repairs=tuple(repairs))
+    return deletions, waiting
 
 
 def summary(findings: Sequence[Finding]) -> str:

@@ -21,7 +21,8 @@ The rules it keeps (invariants 1-4, docs/invariants.md):
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 
 from ironic_shard_operator.core import autoscale
@@ -55,60 +56,19 @@ def plan(observation: Observation) -> Plan:
         if m.name not in retiring
         and counts_as_ready(m, observation.now, spec.rebalance_after_seconds)
     )
-
-    pinned_by_owner: Counter[str | None] = Counter()
-    instances_by_owner: Counter[str | None] = Counter()
-    free_by_owner: defaultdict[str | None, list[str]] = defaultdict(list)
-    busy: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
-    for node in nodes:
-        if node.pinned:
-            pinned_by_owner[node.shard] += 1
-            instances_by_owner[node.shard] += bool(node.instance_uuid)
-            if node.shard in retiring and (state := mid_operation(node)) is not None:
-                busy[node.shard].append((node.uuid, state))
-        else:
-            free_by_owner[node.shard].append(node.uuid)
-    free_count = len(nodes) - sum(pinned_by_owner.values())
-
-    moves = plan_moves(free_by_owner, ring_members, pinned_by_owner) if ring_members else []
-
-    free_now = Counter({owner: len(uuids) for owner, uuids in free_by_owner.items()})
-    free_after = free_now.copy()
-    for move in moves:
-        free_after[move.source] -= 1
-        free_after[move.target] += 1
-
+    owners = _by_owner(nodes, retiring)
+    moves = plan_moves(owners.free, ring_members, owners.pinned) if ring_members else []
+    free_now = Counter({owner: len(uuids) for owner, uuids in owners.free.items()})
     scale_down_blocked = {
-        m.name: pinned_by_owner[m.name] for m in members
-        if m.name in retiring and pinned_by_owner[m.name]
+        m.name: owners.pinned[m.name] for m in members
+        if m.name in retiring and owners.pinned[m.name]
     }
     # A retiring member goes once Ironic shows it owns nothing (its free nodes moved in an
     # earlier cycle), or at replicas 0, where nobody could take its free nodes anyway.
     members_to_delete = tuple(
         m.name for m in members
-        if m.name in retiring and not pinned_by_owner[m.name]
+        if m.name in retiring and not owners.pinned[m.name]
         and (not free_now[m.name] or desired == 0)
-    )
-    ring_set = set(ring_members)
-    loads = tuple(
-        MemberLoad(
-            name=m.name,
-            nodes=pinned_by_owner[m.name] + free_after[m.name],
-            pinned=pinned_by_owner[m.name],
-            in_ring=m.name in ring_set,
-            with_instance=instances_by_owner[m.name],
-        )
-        for m in members
-    )
-    identities = {m.name for m in members}
-    counts = NodeCounts(
-        total=len(nodes),
-        free=free_count,
-        pinned=len(nodes) - free_count,
-        unassigned=sum(1 for node in nodes if node.shard is None),
-        pending_moves=len(moves),
-        misplaced=sum(c for owner, c in pinned_by_owner.items() if owner not in identities),
-        observed_at=observation.now if observation.nodes_observed_at is None else observation.nodes_observed_at,
     )
     return Plan(
         desired_replicas=desired,
@@ -117,11 +77,72 @@ def plan(observation: Observation) -> Plan:
         members_to_create=members_to_create(spec.name, members, desired),
         members_to_delete=members_to_delete,
         scale_down_blocked=scale_down_blocked,
-        loads=loads,
-        counts=counts,
+        loads=_loads(members, owners, free_now, moves, set(ring_members)),
+        counts=_counts(observation, owners, moves, {m.name for m in members}),
         autoscale=scale,
-        busy={owner: tuple(sorted(found)) for owner, found in busy.items()},
+        busy={owner: tuple(sorted(found)) for owner, found in owners.busy.items()},
         retiring=tuple(m.name for m in members if m.name in retiring),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Owners:
+    """The nodes by owner (None: unsharded): pinned ones counted, those of them with an
+    instance counted, free ones listed, and the retiring members' nodes mid-operation."""
+
+    pinned: Counter[str | None]
+    instances: Counter[str | None]
+    free: dict[str | None, list[str]]
+    busy: dict[str, list[tuple[str, str]]]
+
+
+def _by_owner(nodes: Iterable[Node], retiring: set[str]) -> _Owners:
+    pinned: Counter[str | None] = Counter()
+    instances: Counter[str | None] = Counter()
+    free: defaultdict[str | None, list[str]] = defaultdict(list)
+    busy: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
+    for node in nodes:
+        if node.pinned:
+            pinned[node.shard] += 1
+            instances[node.shard] += bool(node.instance_uuid)
+            if node.shard in retiring and (state := mid_operation(node)) is not None:
+                busy[node.shard].append((node.uuid, state))
+        else:
+            free[node.shard].append(node.uuid)
+    return _Owners(pinned, instances, free, busy)
+
+
+def _loads(members: Iterable[Member], owners: _Owners, free_now: Counter[str | None], moves: Iterable[Move],
+           ring_set: set[str]) -> tuple[MemberLoad, ...]:
+    """Each member's load once the moves are made."""
+    free_after = free_now.copy()
+    for move in moves:
+        free_after[move.source] -= 1
+        free_after[move.target] += 1
+    return tuple(
+        MemberLoad(
+            name=m.name,
+            nodes=owners.pinned[m.name] + free_after[m.name],
+            pinned=owners.pinned[m.name],
+            in_ring=m.name in ring_set,
+            with_instance=owners.instances[m.name],
+        )
+        for m in members
+    )
+
+
+def _counts(observation: Observation, owners: _Owners, moves: Sequence[Move], identities: set[str]) -> NodeCounts:
+    """The pool's node counts (status.nodes); misplaced: pinned nodes whose owner is no member."""
+    nodes = observation.nodes
+    free_count = len(nodes) - sum(owners.pinned.values())
+    return NodeCounts(
+        total=len(nodes),
+        free=free_count,
+        pinned=len(nodes) - free_count,
+        unassigned=sum(1 for node in nodes if node.shard is None),
+        pending_moves=len(moves),
+        misplaced=sum(c for owner, c in owners.pinned.items() if owner not in identities),
+        observed_at=observation.now if observation.nodes_observed_at is None else observation.nodes_observed_at,
     )
 
 

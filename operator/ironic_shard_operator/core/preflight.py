@@ -1,13 +1,16 @@
-"""Preflight: is a pool's configuration usable, before (and while) a pool runs on it?
+"""Preflight: is a pool's configuration usable, before (and while) a pool runs on it? Which
+checks run, and each check's verdict.
 
 Each check is a pure verdict over text (a nova.conf) or over what an adapter was answered
-(adapters/preflight.py asks Ironic, Nova, Placement and the image registry and passes the
-answers here as plain data). Every check says pass, warn or fail, what it saw in one line,
-and for warn and fail a one-line fix. Invariants:
+(adapters/preflight.py asks Ironic, Nova, Placement and the image registry what `questions`
+selects, and passes the answers here as plain data). Every check says pass, warn or fail,
+what it saw in one line, and for warn and fail a one-line fix. Invariants:
 - a check never raises: an unreadable input is that check's fail;
 - a fail means the pool cannot work as configured; a warn means it works but something is
   ignored, unproven or not checkable from here;
-- no text quotes a credential: messages name keys and sections, never their values.
+- no text quotes a credential: messages name keys and sections, never their values;
+- the one request that could write (the shard-update probe) is sent only while the pool is
+  not in Conflict, and only to a node the pool may own (`probe_target`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
 
-from ironic_shard_operator.core.model import member_ordinal
+from ironic_shard_operator.core.model import Selector, member_ordinal
 
 SHARD_MICROVERSION = (1, 82)
 COMPUTE_MICROVERSION = (2, 53)
@@ -45,6 +48,77 @@ class Check:
     verdict: Verdict
     message: str
     fix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What preflight checks: the cloud (clouds.yaml text and cloud name), the pool's node
+    selection, the base nova.conf, the handover nova.conf (`handover` says whether one is
+    configured) and the member image. `pool`: the pool's name (the shard-update probe addresses
+    only a node it may own; None: any node of the selection); `may_probe` False: the probe is
+    not sent (the pool is in Conflict: its selection holds another pool's nodes)."""
+
+    clouds_yaml: str | None
+    cloud_name: str
+    nova_conf: str | None
+    selector: Selector = Selector()
+    handover: bool = False
+    handover_nova_conf: str | None = None
+    image: str | None = None
+    check_image: bool = True
+    pool: str | None = None
+    may_probe: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Questions:
+    """Which questions preflight asks, from its inputs alone: the cloud (Ironic, then Nova and
+    Placement once Ironic answered: `asks_beyond_ironic`), the shard-update probe, the image
+    check and, for it, the image's registry."""
+
+    cloud: bool
+    probe: bool
+    image: bool
+    registry: bool
+
+
+def questions(inputs: Inputs) -> Questions:
+    """No clouds.yaml: the cloud is not asked (`no_clouds_yaml` fails instead). In Conflict:
+    no probe (`probe_in_conflict` warns). The image check only when wanted; its registry only
+    when an image is named."""
+    return Questions(cloud=inputs.clouds_yaml is not None, probe=inputs.may_probe, image=inputs.check_image,
+                     registry=inputs.check_image and bool(inputs.image))
+
+
+def asks_beyond_ironic(answer: ServiceAnswer) -> bool:
+    """Whether the cloud's other questions are asked: only once Ironic answered its check (the
+    failure alone says what to fix first)."""
+    return answer.failure is None
+
+
+# The failures of a service's check that are asked once more before they stand: no answer (one
+# dropped connection is no verdict).
+ASKED_AGAIN = frozenset({"unavailable", "keystone"})
+
+
+def no_clouds_yaml() -> Check:
+    """The cloud's check when no clouds.yaml is given: nothing is asked."""
+    return failed("ironic-reachable", "no clouds.yaml given",
+                  "create the Secret of spec.cloud (or pass --clouds-yaml FILE)")
+
+
+def clouds_yaml_unusable(message: str, cloud_name: str) -> Check:
+    """The cloud's check when the clouds.yaml cannot describe a connection (`message`)."""
+    return failed("ironic-reachable", message,
+                  f"fix the clouds.yaml so that 'clouds:' maps cloud '{cloud_name}' to its settings "
+                  "(auth_type, auth, endpoint override)")
+
+
+def file_checks(inputs: Inputs) -> list[Check]:
+    """The checks of the files alone: the base nova.conf, and the handover's when configured."""
+    checks = nova_conf_checks(inputs.nova_conf)
+    handover = handover_conf_check(inputs.handover_nova_conf, inputs.handover)
+    return checks if handover is None else [*checks, handover]
 
 
 def passed(name: str, message: str) -> Check:
@@ -161,6 +235,12 @@ def probe_target(nodes: Sequence[Mapping[str, object]], pool: str | None) -> str
     idle = [n for n in mine if not n.get("target_provision_state") and not n.get("reservation")]
     found = (idle or mine or [{}])[0].get("uuid")
     return str(found) if found else None
+
+
+def probe_in_conflict() -> Check:
+    """The shard-update check of a pool in Conflict: not probed (Questions.probe)."""
+    return shard_update_not_probed("the pool is in Conflict (its selection holds another pool's nodes)",
+                                   "resolve the Conflict (its condition names the other pool); the probe runs then")
 
 
 def shard_update_not_probed(why: str, fix: str) -> Check:

@@ -1,5 +1,5 @@
 """The safety rule of every shard write: given a planned move and a fresh read of its node,
-write it or say why not.
+write it or say why not; and which moves are guarded, and what Placement must say first.
 
 The planner (or the Nova audit) decided from an observation; between that observation and
 the write, Nova may have claimed the node, someone may have locked, moved or deleted it. The
@@ -8,17 +8,20 @@ Ironic adapter re-reads the node right before writing and writes only on WRITE, 
 - a node is written only from the shard the move was planned from (compare-and-set);
 - a handover (spec.nova.repairMisplaced) moves a pinned node only while it still carries
   the instance the audit saw on it;
-- a free node moving away from a LIVE owner (guarded) is re-read on its own right before its
-  write, and is not moved while Placement holds allocations on its resource provider; it is
-  read again right after its write, and put back where it was when a build claimed it in the
-  meantime (`claimed_after_write`: Ironic accepts no conditional write, so the claim may land
-  between the read and the write);
+- a free node moving away from an owner whose nova-compute may take a build (`is_guarded`,
+  invariant 13) is re-read on its own right before its write, and is not moved while
+  Placement holds allocations on its resource provider; it is read again right after its
+  write, and put back where it was when a build claimed it in the meantime
+  (`claimed_after_write`: Ironic accepts no conditional write, so the claim may land between
+  the read and the write);
+- never write blind: a guarded move is written only on Placement's answer when the cloud has
+  a Placement (`waits_for_placement`); one that does not answer keeps it where it is;
 - a node the guard holds back is reported (`GuardHold`), never waited on silently.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -88,6 +91,46 @@ def guarded_owners(members: Iterable[Member], now: float, grace_seconds: float,
     if services is None:
         return live | frozenset(identities)
     return live | frozenset(host for host, service in services.items() if service.up and not service.forced_down)
+
+
+def is_guarded(move: Move, guarded: frozenset[str]) -> bool:
+    """Whether `move` is a guarded move: its node leaves one of the `guarded` owners
+    (`guarded_owners`, or `live_owners` for a caller that knows nothing of Nova)."""
+    return move.source in guarded
+
+
+def asks_placement(moves: Iterable[Move], guarded: frozenset[str]) -> bool:
+    """Whether Placement is asked at all this cycle: only when a move is guarded."""
+    return any(is_guarded(move, guarded) for move in moves)
+
+
+class PlacementState(Enum):
+    """What the guard knows of Placement as a cycle's writes start."""
+
+    ANSWERS = "answers"              # asked about each guarded move's node
+    ABSENT = "absent"                # the cloud names none: no Nova schedules there, Ironic's reads guard alone
+    NOT_ANSWERING = "not_answering"  # named, but no answer: guarded moves wait (never write blind)
+
+
+def waits_for_placement(move: Move, guarded: frozenset[str], placement: PlacementState) -> bool:
+    """Never write blind: a guarded move is not written while the cloud's Placement does not
+    answer (counted busy, tried again next cycle). A build Placement placed before it stopped
+    answering still reaches Ironic's node only later, so Ironic's read alone cannot see it;
+    and a free node is worth moving only for new builds, which Nova cannot schedule without
+    Placement either, so waiting costs no capacity. The same holds for one guarded move whose
+    own question gets no answer (the adapter tries it again, then counts it busy), and for a
+    read after a write that gets none (the move is put back)."""
+    return placement is PlacementState.NOT_ANSWERING and is_guarded(move, guarded)
+
+
+def split_blind(moves: Sequence[Move], guarded: frozenset[str],
+                placement: PlacementState) -> tuple[list[Move], list[Move]]:
+    """`moves` as (those that may be tried this cycle, those that wait for Placement)."""
+    tried: list[Move] = []
+    waiting: list[Move] = []
+    for move in moves:
+        (waiting if waits_for_placement(move, guarded, placement) else tried).append(move)
+    return tried, waiting
 
 
 def guarded_verdict(move: Move, current: Node | None, claimed_in_placement: bool) -> Verdict:
