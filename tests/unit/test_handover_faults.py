@@ -302,14 +302,14 @@ class HandoverUnderFaults(RuleBasedStateMachine):
         # the pod side (reconcile._decide_pods), with or without a plan
         held = handover.holds(recorded=w.recorded, jobs=jobs, job_pods=job_pods)
         away = handover.kept_away(current, SETTINGS, members, set(w.pods), w.now, held=held, recorded=w.recorded)
-        retire = set(handover.retirable(current.members_to_delete, jobs, job_pods)) & w.identities \
-            if current else set()
-        for member in sorted((set(away) & w.identities) - retire):
+        side = handover.pod_side(identities=[m.name for m in members if m.name in w.identities], plan=current,
+                                 away=away, fenced_members=(), jobs=jobs, job_pods=job_pods)
+        for member in sorted(side.stop):
             w.pods.pop(member, None)
-        for member in sorted(retire):
+        for member in sorted(side.retire):
             w.pods.pop(member, None)
             w.identities.discard(member)
-        keep = (w.identities - retire - set(away)) | set(current.members_to_create if current else ())
+        keep = set(side.keep)
         for member in sorted(keep):
             w.identities.add(member)
             if member not in w.pods and not w.unschedulable.get(member):

@@ -359,15 +359,11 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
     creates or retires may have happened already. The Kubernetes nodes of pods that are not
     Ready are read for fencing."""
     plan = cloud.plan
-    retire = set(handover.retirable(plan.members_to_delete if plan else (), members.jobs, members.job_pods)) \
-        & set(members.identities)
     away = handover.kept_away(plan, pool.handover, members.readiness, members.pods.keys(), cycle.now,
                               held=members.held, recorded=cycle.previous.get("handover"))
-    stop = set(away) & set(members.identities) - retire
-    fenced = set(pool.fenced_members) & set(members.identities) - retire - stop
-    keep = [m for m in members.identities if m not in retire and m not in stop and m not in fenced]
-    keep += [m for m in (plan.members_to_create if plan else ())
-             if m not in members.identities and m not in pool.fenced_members]
+    side = handover.pod_side(identities=members.identities, plan=plan, away=away,
+                             fenced_members=pool.fenced_members, jobs=members.jobs, job_pods=members.job_pods)
+    keep, retire, stop, fenced = list(side.keep), set(side.retire), side.stop, side.fenced
     node_names = {p.node_name for p in members.pods.values() if p.node_name and (p.deleting or not p.ready)}
     nodes_raw = await asyncio.gather(*(cycle.op.kube.get_node(n) for n in sorted(node_names)))
     decision = pods.decide(

@@ -398,12 +398,45 @@ def kept_away(plan: Plan | None, settings: Handover | None, members: Sequence[Me
 
 def retirable(members_to_delete: Iterable[str], jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> frozenset[str]:
     """The members the plan retires (they own nothing in Ironic) that no handover Job still
-    moves nodes to: a destination may already hold, in Nova, a node Ironic still gives its
-    source; retired, it could never get that node's shard (its Job is the record until
-    Ironic shows the move, core/handover.py's `_Context.settled`)."""
-    receiving = {dest for job in jobs for _, dest in job.moves}
-    receiving |= {dest for pod in job_pods if pod.alive and pod.moves for _, dest in pod.moves}
-    return frozenset(set(members_to_delete) - receiving)
+    moves nodes to or from. A destination may already hold, in Nova, a node Ironic still gives
+    its source: retired, it could never get that node's shard (its Job is the record until
+    Ironic shows the move, core/handover.py's `_Context.settled`). A source whose Job runs, or
+    a pod of whose Jobs may still run, is held (`holds`): retired, its identity would be gone
+    while a nova-manage run still names it, and a scale back up would give it a pod at once."""
+    jobs, job_pods = tuple(jobs), tuple(job_pods)
+    busy = {dest for job in jobs for _, dest in job.moves}
+    busy |= {dest for pod in job_pods if pod.alive and pod.moves for _, dest in pod.moves}
+    busy |= {job.source for job in jobs if job.state == ACTIVE} | {pod.source for pod in job_pods if pod.alive}
+    return frozenset(set(members_to_delete) - busy)
+
+
+@dataclass(frozen=True, slots=True)
+class PodSide:
+    """What the pod side does with each member identity this cycle: `keep` (its pod kept, or
+    created), `retire` (pod and ConfigMap removed: the identity ends), `stop` (no pod, the
+    identity kept: `away`), `fenced` (spec.fencedMembers: left as they are)."""
+
+    keep: tuple[str, ...]
+    retire: frozenset[str]
+    stop: frozenset[str]
+    fenced: frozenset[str]
+
+
+def pod_side(*, identities: Sequence[str], plan: Plan | None, away: Mapping[str, str],
+             fenced_members: Iterable[str], jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> PodSide:
+    """The pod side's membership: with a plan, identities are created and retired; without,
+    only the existing ones are looked after. Invariants: a member kept away (`away`, from
+    `kept_away`: held by its handover, or stopped by this cycle's plan) gets no pod, whether it
+    has an identity or is one the plan creates again; a member is retired only when no handover
+    Job moves nodes to or from it (`retirable`)."""
+    present, fenced_all = set(identities), set(fenced_members)
+    retire = retirable(plan.members_to_delete if plan else (), jobs, job_pods) & present
+    stop = set(away) & present - retire
+    fenced = fenced_all & present - retire - stop
+    keep = [m for m in identities if m not in retire and m not in stop and m not in fenced]
+    keep += [m for m in (plan.members_to_create if plan else ())
+             if m not in present and m not in fenced_all and m not in away]
+    return PodSide(tuple(keep), frozenset(retire), frozenset(stop), frozenset(fenced))
 
 
 # --- the next step of every handover ------------------------------------------------------
