@@ -98,7 +98,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                    nova_conf: str | None, nodes: Sequence[Node] | None,
                    previous: Mapping[str, Any] | None, now: float, metrics: Any = None,
                    may_write: Callable[[], bool] | None = None,
-                   held: AbstractSet[str] = frozenset()) -> NovaOutcome:
+                   held: AbstractSet[str] = frozenset(), overlays: Sequence[str | None] = ()) -> NovaOutcome:
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
 
     `members`: the readiness of the pool's identities; `identities`: every current member
@@ -107,7 +107,8 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     cycle read them, None when Ironic could not be read (then only forced_down is looked
     after, and only once Nova has answered before); `previous`: the last status.nova;
     `may_write`: asked right before the writes (the leader's Lease check), none made if False;
-    `held`: members a handover holds (their forced_down is never cleared).
+    `held`: members a handover holds (their forced_down is never cleared); `overlays`: the
+    members' nova.conf overlays (with `nova_conf`, their update interval paces the audit).
     Never raises for Nova's sake: failures become the section's state.
     """
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
@@ -134,7 +135,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         changes = fencing.forced_down_changes(members, services, pool.spec.rebalance_after_seconds, now,
                                               clear_when_ready, held)
         deletions: tuple[nova_policy.ServiceDeletion, ...] = ()
-        interval = nova_policy.update_interval(nova_conf)
+        interval = nova_policy.update_interval(nova_conf, overlays)
         repairs: tuple[Move, ...] = ()
         listed: frozenset[str] = frozenset()
         if nodes is not None and state.schedule.audit_due(now, interval):
