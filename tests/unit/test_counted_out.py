@@ -50,6 +50,18 @@ def test_a_pod_whose_kubernetes_node_was_deleted_is_counted_out():
     assert "k1 was deleted" in counted_out_why(pod(), {}, WAIT, NOW)
 
 
+def test_a_pod_the_garbage_collector_removed_from_a_node_declared_gone_is_counted_out_by_its_last_node():
+    """The pod garbage collector removes a node's pods once it is declared gone: the member's
+    last Kubernetes node (the last status's) still says where it failed."""
+    assert OUT_OF_SERVICE_TAINT in counted_out_why(None, node(reachable=False, out_of_service=True), WAIT, NOW,
+                                                   last_node="k1")
+    assert "k1 was deleted" in counted_out_why(None, {}, WAIT, NOW, last_node="k1")
+    replacement = pod(uid="u2", phase="Pending", node_name=None)
+    assert "k1 was deleted" in counted_out_why(replacement, {}, WAIT, NOW, last_node="k1")
+    assert counted_out_why(None, node(), WAIT, NOW, last_node="k1") is None
+    assert counted_out_why(pod(ready=True, node_name="k2"), {}, WAIT, NOW, last_node="k1") is None
+
+
 def test_a_pod_the_fencing_mode_forgets_is_counted_out():
     """ForceAfter: once the node has been unreachable that long, the verdict is FORCE."""
     fencing = Fencing("ForceAfter", force_after_seconds=60)

@@ -156,7 +156,7 @@ class _Members:
     CycleFacts every later status write of the cycle shares, and `held`: the members a
     handover holds (no pod, forced_down kept) and why, from the last status.handover, the
     pool's handover Jobs and their pods (core/handover.py::holds), never from a plan; `nodes`:
-    the Kubernetes nodes of member pods that are not Ready (_kubernetes_nodes), which both the
+    the Kubernetes nodes of members that are not Ready (_kubernetes_nodes), which both the
     readiness (fencing.counted_out_why) and the pod actions (fencing.fence_verdict) read."""
 
     pods: Mapping[str, pods.PodView]
@@ -274,11 +274,12 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
             overlays[member] = (raw.get("data") or {}).get(podspec.MEMBER_CONF_KEY)
     identities = sorted(set(member_pods) | set(overlays), key=lambda m: model.member_ordinal(cycle.name, m))
     recorded = since_of(cycle.previous)
-    nodes = await _kubernetes_nodes(cycle, member_pods.values())
+    last_nodes = {m: recorded[m].kubernetes_node for m in identities if m in recorded}
+    nodes = await _kubernetes_nodes(cycle, member_pods, last_nodes)
     readiness = tuple(
         pods.member_readiness(m, member_pods.get(m), recorded.get(m), cycle.now, fencing.counted_out_why(
-            member_pods.get(m), nodes, pool.failover.fencing, cycle.now, fenced=m in pool.fenced_members))
-        for m in identities)
+            member_pods.get(m), nodes, pool.failover.fencing, cycle.now, fenced=m in pool.fenced_members,
+            last_node=last_nodes.get(m))) for m in identities)
     facts = dict(generation=pool.generation, pool=cycle.name, members=readiness, now=cycle.now,
                  paused=pool.paused, selector=selector,
                  pods_existing=sum(1 for p in member_pods.values() if not p.deleting),
@@ -291,10 +292,14 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
     return _Members(member_pods, overlays, identities, readiness, facts, held, tuple(jobs), tuple(job_pods), nodes)
 
 
-async def _kubernetes_nodes(cycle: _Cycle, member_pods: Iterable[pods.PodView]) -> dict[str, fencing.NodeView]:
-    """The Kubernetes nodes of the member pods that are not Ready or are being deleted, by name;
-    a node the API does not find is absent (deleted): what fencing's verdicts read."""
-    names = sorted({p.node_name for p in member_pods if p.node_name and (p.deleting or not p.ready)})
+async def _kubernetes_nodes(cycle: _Cycle, member_pods: Mapping[str, pods.PodView],
+                            last_nodes: Mapping[str, str | None]) -> dict[str, fencing.NodeView]:
+    """The Kubernetes nodes of the members that are not Ready, by name: their pod's (being
+    deleted, or not Ready) and the one their pod ran on at the last status (`last_nodes`); a node
+    the API does not find is absent (deleted): what fencing's verdicts read."""
+    unready = {m for m, p in member_pods.items() if p.deleting or not p.ready} | (set(last_nodes) - set(member_pods))
+    names = sorted({p.node_name for m, p in member_pods.items() if m in unready and p.node_name}
+                   | {n for m, n in last_nodes.items() if m in unready and n})
     found = await asyncio.gather(*(cycle.op.kube.get_node(n) for n in names))
     return {n["metadata"]["name"]: pods.read_node(n) for n in found if n}
 

@@ -208,28 +208,32 @@ def crash_looped(pod: FencedPod) -> bool:
 
 
 def counted_out_why(pod: FencedPod | None, nodes: Mapping[str, NodeView], fencing: Fencing, now: float,
-                    *, fenced: bool = False) -> str | None:
+                    *, fenced: bool = False, last_node: str | None = None) -> str | None:
     """Why a member's failure is certain, so that it is counted out at once; None when it is
-    not (no pod, a Ready pod, or not Ready with nothing else known: the grace decides).
+    not (a Ready pod, or not Ready with nothing else known: the grace decides).
 
-    `pod` is the member's pod; `nodes` the Kubernetes nodes read for pods that are not Ready or
-    being deleted, a node absent from it was not found (deleted); `fenced`: the member is in
-    spec.fencedMembers. Invariant: a Ready pod that is not being deleted is never counted out,
-    unless an administrator fenced its member; a pod on a merely unreachable node (NotReady,
-    the unreachable taint) is not either: only the fencing mode may forget it.
+    `pod` is the member's pod (None: gone); `last_node` the Kubernetes node its pod ran on at
+    the last status (a pod the garbage collector removed from a node declared gone leaves no
+    other trace); `nodes` the Kubernetes nodes read for members that are not Ready (both), a
+    node absent from it was not found (deleted); `fenced`: the member is in spec.fencedMembers.
+    Invariant: a Ready pod that is not being deleted is never counted out, unless an
+    administrator fenced its member; a pod on a merely unreachable node (NotReady, the
+    unreachable taint) is not either: only the fencing mode may forget it.
     """
     if fenced:
         return "fenced by spec.fencedMembers"
-    if pod is None or (pod.ready and not pod.deleting):
+    if pod is not None and pod.ready and not pod.deleting:
         return None
-    if crash_looped(pod):
+    if pod is not None and crash_looped(pod):
         return f"its container crash-loops ({pod.restarts} restarts)"
-    if pod.node_name:
-        node = nodes.get(pod.node_name)
+    for name in dict.fromkeys(n for n in (pod.node_name if pod is not None else None, last_node) if n):
+        node = nodes.get(name)
         if node is None:
-            return f"its Kubernetes node {pod.node_name} was deleted"
+            return f"its Kubernetes node {name} was deleted"
         if node.out_of_service:
-            return f"its Kubernetes node {pod.node_name} carries the {OUT_OF_SERVICE_TAINT} taint"
+            return f"its Kubernetes node {name} carries the {OUT_OF_SERVICE_TAINT} taint"
+    if pod is None:
+        return None
     verdict = fence_verdict(pod, nodes, fencing, now)
     if verdict is not None and verdict.action is FenceAction.FORCE:
         return f"its pod is provably gone ({verdict.message})"
