@@ -22,6 +22,7 @@ from ironic_shard_operator.core import handover, host_mapping, model, nova_polic
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.pods import MemberState, parse_time
 from ironic_shard_operator.core.redact import redact
+from ironic_shard_operator.core.tracker_interval import IntervalSettings
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "ScaleDownBlocked", "Conflict")
 
@@ -82,7 +83,7 @@ class CycleFacts:
     # not decided this cycle, the member's last reported one is kept), and the cost of a pass per
     # node it was computed with (spec.nova.updateResourcesInterval.secondsPerNode).
     intervals: Mapping[str, float] = field(default_factory=dict)
-    seconds_per_node: float = 0.05
+    seconds_per_node: float = IntervalSettings().seconds_per_node
 
 
 def ring_digest(members: Sequence[str]) -> str:
