@@ -2,7 +2,7 @@
 PY      ?= .venv/bin/python
 PYTEST  ?= $(PY) -m pytest
 
-.PHONY: setup test test-unit test-integration test-nova chart-check e2e bench bench-reconcile bench-scale bench-nova demo release lock clean
+.PHONY: setup test test-unit test-integration test-nova chart-check e2e bench bench-reconcile bench-scale bench-nova bench-tracker demo release lock clean
 
 setup:            ## project venv with the package and its test dependencies
 	bash hack/setup.sh
@@ -38,6 +38,9 @@ bench-scale: setup  ## 100,000 nodes x 200 members against real Ironic: steady p
 
 bench-nova: setup  ## on real Nova: one nova-compute, Nova's hash ring, this operator; same 1,000 nodes (~1.5 h)
 	$(PY) bench/nova_bench.py $(ARGS)
+
+bench-tracker: setup  ## on real Nova: what a member's update_resources_interval costs Placement and Nova, at two intervals (~20 min)
+	$(PY) bench/tracker_cost_bench.py $(ARGS)
 
 demo: setup
 	bash hack/demo.sh

@@ -209,6 +209,15 @@ def _operator_facts(operator: OperatorView) -> dict[str, Any]:
             **({"error": operator.error} if operator.error else {})}
 
 
+def _tracker_cell(member: Mapping[str, Any]) -> str:
+    """A member's resource-tracker interval and the pass its nodes are expected to take ("every 10s,
+    pass 1.0s" as "10s/1.0s"); "-" before the operator reported one."""
+    interval = member.get("updateResourcesIntervalSeconds")
+    if interval is None:
+        return "-"
+    return f"{interval:g}s/{member.get('expectedPassSeconds', 0):g}s"
+
+
 def _forced_down_cell(member: str, forced: set[str], kept: set[str]) -> str:
     """yes / no, and `yes (kept)` for a flag the operator leaves alone (not set in a failure)."""
     return "yes (kept)" if member in kept else "yes" if member in forced else "no"
@@ -240,12 +249,15 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         lines.append(f"  {condition.get('type', '?'):<17}{condition.get('status', '?'):<6}{condition.get('reason', '')}")
         if condition.get("message"):
             lines += _wrapped(str(condition["message"]), " " * 6, " " * 6)
-    lines += ["", f"{'MEMBER':<20}{'READY':<7}{'PHASE':<12}{'NODES':>6}{'PINNED':>8}  {'FORCED_DOWN':<12}SINCE"]
+    lines += ["", f"{'MEMBER':<20}{'READY':<7}{'PHASE':<12}{'NODES':>6}{'PINNED':>8}  {'FORCED_DOWN':<12}"
+                  f"{'TRACKER':<12}SINCE"]
     for member in status.get("members") or ():
         name = member.get("name", "?")
         lines.append(f"{name:<20}{'yes' if member.get('ready') else 'no':<7}{member.get('phase', '?'):<12}"
                      f"{member.get('nodes', 0):>6}{member.get('pinnedNodes', 0):>8}  "
-                     f"{_forced_down_cell(name, forced, kept):<12}{member.get('since', '')}")
+                     f"{_forced_down_cell(name, forced, kept):<12}{_tracker_cell(member):<12}{member.get('since', '')}")
+        if member.get("countedOut"):
+            lines += _wrapped(f"counted out: {member['countedOut']}", " " * 20, " " * 20)
         if member.get("message"):
             lines += _wrapped(str(member["message"]), " " * 20, " " * 20)
         if name in unmapped:

@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, unique_resource_class
+from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, shards_of, unique_resource_class
 from testbed.kube_client import KubeClient
 from testbed.operator_objects import create_secrets, install_crd
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    POOLS, OperatorProcess, is_ready, member_pods, pool_manifest, ready_members, settle,
+    POOLS, OperatorProcess, events, get_pool, is_ready, loads, member_pods, pool_manifest, ready_members, settle,
 )
 
 pytestmark = pytest.mark.integration
@@ -135,4 +135,66 @@ def test_a_node_declared_gone_frees_the_identity_once_and_only_then(
             live.discard(uid)
     assert live == {replacement["metadata"]["uid"]}
     assert member_pods(client, ns, POOL)[f"{POOL}-0"]["metadata"]["uid"] == survivor
+    assert operator.refused() == []
+
+
+GRACE_SECONDS = 3600  # failover.rebalanceAfterSeconds: an hour, so only a certain failure can move nodes within the test
+
+
+@pytest.mark.parametrize("how", ["out-of-service taint", "Node deleted"])
+def test_a_node_declared_gone_counts_its_member_out_and_moves_its_free_nodes_long_before_the_grace(
+        how: str, kube_api: KubeAPI, kube_namespace: str, kubelet, ironic_service: IronicService,
+        tmp_path: Path) -> None:
+    """A member whose Kubernetes node is merely unreachable keeps its nodes for the grace
+    (rebalanceAfterSeconds, an hour here: the ambiguous case). Once the node is declared gone
+    (out-of-service taint, or its Node deleted), the failure is certain: the member is counted out
+    (status.members[].countedOut with its kubernetesNode, a MemberCountedOut Event) and its free
+    nodes move to the other member at once; the test waits for that at most 120 s, where the grace
+    alone would take 3600 s. Its replacement is held Pending meanwhile: the member stays counted out
+    after the garbage collector removed its old pod, and gets its share back once its pod is Ready."""
+    client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
+    install_crd(client)
+    resource_class = unique_resource_class("counted")
+    seed_nodes_directly_in_db(ironic_service, 10, resource_class=resource_class)
+    create_secrets(client, ns, ironic_service.clouds_yaml)
+    member_0, member_1 = f"{POOL}-0", f"{POOL}-1"
+    split = {member_0: 5, member_1: 5}
+    operator = OperatorProcess(kube_api, ns, "op-a", tmp_path).start()
+    try:
+        client.create(POOLS.format(ns=ns), pool_manifest(
+            POOL, cloud_name=ironic_service.cloud_name, resource_class=resource_class, replicas=2,
+            failover={"rebalanceAfterSeconds": GRACE_SECONDS, "fencing": {"mode": "Wait"}}))
+        wait(lambda: ready_members(client, ns, POOL) == [member_0, member_1]
+             and loads(shards_of(ironic_service, resource_class)) == split, timeout=60,
+             what="two Ready members with 5 nodes each")
+        node = member_pods(client, ns, POOL)[member_1]["spec"]["nodeName"]
+        kubelet.hold(member_1)  # its replacement stays Pending until released
+        kubelet.set_node_reachable(node, False)
+        wait(lambda: member_pods(client, ns, POOL)[member_1]["metadata"].get("deletionTimestamp"),
+             timeout=30, what="the lost pod deleted gracefully")
+        settle(4)  # unreachable only: ambiguous, the grace holds the nodes
+        assert loads(shards_of(ironic_service, resource_class)) == split
+        assert not (get_pool(client, ns, POOL)["status"]["members"][1]).get("countedOut")
+
+        declare_gone(client, node, how)
+        wait(lambda: loads(shards_of(ironic_service, resource_class)) == {member_0: 10}, timeout=120,
+             what="the counted-out member's free nodes moved, long before the grace")
+        entry = wait(lambda: next((m for m in get_pool(client, ns, POOL)["status"]["members"]
+                                   if m["name"] == member_1 and m.get("countedOut")), None),
+                     timeout=30, what="status.members[] says why the member is counted out")
+        wait(lambda: events(client, ns, "MemberCountedOut"), timeout=30, what="the MemberCountedOut Event")
+
+        kubelet.ready(member_1)
+        wait(lambda: loads(shards_of(ironic_service, resource_class)) == split, timeout=60,
+             what="the member back with its share once its pod is Ready")
+        back = wait(lambda: next((m for m in get_pool(client, ns, POOL)["status"]["members"]
+                                  if m["name"] == member_1 and m["ready"]), None),
+                    timeout=30, what="status.members[] shows the member Ready")
+    finally:
+        operator.stop()
+        print(f"----- operator op-a -----\n{operator.log()[-20000:]}")
+
+    assert ("out-of-service" if how == "out-of-service taint" else "was deleted") in entry["countedOut"]
+    assert node in entry["countedOut"] and entry["kubernetesNode"]  # where its pod runs now: the replacement's node
+    assert "countedOut" not in back
     assert operator.refused() == []

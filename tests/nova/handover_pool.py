@@ -25,7 +25,7 @@ Shards = Callable[[], dict[str, str | None]]
 # The longest time between two samples of Nova a history may have (a node's two listings
 # shorter than that could go unseen); stretched with the other deadlines on a loaded machine,
 # where one read of Nova's API can itself take seconds.
-MAX_SAMPLE_GAP = 5.0 * DEADLINE_SCALE
+MAX_SAMPLE_GAP = 6.0 * DEADLINE_SCALE
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ member whose outage outlasts the grace keeps its pinned nodes, its free nodes go
 (and come back), its service is forced down and cleared when it is back; a member whose
 readiness probe fails while its nova-compute lives on and heartbeats (Nova lists it up) past the
 grace is forced down, and none of its free nodes changes shard before Nova lists it forced down
-(invariant 13: Ironic and Nova sampled together), then comes back with them; a member removed by
+(invariant 13: Ironic and Nova sampled together), then comes back with them; a member fenced
+while its nova-compute runs (a certain failure) is counted out at once, forced down before any of
+its free nodes moves, and comes back once unfenced; a member removed by
 scale-down leaves no service behind, even when Nova's API was away while it went; a node with an
 instance given the wrong shard by hand is reported (Degraded) and, with
 spec.nova.repairMisplaced, handed back to its instance's host. The pool has no
@@ -36,6 +38,7 @@ from testbed.nova_stack import NovaStack
 from testbed.operator_objects import create_secrets, install_crd
 from testbed.ports import free_port
 from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
+from testbed.waiting import DEADLINE_SCALE
 from tests.nova.nova_watch import NovaWatch
 from tests.support.switchable_proxy import SwitchableProxy
 from tests.support.kube_api import KubeAPI
@@ -46,7 +49,9 @@ from tests.support.operator_harness import (
 
 pytestmark = pytest.mark.nova
 
-GRACE = 30          # failover.rebalanceAfterSeconds
+# failover.rebalanceAfterSeconds, stretched with the tests' deadlines: step 2 needs a killed
+# member's replacement back within it, which took over 30 s on a loaded two-core box.
+GRACE = int(30 * DEADLINE_SCALE)
 POLL = 5            # ironic.pollIntervalSeconds
 NODES = 60
 CLOUD = "nova-and-ironic"
@@ -230,6 +235,36 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                 assert back["metadata"]["uid"] != old_uid
                 assert nova_stack.compute_services()[m1]["id"] == service_m1  # same Nova service
 
+                # 3b. A certain failure does not wait for the grace: member 2 fenced
+                # (spec.fencedMembers, as `kubectl ics fence` writes it) while its nova-compute
+                # runs and heartbeats. It is counted out at once: its service forced down "at
+                # once" (not after the grace), and none of its free nodes leaves it before Nova
+                # lists it forced down (invariant 13, sampled as in step 3); then unfenced, back.
+                free_m2 = {n for n, o in shards().items() if o == m2}
+                fenced_order = ShardsAndForcedDown(noauth_ironic, resource_class, nova_stack, m2,
+                                                   set(free_m2)).start()
+                fenced_at = time.monotonic()
+                patch_spec(client, ns, pool, {"fencedMembers": [m2]})
+                wait(lambda: not free_m2 & {n for n, o in shards().items() if o == m2},
+                     timeout=GRACE + 4 * POLL, interval=0.5, what="fenced member 2's free nodes re-owned")
+                fenced_moved_at = time.monotonic()
+                fenced_order.stop()
+                counted = wait(lambda: [e for e in events(client, ns, "MemberCountedOut") if m2 in e["message"]],
+                               timeout=2 * POLL, what="MemberCountedOut for member 2")
+                assert "spec.fencedMembers" in counted[0]["message"]
+                at_once = wait(lambda: [e for e in events(client, ns, "ForcedDown")
+                                        if m2 in e["message"] and "at once" in e["message"]],
+                               timeout=2 * POLL, what="member 2 forced down at once (counted out, not by the grace)")
+                assert fenced_order.moved_while_up == [], fenced_order.moved_while_up[:3]
+                assert fenced_order.first_moved is not None and fenced_order.first_forced is not None
+                patch_spec(client, ns, pool, {"fencedMembers": []})  # as `kubectl ics unfence` leaves it
+                wait(lambda: m2 in ready_members(client, ns, pool), timeout=90, what="member 2 unfenced and Ready")
+                wait(lambda: not nova_stack.compute_services()[m2]["forced_down"], timeout=4 * POLL,
+                     what="forced_down of member 2 cleared once unfenced")
+                wait(lambda: sorted(Counter(shards().values()).values()) == [NODES // 3] * 3,
+                     timeout=4 * POLL, what="free nodes back on member 2")
+                wait(nova_agrees, timeout=3 * interval, interval=1, what="Nova agreeing after the fence")
+
                 # 4. Scale to 2 while Nova's API is away from the operator: member 2 (no
                 # instance) goes; its service is deleted once Nova answers again.
                 nova_api.off()
@@ -321,7 +356,10 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                   f"{cleared_at - ready_at:.1f}s after Ready; member 2 (probe failing, heartbeating) "
                   f"forced down {forced_m2 - unready_at:.1f}s after NotReady, its first free node seen moved "
                   f"{order.first_moved - (order.first_forced or order.first_moved):.1f}s after Nova first listed "
-                  f"it forced down ({order.samples} samples of Ironic then Nova); removed member's service deleted "
+                  f"it forced down ({order.samples} samples of Ironic then Nova); member 2 fenced: forced down "
+                  f"{fenced_order.first_forced - fenced_at:.1f}s and its free nodes re-owned "
+                  f"{fenced_moved_at - fenced_at:.1f}s after the fence (grace {GRACE}s, {len(at_once)} ForcedDown "
+                  f"at once); removed member's service deleted "
                   f"{deleted_after:.1f}s after Nova's API came back; longest listed twice "
                   f"{twice:.1f}s; operator RSS {operator_rss:.0f} MiB; "
                   f"whole scenario {time.monotonic() - started:.0f}s")

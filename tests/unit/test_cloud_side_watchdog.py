@@ -40,8 +40,15 @@ async def test_a_side_that_sends_no_request_for_long_is_abandoned_and_may_write_
                      metrics=None, may_write=lambda: True)
     side = CloudSide(work, interrupt, requests_made=lambda: adapter.requests_made, hung_after=300.0)
     try:
-        await asyncio.sleep(0)  # the side starts: its first request hangs
+        # The side starts in its thread: its first request goes out, then hangs. Wait for it,
+        # so that request is not counted as progress in the middle of the checks below.
+        for _ in range(3000):
+            if adapter.requests_made:
+                break
+            await asyncio.sleep(0.01)
+        assert adapter.requests_made == 1
         start = side.started
+        assert not side.hung(start)  # samples the first request: the clock starts at `start`
         assert not side.hung(start + 299.0)
         adapter.requests_made += 1  # a request went out: progress, the clock starts again
         assert not side.hung(start + 300.0)

@@ -46,6 +46,7 @@ import yaml
 
 from ironic_shard_operator.core import autoscale, model, nova_policy
 from ironic_shard_operator.core.status import CycleFacts, build_status
+from ironic_shard_operator.core.tracker_interval import IntervalSettings
 from testbed.kube_emulator.resources import custom_resource_types
 from tests.support.manifest_edits import delete_at, set_at
 from testbed.kube_emulator.tables import table
@@ -349,6 +350,9 @@ def test_defaults_match_the_model():
         model.Autoscale().min_replicas, model.Autoscale().max_replicas,
         model.Autoscale().max_nodes_per_member, model.Autoscale().scale_down_stabilization_seconds)
     assert failover["rebalanceAfterSeconds"] == model.PoolSpec(name="x").rebalance_after_seconds
+    interval = defaulted({"spec": {}})["spec"]["nova"]["updateResourcesInterval"]
+    assert (interval["secondsPerNode"], interval["minSeconds"], interval.get("fixedSeconds")) == (
+        IntervalSettings().seconds_per_node, IntervalSettings().min_seconds, IntervalSettings().fixed_seconds)
 
 
 def test_minimal_pool_is_fully_spelled_out_by_defaults():
@@ -365,7 +369,8 @@ def test_minimal_pool_is_fully_spelled_out_by_defaults():
     }
     assert spec["ironic"] == {"pollIntervalSeconds": 30, "maxConcurrentWrites": 4, "writesPerSecond": 20,
                               "fullResyncSeconds": 600}
-    assert spec["nova"] == {"repairMisplaced": False, "leakedAllocationSeconds": 600}
+    assert spec["nova"] == {"repairMisplaced": False, "leakedAllocationSeconds": 600,
+                            "updateResourcesInterval": {"secondsPerNode": 0.05, "minSeconds": 10}}
     assert spec["paused"] is False
     assert "autoscale" not in spec and "affinity" not in spec
 
@@ -536,6 +541,14 @@ REFUSED = {
         _set("spec.topologySpreadConstraints", [{"maxSkew": 0, "topologyKey": "zone",
                                                  "whenUnsatisfiable": "ScheduleAnyway"}]),
         "less than the minimum of 1"),
+    "a tracker cost per node of 0": (_set("spec.nova.updateResourcesInterval", {"secondsPerNode": 0}),
+                                      "less than the minimum of 0.001"),
+    "a tracker cost per node beyond 10 s": (_set("spec.nova.updateResourcesInterval", {"secondsPerNode": 11}),
+                                            "greater than the maximum of 10"),
+    "a tracker floor of 0": (_set("spec.nova.updateResourcesInterval", {"minSeconds": 0}), "less than the minimum of 1"),
+    "a fractional tracker floor": (_set("spec.nova.updateResourcesInterval", {"minSeconds": 1.5}), "is not of type"),
+    "a fixed tracker interval beyond a day": (_set("spec.nova.updateResourcesInterval", {"fixedSeconds": 86401}),
+                                              "greater than the maximum of 86400"),
     "a spread that is unsatisfiable otherwise": (
         _set("spec.topologySpreadConstraints", [{"maxSkew": 1, "topologyKey": "zone",
                                                  "whenUnsatisfiable": "Sometimes"}]), "is not one of"),
@@ -732,7 +745,9 @@ def test_no_field_of_a_status_with_members_handovers_and_guard_holds_is_pruned()
     )
     from ironic_shard_operator.core.status import handover_section, host_mapping_section
 
-    members = (model.Member("rack-a-0", True, 1.7e9), model.Member("rack-a-1", False, 1.7e9))
+    members = (model.Member("rack-a-0", True, 1.7e9, kubernetes_node="k-0"),
+               model.Member("rack-a-1", False, 1.7e9, counted_out="its Kubernetes node k-1 was deleted",
+                            kubernetes_node="k-1"))
     step = handover.HandoverPlan(progress=(handover.SourceProgress(
         "rack-a-1", handover.SCALE_DOWN, handover.MOVING_FREE, nodes=3, waiting=3, message="busy", held=False,
         busy=(handover.BusyNode("n-1", "deploying -> active", 1.7e9),)),),
@@ -747,8 +762,9 @@ def test_no_field_of_a_status_with_members_handovers_and_guard_holds_is_pruned()
         selector="ironicshards.io/pool=rack-a", now=1.8e9, handover=handover_section(step), handover_enabled=True,
         guard=guard, states=(MemberState("rack-a-0", "Ready"),
                              MemberState("rack-a-1", "HandingOver", "no pod while held: its Job runs")),
-        host_mapping=mapping), None)
+        host_mapping=mapping, intervals={"rack-a-0": 10.0, "rack-a-1": 15.0}), None)
     assert status["members"][1]["message"] and status["handover"]["sources"][0]["busyNodes"]
+    assert status["members"][1]["countedOut"] and status["members"][1]["updateResourcesIntervalSeconds"] == 15.0
     assert status["hostMapping"]["members"][1]["nextRetryAt"]
     assert admit({**example_pool("minimal"), "status": status}) == []
     assert list(_undeclared(status, schema()["properties"]["status"], ".status")) == []

@@ -650,3 +650,46 @@ def test_nova_is_asked_about_the_next_nodes_to_move_and_each_node_it_lists_elsew
 
 def test_a_node_is_stranded_when_an_instance_on_it_still_names_its_source():
     assert handover.stranded({"away": 1, "done": 0}) == frozenset({"away"})
+
+
+def _plan_of(create: tuple[str, ...] = (), delete: tuple[str, ...] = ()):
+    from ironic_shard_operator.core.model import NodeCounts, Plan
+    return Plan(desired_replicas=2, ring_members=(m(0), m(1)), moves=(), members_to_create=create,
+                members_to_delete=delete, scale_down_blocked={}, loads=(), counts=NodeCounts())
+
+
+def test_a_source_whose_job_runs_is_not_retired_and_gets_no_pod_when_scaled_back_up():
+    """A failed member whose nodes Nova has all moved owns nothing in Ironic, so the plan retires
+    it; while its Job, or a pod of one, may still run a nova-manage naming it, it stays (no pod);
+    scaled back up meanwhile, it still gets no pod: it is held (found by the fault model)."""
+    job = JobView("j", m(3), (("n0", m(0)),), handover.ACTIVE)
+    pod = handover.JobPod("j-x", "j", m(3), (("n0", m(0)),), alive=True)
+    assert handover.retirable([m(3)], [job], []) == frozenset()
+    assert handover.retirable([m(3)], [], [pod]) == frozenset()
+    assert handover.retirable([m(3)], [replace(job, state=SUCCEEDED)], [replace(pod, alive=False)]) == {m(3)}
+    held = handover.holds(recorded=None, jobs=[job], job_pods=[pod])
+    kept = handover.pod_side(identities=[m(0), m(1), m(3)], plan=_plan_of(delete=(m(3),)), away=held,
+                             fenced_members=(), jobs=[job], job_pods=[pod], recorded=None)
+    assert m(3) in kept.stop and m(3) not in kept.retire and m(3) not in kept.keep
+    # Its identity gone already (an earlier operator retired it): the plan creates it again, held.
+    again = handover.pod_side(identities=[m(0), m(1)], plan=_plan_of(create=(m(3),)), away=held,
+                              fenced_members=(), jobs=[job], job_pods=[pod], recorded=None)
+    assert m(3) not in again.keep
+
+
+def test_a_member_nova_lists_a_node_under_is_not_retired_before_ironic_follows():
+    """Nova moved n0 to member 2 (its Job cancelled and gone, its pod ended), Ironic still gives
+    it to member 1: the step records member 2 as receiving, and the pod side, reading that
+    record, does not retire member 2 though the plan does (it owns nothing in Ironic yet)."""
+    nodes = [with_instance("n0", m(1))]
+    nova = NovaView({m(0): service(m(0)), m(1): service(m(1), forced_down=True), m(2): service(m(2))},
+                    {"n0": m(2)})
+    step = decide(pool=POOL, settings=SETTINGS, members=ready(0, 2), retiring=(m(1),), ring_members=[m(0)],
+                  pods=(m(0), m(2)), nodes=nodes, nova=nova, jobs=(), now=NOW)
+    assert step.receiving == (m(2),)
+    recorded = handover_section(step)
+    assert recorded["receiving"] == [m(2)]
+    side = handover.pod_side(identities=[m(0), m(1), m(2)], plan=_plan_of(delete=(m(2),)), away={},
+                             fenced_members=(), jobs=(), job_pods=(), recorded=recorded)
+    assert m(2) not in side.retire and m(2) in side.keep
+    assert handover.retirable([m(2)], (), ()) == {m(2)}  # without the record it would go

@@ -303,7 +303,8 @@ class HandoverUnderFaults(RuleBasedStateMachine):
         held = handover.holds(recorded=w.recorded, jobs=jobs, job_pods=job_pods)
         away = handover.kept_away(current, SETTINGS, members, set(w.pods), w.now, held=held, recorded=w.recorded)
         side = handover.pod_side(identities=[m.name for m in members if m.name in w.identities], plan=current,
-                                 away=away, fenced_members=(), jobs=jobs, job_pods=job_pods)
+                                 away=away, fenced_members=(), jobs=jobs, job_pods=job_pods,
+                                 recorded=w.recorded)
         for member in sorted(side.stop):
             w.pods.pop(member, None)
         for member in sorted(side.retire):

@@ -223,3 +223,16 @@ def test_the_bundle_names_secrets_but_carries_no_credential():
     assert {"pool.yaml", "status.txt", "events.yaml", "pods.yaml", "jobs.yaml", "logs/rack-a-0.nova-compute.log",
             "operator/iso-system.op-1.log", "operator/leases.yaml", "README.txt"} <= set(files)
     assert "container is waiting to start" in files["README.txt"]
+
+
+def test_the_status_screen_shows_each_members_tracker_interval_and_why_it_is_counted_out():
+    members = [{"name": "rack-a-0", "ready": True, "phase": "Ready", "nodes": 300, "pinnedNodes": 0,
+                "since": "2027-01-15T07:00:00Z", "updateResourcesIntervalSeconds": 15.0, "expectedPassSeconds": 15.0},
+               {"name": "rack-a-1", "ready": False, "phase": "Creating", "nodes": 0, "pinnedNodes": 0,
+                "since": "2027-01-15T07:59:00Z", "countedOut": "its Kubernetes node k-1 was deleted"}]
+    lines = render_status(pool(members=members), [], OperatorView((lease(),)), NOW).splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("rack-a-0"))
+    assert "TRACKER" in lines[row - 1] and "15s/15s" in lines[row]
+    out = next(i for i, line in enumerate(lines) if line.startswith("rack-a-1"))
+    assert " - " in lines[out] and " ".join(lines[out + 1].split()) == "counted out: its Kubernetes node k-1 was deleted"
+    assert max(len(line) for line in lines) <= kubectl_ics.WIDTH

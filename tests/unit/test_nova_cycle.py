@@ -76,3 +76,20 @@ def test_without_a_new_flag_nova_is_read_once():
     nova.services["rack-1"] = replace(nova.services["rack-1"], forced_down=True, up=False)
     outcome = cycle(nova)
     assert nova.listings == 1 and outcome.services["rack-1"].forced_down
+
+
+def test_a_counted_out_member_within_its_grace_is_forced_down_before_its_free_nodes_leave_the_guard():
+    """Counted out 5 s into its grace (its Kubernetes node carries the out-of-service taint) while
+    its nova-compute still heartbeats: forced down in this cycle, at once, and it leaves the guard of
+    its free nodes only once Nova, read again, lists it forced down; if Nova does not list the flag,
+    its free nodes stay guarded: counting a member out weakens no rule of invariant 13."""
+    out = (MEMBERS[0], Member("rack-1", ready=False, since=NOW - 5,
+                              counted_out="its Kubernetes node k1 carries the node.kubernetes.io/out-of-service taint"))
+    for applies, guarded in ((True, {"rack-0"}), (False, {"rack-0", "rack-1"})):
+        nova = NovaAnswers(applies=applies)
+        outcome = run_nova_cycle(NovaRuntime(adapter=nova), IronicConnection(nova), POOL, members=out,
+                                 identities={"rack-0", "rack-1"}, retiring=set(), nova_conf=None, nodes=(),
+                                 previous=None, now=NOW)
+        (forced,) = [e for e in outcome.events if e.reason == "ForcedDown"]
+        assert "at once" in forced.message and nova.listings == 2
+        assert guarded_owners(out, NOW, 60, outcome.services, {"rack-0", "rack-1"}) == guarded

@@ -1,5 +1,7 @@
 """Member lifecycle decisions: replacement, fencing, rolling, scale-down, readiness."""
 
+from dataclasses import replace
+
 from hypothesis import given, strategies as st
 
 from ironic_shard_operator.core import model
@@ -197,18 +199,18 @@ def test_readiness_keeps_since_across_pod_replacement():
     lost_at = NOW - 50
     previous = model.Member("p-1", ready=False, since=lost_at)
     replacement = pod("p-1", ready=False, ready_since=NOW - 2, uid="new")
-    assert member_readiness("p-1", replacement, previous, NOW) == previous
+    assert member_readiness("p-1", replacement, previous, NOW) == replace(previous, kubernetes_node="k1")
     assert member_readiness("p-1", None, previous, NOW) == previous
 
 
 def test_readiness_transitions_take_the_pod_time():
     was_ready = model.Member("p-1", ready=True, since=NOW - 1000)
     lost = member_readiness("p-1", pod("p-1", ready=False, ready_since=NOW - 7), was_ready, NOW)
-    assert lost == model.Member("p-1", ready=False, since=NOW - 7)
+    assert lost == model.Member("p-1", ready=False, since=NOW - 7, kubernetes_node="k1")
     gone = member_readiness("p-1", None, was_ready, NOW)
     assert gone == model.Member("p-1", ready=False, since=NOW)
     back = member_readiness("p-1", pod("p-1", ready=True, ready_since=NOW - 1), lost, NOW)
-    assert back == model.Member("p-1", ready=True, since=NOW - 1)
+    assert back == model.Member("p-1", ready=True, since=NOW - 1, kubernetes_node="k1")
     terminating = member_readiness("p-1", pod("p-1", ready=True, deleting=True), back, NOW)
     assert not terminating.ready
     assert member_readiness("p-9", pod("p-1", ready=False), None, NOW).since is None

@@ -87,7 +87,8 @@ class CloudWork:
     `kube` the Kubernetes client the handover task uses (None: no handover step);
     `previous_handover` the last status.handover; `held` the members a handover holds
     (core/handover.py::holds, as the cycle read it); `previous_host_mapping` the last
-    status.hostMapping; `previous_guard` the last status.guard."""
+    status.hostMapping; `previous_guard` the last status.guard; `overlays` the members' nova.conf
+    overlays as their ConfigMaps hold them (their resource-tracker intervals pace the audit)."""
 
     key: str
     pool: Pool
@@ -107,6 +108,7 @@ class CloudWork:
     held: AbstractSet[str] = frozenset()
     previous_host_mapping: Mapping[str, Any] | None = None
     previous_guard: Mapping[str, Any] | None = None
+    overlays: tuple[str | None, ...] = ()
 
 
 class CloudSide:
@@ -220,7 +222,7 @@ class CloudSide:
             retiring=set(plan.members_to_delete if plan else ()), nova_conf=work.nova_conf,
             nodes=result.report.nodes if result.report is not None else None,
             previous=work.previous_nova, now=work.now, metrics=metrics, may_write=work.may_write,
-            held=work.held)
+            held=work.held, overlays=work.overlays)
         if plan is not None and plan.moves and not pool.paused:
             guarded = guarded_owners(work.members, work.now, pool.spec.rebalance_after_seconds, nova.services,
                                      work.identities)
@@ -261,7 +263,8 @@ async def _host_mapping(work: CloudWork, nova: NovaOutcome, retiring: AbstractSe
     if work.kube is None or adapter is None or nova.services is None:
         return None
     services = {host: s for host, s in nova.services.items() if host in work.identities and host not in retiring}
-    seen = MappingSeen(services, nova.listed, nova_policy.update_interval(work.nova_conf), work.previous_host_mapping)
+    seen = MappingSeen(services, nova.listed, nova_policy.update_interval(work.nova_conf, work.overlays),
+                       work.previous_host_mapping)
     return await run_host_mapping(HandoverWork(work.kube, work.may_write, work.metrics), work.pool, nova=adapter,
                                   runtime=work.nova, seen=seen, now=work.now)
 

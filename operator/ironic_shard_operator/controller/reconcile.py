@@ -52,7 +52,7 @@ from ironic_shard_operator.controller.ironic_cycle import AdapterCache
 from ironic_shard_operator.controller.log_redaction import KNOWN
 from ironic_shard_operator.controller.runtime import Operator, PoolRuntime
 from ironic_shard_operator.controller.signals import status_written
-from ironic_shard_operator.core import handover, handover_job, model, pods, podspec
+from ironic_shard_operator.core import fencing, handover, handover_job, model, pods, podspec, tracker_interval
 from ironic_shard_operator.core.claims import Conflict, PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.guard_holds import guard_section, revert_failed_event
@@ -155,7 +155,9 @@ class _Members:
     pod or a ConfigMap exists) in ordinal order, their readiness, `facts`: the fields of
     CycleFacts every later status write of the cycle shares, and `held`: the members a
     handover holds (no pod, forced_down kept) and why, from the last status.handover, the
-    pool's handover Jobs and their pods (core/handover.py::holds), never from a plan."""
+    pool's handover Jobs and their pods (core/handover.py::holds), never from a plan; `nodes`:
+    the Kubernetes nodes of members that are not Ready (_kubernetes_nodes), which both the
+    readiness (fencing.counted_out_why) and the pod actions (fencing.fence_verdict) read."""
 
     pods: Mapping[str, pods.PodView]
     overlays: Mapping[str, str | None]
@@ -165,6 +167,7 @@ class _Members:
     held: Mapping[str, str] = field(default_factory=dict)
     jobs: tuple[handover.JobView, ...] = ()
     job_pods: tuple[handover.JobPod, ...] = ()
+    nodes: Mapping[str, fencing.NodeView] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,11 +217,13 @@ class _Cloud:
 
 @dataclass(frozen=True, slots=True)
 class _PodPlan:
-    """The members to keep (existing and new) and to retire, and the pod actions that follow."""
+    """The members to keep (existing and new) and to retire, the pod actions that follow, and
+    the resource-tracker interval each kept member's overlay renders."""
 
     keep: list[str]
     retire: set[str]
     decision: pods.Decision
+    intervals: Mapping[str, tracker_interval.TrackerInterval] = field(default_factory=dict)
 
 
 # --- the steps -------------------------------------------------------------------------
@@ -269,8 +274,12 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
             overlays[member] = (raw.get("data") or {}).get(podspec.MEMBER_CONF_KEY)
     identities = sorted(set(member_pods) | set(overlays), key=lambda m: model.member_ordinal(cycle.name, m))
     recorded = since_of(cycle.previous)
+    last_nodes = {m: recorded[m].kubernetes_node for m in identities if m in recorded}
+    nodes = await _kubernetes_nodes(cycle, member_pods, last_nodes)
     readiness = tuple(
-        pods.member_readiness(m, member_pods.get(m), recorded.get(m), cycle.now) for m in identities)
+        pods.member_readiness(m, member_pods.get(m), recorded.get(m), cycle.now, fencing.counted_out_why(
+            member_pods.get(m), nodes, pool.failover.fencing, cycle.now, fenced=m in pool.fenced_members,
+            last_node=last_nodes.get(m))) for m in identities)
     facts = dict(generation=pool.generation, pool=cycle.name, members=readiness, now=cycle.now,
                  paused=pool.paused, selector=selector,
                  pods_existing=sum(1 for p in member_pods.values() if not p.deleting),
@@ -280,7 +289,19 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
                  start_timeout_seconds=pool.failover.pod_pending_timeout_seconds)
     jobs = [j for j in map(handover_job.read_job, jobs_raw) if j is not None]
     held = handover.holds(recorded=cycle.previous.get("handover"), jobs=jobs, job_pods=job_pods)
-    return _Members(member_pods, overlays, identities, readiness, facts, held, tuple(jobs), tuple(job_pods))
+    return _Members(member_pods, overlays, identities, readiness, facts, held, tuple(jobs), tuple(job_pods), nodes)
+
+
+async def _kubernetes_nodes(cycle: _Cycle, member_pods: Mapping[str, pods.PodView],
+                            last_nodes: Mapping[str, str | None]) -> dict[str, fencing.NodeView]:
+    """The Kubernetes nodes of the members that are not Ready, by name: their pod's (being
+    deleted, or not Ready) and the one their pod ran on at the last status (`last_nodes`); a node
+    the API does not find is absent (deleted): what fencing's verdicts read."""
+    unready = {m for m, p in member_pods.items() if p.deleting or not p.ready} | (set(last_nodes) - set(member_pods))
+    names = sorted({p.node_name for m, p in member_pods.items() if m in unready and p.node_name}
+                   | {n for m, n in last_nodes.items() if m in unready and n})
+    found = await asyncio.gather(*(cycle.op.kube.get_node(n) for n in names))
+    return {n["metadata"]["name"]: pods.read_node(n) for n in found if n}
 
 
 async def _read_secrets(cycle: _Cycle, pool: Pool) -> _Secrets:
@@ -345,7 +366,7 @@ async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets
             now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
             memory=runtime.ironic.memory, kube=cycle.op.kube, previous_handover=cycle.previous.get("handover"),
             held=frozenset(members.held), previous_host_mapping=cycle.previous.get("hostMapping"),
-            previous_guard=cycle.previous.get("guard")),
+            previous_guard=cycle.previous.get("guard"), overlays=tuple(members.overlays.values())),
             runtime.interrupt, requests_made=lambda: adapter.requests_made + _nova_requests(runtime))
     _remember(runtime, await side.plan_by(side.deadline))
     return _Cloud(side, runtime.ironic_plan, runtime.ironic_error,
@@ -356,23 +377,23 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
                        cloud: _Cloud) -> _PodPlan:
     """Pod actions: with a plan, create and retire identities; without, only look after the
     existing ones. The plan may be an earlier cycle's (a side still under way): what it
-    creates or retires may have happened already. The Kubernetes nodes of pods that are not
-    Ready are read for fencing."""
+    creates or retires may have happened already. Each kept member's overlay renders its
+    resource-tracker interval (member_intervals)."""
     plan = cloud.plan
     away = handover.kept_away(plan, pool.handover, members.readiness, members.pods.keys(), cycle.now,
                               held=members.held, recorded=cycle.previous.get("handover"))
     side = handover.pod_side(identities=members.identities, plan=plan, away=away,
-                             fenced_members=pool.fenced_members, jobs=members.jobs, job_pods=members.job_pods)
+                             fenced_members=pool.fenced_members, jobs=members.jobs, job_pods=members.job_pods,
+                             recorded=cycle.previous.get("handover"))
     keep, retire, stop, fenced = list(side.keep), set(side.retire), side.stop, side.fenced
-    node_names = {p.node_name for p in members.pods.values() if p.node_name and (p.deleting or not p.ready)}
-    nodes_raw = await asyncio.gather(*(cycle.op.kube.get_node(n) for n in sorted(node_names)))
+    intervals = tracker_interval.member_intervals(
+        pool.tracker, keep, plan, {m: podspec.running_interval(members.overlays.get(m)) for m in keep})
     decision = pods.decide(
-        keep=keep, retire=sorted(retire), pods=members.pods,
-        nodes={n["metadata"]["name"]: pods.read_node(n) for n in nodes_raw if n},
-        configmaps_current={m: members.overlays.get(m) == podspec.member_conf(pool, m) for m in keep},
-        wanted_hash={m: podspec.config_hash(pool, m, secrets.nova_digest) for m in keep},
+        keep=keep, retire=sorted(retire), pods=members.pods, nodes=members.nodes,
+        configmaps_current={m: members.overlays.get(m) == podspec.member_conf(pool, m, intervals[m]) for m in keep},
+        wanted_hash={m: podspec.config_hash(pool, m, secrets.nova_digest, intervals[m]) for m in keep},
         failover=pool.failover, now=cycle.now, stop=sorted(stop), fenced=sorted(fenced), held_why=away)
-    return _PodPlan(keep, retire, decision)
+    return _PodPlan(keep, retire, decision, intervals)
 
 
 async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Secrets) -> _Acted:
@@ -384,12 +405,13 @@ async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Se
         return _Acted()
     kube, decision, writes = cycle.op.kube, chosen.decision, _Writes()
     for member in decision.configmaps:
-        if await writes.attempt(kube.put_configmap(pool.namespace, podspec.render_configmap(pool, member)),
+        if await writes.attempt(kube.put_configmap(pool.namespace, podspec.render_configmap(
+                pool, member, chosen.intervals.get(member))),
                                 "write", "ConfigMap", podspec.configmap_name(member),
                                 f"member {member} gets no pod until it is written") is False:
             decision = replace(decision, creates=tuple(c for c in decision.creates if c.member != member))
     for create in decision.creates:
-        pod = podspec.render_pod(pool, create.member, secrets.nova_digest)
+        pod = podspec.render_pod(pool, create.member, secrets.nova_digest, chosen.intervals.get(create.member))
         if await writes.attempt(kube.create_pod(pool.namespace, pod), "create", "Pod", create.member,
                                 f"member {create.member} has no pod until this is fixed"):
             writes.done(create.event)
@@ -498,7 +520,8 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
         extra_events=tuple(events), error="; ".join(m for _, m in problems) or None,
         error_reason=problems[0][0] if problems else "Error", nova=nova.section if nova is not None else None,
         handover=moving.section if moving is not None else None, handover_enabled=pool.handover is not None,
-        guard=guard, host_mapping=mapping.section if mapping is not None else None))
+        guard=guard, host_mapping=mapping.section if mapping is not None else None,
+        intervals={m: i.seconds for m, i in chosen.intervals.items()}, seconds_per_node=pool.tracker.seconds_per_node))
     if cloud.side is not None and result is not None:
         cloud.side.reported = True
     if cloud.applied or decision.writes:

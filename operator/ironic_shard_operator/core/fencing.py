@@ -8,6 +8,15 @@ long it is given in each:
   shuffles no node. Once the grace ends, the planner takes the member out of the ring (its
   free nodes move), its Nova service is forced down, and the next cycle is due when the
   grace ends (`counts_as_ready`, `past_grace`, `grace_left`, `forced_down_changes`).
+- Counted out (`counted_out_why`): the grace is for the ambiguous case (not Ready, nothing
+  else known: a readiness flap or a restart). Where the failure is certain, the member is
+  counted out and is past its grace at once: its pod is not Ready on a Kubernetes node that
+  carries the out-of-service taint or was deleted, the fence verdict forgets its pod (FORCE),
+  its container crash-loops (CRASH_LOOP_RESTARTS), or an administrator fenced it
+  (spec.fencedMembers). Its service is then forced down and its free nodes move in the same
+  cycle; every rule of a move still holds (a free node leaves a member whose Nova service is
+  up only by a guarded move, after forced_down was written: cloud_side.py; a pinned node
+  moves only through a handover).
 - The fence verdict (`failover.fencing.mode`): a pod whose Kubernetes node is unreachable is
   deleted gracefully, then forgotten (force-deleted, so its replacement can be created) only
   when the mode allows it: Wait never; OutOfServiceTaint once the node carries the
@@ -38,22 +47,32 @@ from ironic_shard_operator.core.spec import Fencing
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 
+# Restarts of a container in CrashLoopBackOff after which its failure is certain: the pod is
+# replaced (elsewhere, with fresh volumes; core/pods.py) and its member counted out. Below
+# it the kubelet's own restart is cheaper, and a restart is what the grace is for.
+CRASH_LOOP_RESTARTS = 3
+
 
 # --- the grace rule --------------------------------------------------------------------
 
 
 def in_grace(member: Member, now: float, grace_seconds: float) -> bool:
-    """Not ready, and lost readiness less than `grace_seconds` ago (a never-ready member has none)."""
-    return not member.ready and member.since is not None and now - member.since < grace_seconds
+    """Not ready, not counted out, and lost readiness less than `grace_seconds` ago (a
+    never-ready member has none)."""
+    return (not member.ready and member.counted_out is None and member.since is not None
+            and now - member.since < grace_seconds)
 
 
 def counts_as_ready(member: Member, now: float, grace_seconds: float) -> bool:
-    """Ready now, or still within the grace (a restart shuffles nothing)."""
-    return member.ready or in_grace(member, now, grace_seconds)
+    """Not counted out, and Ready now or still within the grace (a restart shuffles nothing)."""
+    return member.counted_out is None and (member.ready or in_grace(member, now, grace_seconds))
 
 
 def past_grace(member: Member, now: float, grace_seconds: float) -> bool:
-    """Lost readiness `grace_seconds` ago or longer: the member no longer counts as ready."""
+    """Counted out, or lost readiness `grace_seconds` ago or longer: the member no longer counts
+    as ready, its service is forced down and its free nodes move."""
+    if member.counted_out is not None:
+        return True
     return member.since is not None and not counts_as_ready(member, now, grace_seconds)
 
 
@@ -95,6 +114,10 @@ class FencedPod(Protocol):
     def deleting(self) -> bool: ...
     @property
     def deletion_since(self) -> float | None: ...
+    @property
+    def crash_looping(self) -> bool: ...
+    @property
+    def restarts(self) -> int: ...
 
 
 class FenceAction(enum.Enum):
@@ -175,6 +198,48 @@ def _on_lost_node(pod: FencedPod, node: NodeView | None, fencing: Fencing, now: 
                         f"node {node_name} unreachable; waiting for {wait_for} (fencing mode {fencing.mode})")
 
 
+# --- counted out: certain failures ------------------------------------------------------
+
+
+def crash_looped(pod: FencedPod) -> bool:
+    """A pod that is not Ready and whose container is in CrashLoopBackOff after
+    CRASH_LOOP_RESTARTS restarts or more: its failure is certain (it is replaced)."""
+    return pod.crash_looping and pod.restarts >= CRASH_LOOP_RESTARTS and not pod.ready
+
+
+def counted_out_why(pod: FencedPod | None, nodes: Mapping[str, NodeView], fencing: Fencing, now: float,
+                    *, fenced: bool = False, last_node: str | None = None) -> str | None:
+    """Why a member's failure is certain, so that it is counted out at once; None when it is
+    not (a Ready pod, or not Ready with nothing else known: the grace decides).
+
+    `pod` is the member's pod (None: gone); `last_node` the Kubernetes node its pod ran on at
+    the last status (a pod the garbage collector removed from a node declared gone leaves no
+    other trace); `nodes` the Kubernetes nodes read for members that are not Ready (both), a
+    node absent from it was not found (deleted); `fenced`: the member is in spec.fencedMembers.
+    Invariant: a Ready pod that is not being deleted is never counted out, unless an
+    administrator fenced its member; a pod on a merely unreachable node (NotReady, the
+    unreachable taint) is not either: only the fencing mode may forget it.
+    """
+    if fenced:
+        return "fenced by spec.fencedMembers"
+    if pod is not None and pod.ready and not pod.deleting:
+        return None
+    if pod is not None and crash_looped(pod):
+        return f"its container crash-loops ({pod.restarts} restarts)"
+    for name in dict.fromkeys(n for n in (pod.node_name if pod is not None else None, last_node) if n):
+        node = nodes.get(name)
+        if node is None:
+            return f"its Kubernetes node {name} was deleted"
+        if node.out_of_service:
+            return f"its Kubernetes node {name} carries the {OUT_OF_SERVICE_TAINT} taint"
+    if pod is None:
+        return None
+    verdict = fence_verdict(pod, nodes, fencing, now)
+    if verdict is not None and verdict.action is FenceAction.FORCE:
+        return f"its pod is provably gone ({verdict.message})"
+    return None
+
+
 # --- forced_down -----------------------------------------------------------------------
 
 
@@ -194,8 +259,9 @@ def forced_down_changes(members: Iterable[Member], services: Mapping[str, Servic
                         held: AbstractSet[str] = frozenset()) -> tuple[ForcedDownChange, ...]:
     """The forced_down writes one cycle needs, at most one per member.
 
-    A member past its grace (lost readiness `grace_seconds` ago or longer) gets its service
-    forced down; a ready member's forced-down service is cleared if the member is in
+    A member past its grace (lost readiness `grace_seconds` ago or longer, or counted out:
+    at once) gets its service forced down; a ready member that is not counted out has its
+    forced-down service cleared if the member is in
     `clear_when_ready` (its flag belongs to a failure: `clear_when_ready_after`) and is not
     `held` by a handover (core/handover.py::holds: nodes of it are in flight, and nova-manage
     needs its source forced down), and left as it is otherwise. A member that was never
@@ -206,18 +272,25 @@ def forced_down_changes(members: Iterable[Member], services: Mapping[str, Servic
         service = services.get(member.name)
         if service is None:
             continue
-        if member.ready and service.forced_down:
+        if past_grace(member, now, grace_seconds):
+            if not service.forced_down:
+                changes.append(ForcedDownChange(member.name, service, True, _forced_why(member, now, grace_seconds)))
+        elif member.ready and service.forced_down:
             if member.name in clear_when_ready and member.name not in held:
                 changes.append(ForcedDownChange(
                     member.name, service, False,
                     f"Cleared forced_down of Nova compute service {member.name}: the member is ready again"))
-        elif past_grace(member, now, grace_seconds) and not service.forced_down:
-            changes.append(ForcedDownChange(
-                member.name, service, True,
-                f"Forced Nova compute service {member.name} down: the member has not been "
-                f"ready for {now - member.since:.0f}s (failover.rebalanceAfterSeconds "
-                f"{grace_seconds:g})"))
     return tuple(changes)
+
+
+def _forced_why(member: Member, now: float, grace_seconds: float) -> str:
+    """The message of forcing a member's service down: counted out (at once), or past its grace."""
+    if member.counted_out is not None:
+        return (f"Forced Nova compute service {member.name} down at once: the member is counted out "
+                f"({member.counted_out}), without waiting for failover.rebalanceAfterSeconds")
+    return (f"Forced Nova compute service {member.name} down: the member has not been "
+            f"ready for {now - (member.since or now):.0f}s (failover.rebalanceAfterSeconds "
+            f"{grace_seconds:g})")
 
 
 def clear_when_ready_after(recorded: Iterable[str], members: Iterable[Member],
@@ -230,7 +303,7 @@ def clear_when_ready_after(recorded: Iterable[str], members: Iterable[Member],
     an administrator's forced_down on a healthy member survives every cycle. Members this
     cycle does not list keep their record while their service is forced down.
     """
-    known = {m.name for m in members if not m.ready} | set(recorded)
+    known = {m.name for m in members if not m.ready or m.counted_out is not None} | set(recorded)
     return frozenset(name for name, service in services.items() if service.forced_down and name in known)
 
 

@@ -228,6 +228,10 @@ class HandoverPlan:
     # their batch again (the failures metric counts each once, when its deletion succeeds).
     retried: tuple[tuple[str, str], ...] = ()
     events: tuple[Event, ...] = ()
+    # Members that hold, in Nova, a node Ironic still gives another member, or that a Job
+    # moves nodes to (`receivers`): recorded in status.handover so that the pod side never
+    # retires one (`retirable`), whatever this cycle's plan or Jobs say.
+    receiving: tuple[str, ...] = ()
 
     @property
     def writes(self) -> int:
@@ -396,15 +400,18 @@ def kept_away(plan: Plan | None, settings: Handover | None, members: Sequence[Me
     return away
 
 
-def retirable(members_to_delete: Iterable[str], jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> frozenset[str]:
+def retirable(members_to_delete: Iterable[str], jobs: Iterable[JobView], job_pods: Iterable[JobPod],
+              receiving: Iterable[str] = ()) -> frozenset[str]:
     """The members the plan retires (they own nothing in Ironic) that no handover Job still
     moves nodes to or from. A destination may already hold, in Nova, a node Ironic still gives
     its source: retired, it could never get that node's shard (its Job is the record until
     Ironic shows the move, core/handover.py's `_Context.settled`). A source whose Job runs, or
     a pod of whose Jobs may still run, is held (`holds`): retired, its identity would be gone
-    while a nova-manage run still names it, and a scale back up would give it a pod at once."""
+    while a nova-manage run still names it, and a scale back up would give it a pod at once.
+    `receiving`: what the last handover step recorded (`recorded_receiving`): a member Nova
+    lists a node under whose Job is gone and whose shard is not written yet."""
     jobs, job_pods = tuple(jobs), tuple(job_pods)
-    busy = {dest for job in jobs for _, dest in job.moves}
+    busy = set(receiving) | {dest for job in jobs for _, dest in job.moves}
     busy |= {dest for pod in job_pods if pod.alive and pod.moves for _, dest in pod.moves}
     busy |= {job.source for job in jobs if job.state == ACTIVE} | {pod.source for pod in job_pods if pod.alive}
     return frozenset(set(members_to_delete) - busy)
@@ -423,14 +430,17 @@ class PodSide:
 
 
 def pod_side(*, identities: Sequence[str], plan: Plan | None, away: Mapping[str, str],
-             fenced_members: Iterable[str], jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> PodSide:
+             fenced_members: Iterable[str], jobs: Iterable[JobView], job_pods: Iterable[JobPod],
+             recorded: Mapping | None) -> PodSide:
     """The pod side's membership: with a plan, identities are created and retired; without,
     only the existing ones are looked after. Invariants: a member kept away (`away`, from
     `kept_away`: held by its handover, or stopped by this cycle's plan) gets no pod, whether it
     has an identity or is one the plan creates again; a member is retired only when no handover
-    Job moves nodes to or from it (`retirable`)."""
+    Job moves nodes to or from it and the last status.handover records no node Nova lists under
+    it that Ironic gives another member (`retirable`, `recorded_receiving`)."""
     present, fenced_all = set(identities), set(fenced_members)
-    retire = retirable(plan.members_to_delete if plan else (), jobs, job_pods) & present
+    retire = retirable(plan.members_to_delete if plan else (), jobs, job_pods,
+                       recorded_receiving(recorded)) & present
     stop = set(away) & present - retire
     fenced = fenced_all & present - retire - stop
     keep = [m for m in identities if m not in retire and m not in stop and m not in fenced]
@@ -471,8 +481,9 @@ def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], r
     steps = _Steps()
     steps.delete_jobs.extend(j.name for j in jobs if j.source not in ctx.found and j.source not in ctx.cancelled
                              and ctx.settled(j))
+    receiving = receivers(nodes, nova, jobs, job_pods)
     if not ctx.found and not ctx.cancelled:
-        return steps.build()
+        return replace(steps.build(), receiving=receiving)
     if blocker is not None:
         steps.problems.extend(Problem(t, blocker[0], blocker[1]) for t in sorted(set(ctx.found.values())))
     found = {source: _source_step(source, trigger, ctx, steps) for source, trigger in sorted(ctx.found.items())}
@@ -500,7 +511,25 @@ def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], r
         steps.progress.append(progress)
     for member in sorted(ctx.cancelled):
         _cancel_step(member, ctx, steps)
-    return steps.build()
+    return replace(steps.build(), receiving=receiving)
+
+
+def receivers(nodes: Sequence[Node], nova: NovaView, jobs: Iterable[JobView],
+              job_pods: Iterable[JobPod]) -> tuple[str, ...]:
+    """The members that hold, in Nova, a node with an instance that Ironic still gives another
+    member (its shard write has not followed Nova yet), and the destinations of the Jobs and of
+    the Job pods that may still run. Each will own that node in Ironic; retired first, it never
+    could (its compute node would be listed under a host with no member)."""
+    found = {host for node in nodes if node.instance_uuid
+             and (host := nova.compute_host.get(node.uuid)) not in (None, node.shard)}
+    found |= {dest for job in jobs for _, dest in job.moves}
+    found |= {dest for pod in job_pods if pod.alive and pod.moves for _, dest in pod.moves}
+    return tuple(sorted(found))
+
+
+def recorded_receiving(recorded: Mapping | None) -> frozenset[str]:
+    """status.handover.receiving as the last handover step recorded it (`receivers`)."""
+    return frozenset(m for m in (recorded or {}).get("receiving") or () if isinstance(m, str))
 
 
 def job_name(source: str, moves: Sequence[Move], attempt: int = 1) -> str:

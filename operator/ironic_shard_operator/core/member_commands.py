@@ -102,5 +102,5 @@ def fence(pool: Mapping[str, Any], member: str, fenced: bool) -> Change:
         return Change(None, f"{member} is already fenced")
     return Change(_guarded(pool, {"fencedMembers": [*listed, member]}),
                   f"ironiccomputeshard/{name}: {member} fenced: the operator deletes its pod and creates none until "
-                  f"`kubectl ics unfence {member}`; after failover.rebalanceAfterSeconds its free nodes move and its "
-                  f"Nova service is forced down, as for a failed member{paused}")
+                  f"`kubectl ics unfence {member}`; it is counted out at once: its Nova service is forced down and its "
+                  f"free nodes move, without waiting for failover.rebalanceAfterSeconds{paused}")

@@ -73,11 +73,19 @@ class Member:
     changed (seconds since the epoch), or None when it has never been ready. It belongs to
     the identity, not the pod: a replacement pod that is not Ready yet keeps the time the
     old one lost readiness, so the rebalance grace runs from the failure.
+
+    `counted_out` says why the member's failure is certain (core/fencing.py::counted_out_why),
+    None while it is not: a counted-out member is past its grace at once, whatever `ready`
+    and `since` say. Once set, it stays until the member's pod is Ready again (the failure it
+    names does not end when the failed pod is forgotten). `kubernetes_node` is the Kubernetes
+    node its pod runs on (or last ran on while it is counted out), None when unknown.
     """
 
     name: str
     ready: bool = False
     since: float | None = None
+    counted_out: str | None = None
+    kubernetes_node: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

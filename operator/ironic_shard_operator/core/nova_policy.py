@@ -145,17 +145,25 @@ class AuditReport:
         return {kind: found[kind] for kind in FINDING_KINDS}
 
 
-def update_interval(nova_conf: str | None) -> float:
-    """Seconds between two resource-tracker cycles of the members, read from the base
-    nova.conf they run: `[DEFAULT]update_resources_interval` when positive, else Nova's
-    default periodic spacing (60 s). An unreadable file counts as the default."""
+def update_interval(nova_conf: str | None, overlays: Iterable[str | None] = ()) -> float:
+    """Seconds between two resource-tracker cycles of the slowest member, read from the files
+    they run: `[DEFAULT]update_resources_interval` of a member's overlay (`overlays`, which win
+    as the later config file), else of the base nova.conf, when positive, else Nova's default
+    periodic spacing (60 s). An unreadable file counts as one without the option."""
+    base = _positive_interval(nova_conf)
+    members = [_positive_interval(overlay) or base for overlay in overlays] or [base]
+    return max(value or NOVA_DEFAULT_UPDATE_INTERVAL for value in members)
+
+
+def _positive_interval(conf: str | None) -> float | None:
+    """`[DEFAULT]update_resources_interval` of an ini text when positive, else None."""
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     try:
-        parser.read_string(nova_conf or "")
+        parser.read_string(conf or "")
         value = float(parser.get("DEFAULT", "update_resources_interval", fallback="0"))
     except (configparser.Error, ValueError):
-        return NOVA_DEFAULT_UPDATE_INTERVAL
-    return value if value > 0 else NOVA_DEFAULT_UPDATE_INTERVAL
+        return None
+    return value if value > 0 else None
 
 
 def retired_after(recorded: Iterable[str], *, retiring: Iterable[str], identities: Iterable[str],

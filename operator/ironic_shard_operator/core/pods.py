@@ -21,21 +21,17 @@ carries its kind (`PodActionKind`), which metrics count by; its Event reason is 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar, Iterable, Mapping
 
 from ironic_shard_operator.core import model
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.fencing import (
-    OUT_OF_SERVICE_TAINT, UNREACHABLE_TAINT, FenceAction, FenceVerdict, NodeView, fence_verdict,
+    OUT_OF_SERVICE_TAINT, UNREACHABLE_TAINT, FenceAction, FenceVerdict, NodeView, crash_looped, fence_verdict,
 )
 from ironic_shard_operator.core.podspec import CONFIG_HASH, MEMBER_LABEL
 from ironic_shard_operator.core.spec import Failover
-
-# Restarts of a container in CrashLoopBackOff before the pod is replaced (elsewhere,
-# with fresh volumes); below it the kubelet's own restart is cheaper.
-CRASH_LOOP_RESTARTS = 3
 
 
 # --- observations ----------------------------------------------------------------------
@@ -117,15 +113,29 @@ def read_node(node: Mapping[str, Any]) -> NodeView:
 
 
 def member_readiness(
-    name: str, pod: PodView | None, previous: model.Member | None, now: float
+    name: str, pod: PodView | None, previous: model.Member | None, now: float, counted_out: str | None = None
 ) -> model.Member:
     """The member's readiness for the ring, with `since` = when it last changed.
 
     A pod being deleted counts as not ready. `since` survives pod replacement: it is
     carried over from `previous` (the last status) while readiness is unchanged, so a
     crash-looping replacement cannot keep restarting the rebalance grace period.
+    `counted_out` (fencing.counted_out_why, this cycle) is kept from `previous` while the
+    member is not ready, so a certain failure stays counted once its pod is forgotten and
+    until a pod of the member is Ready again.
     """
     ready = pod is not None and pod.ready and not pod.deleting
+    if not ready and counted_out is None and previous is not None:
+        counted_out = previous.counted_out
+    node = pod.node_name if pod is not None and pod.node_name else None
+    if node is None and counted_out is not None and previous is not None:
+        node = previous.kubernetes_node
+    return replace(_readiness(name, ready, pod, previous, now), counted_out=counted_out, kubernetes_node=node)
+
+
+def _readiness(name: str, ready: bool, pod: PodView | None, previous: model.Member | None,
+               now: float) -> model.Member:
+    """`ready` and when it last changed (member_readiness)."""
     if previous is not None and previous.ready == ready:
         return model.Member(name=name, ready=ready, since=previous.since)
     if ready:
@@ -369,7 +379,7 @@ def _handle_pod(pod: PodView, nodes: Mapping[str, NodeView], failover: Failover,
                    "a new pod with the same name follows once it is gone",
                    kind=PodActionKind.REPLACE)
         return MemberState(member, "Replacing", f"pod {pod.phase} ({why})")
-    if pod.crash_looping and pod.restarts >= CRASH_LOOP_RESTARTS and not pod.ready:
+    if crash_looped(pod):
         out.delete(pod, "ReplacingPod",
                    f"Replacing pod {member}: crash loop after {pod.restarts} restarts",
                    kind=PodActionKind.REPLACE)

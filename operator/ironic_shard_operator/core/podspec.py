@@ -4,7 +4,10 @@ A member `<pool>-<ordinal>` is at once the pod name, Nova's `[DEFAULT]host` and 
 Ironic shard key. Its pod reads the user's nova.conf (a Secret key, mounted at
 /etc/nova/nova.conf) and then the member overlay (ConfigMap `<member>-config`, key
 member.conf, mounted at /etc/nova/member.conf); later config files win in oslo.config,
-so the overlay's host and shard always apply.
+so the overlay's host, shard and resource-tracker interval always apply. The interval
+(`[DEFAULT]update_resources_interval`, core/tracker_interval.py) is rendered with a comment
+naming the share it was computed for (`INTERVAL_FOR_NODES`): what the overlay a member runs
+says is all the operator needs to keep it (`running_interval`).
 
 Both objects are owned by the CR (controller reference), so deleting the CR garbage-
 collects them; the reference does not set blockOwnerDeletion (see `_metadata`). So is the
@@ -27,10 +30,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ironic_shard_operator.core.spec import GROUP, KIND, VERSION, Pool
+from ironic_shard_operator.core.tracker_interval import TrackerInterval
 
 POOL_LABEL = f"{GROUP}/pool"
 MEMBER_LABEL = f"{GROUP}/member"
@@ -67,27 +72,54 @@ def member_labels(pool: str) -> dict[str, str]:
     return {APP_LABEL: APP_NAME, POOL_LABEL: pool}
 
 
-def member_conf(pool: Pool, member: str) -> str:
-    """The per-member nova.conf overlay: host and shard are the member's own name."""
-    lines = ["[DEFAULT]", f"host = {member}", "", "[ironic]", f"shard = {member}"]
+# The overlay's interval line, and the comment after it naming the share it was computed for.
+_INTERVAL_LINE = re.compile(r"^update_resources_interval = ([0-9.]+)$", re.M)
+INTERVAL_FOR_NODES = "# update_resources_interval computed for {nodes} nodes (spec.nova.updateResourcesInterval)"
+_FOR_NODES_LINE = re.compile(r"^# update_resources_interval computed for (\d+) nodes", re.M)
+
+
+def member_conf(pool: Pool, member: str, interval: TrackerInterval | None = None) -> str:
+    """The per-member nova.conf overlay: host and shard are the member's own name; with
+    `interval`, its resource tracker's interval (and the share it was computed for)."""
+    lines = ["[DEFAULT]", f"host = {member}"]
+    if interval is not None:
+        lines.append(f"update_resources_interval = {_seconds(interval.seconds)}")
+        if interval.for_nodes is not None:
+            lines.append(INTERVAL_FOR_NODES.format(nodes=interval.for_nodes))
+    lines += ["", "[ironic]", f"shard = {member}"]
     if pool.selector.conductor_group is not None:
         lines.append(f"conductor_group = {pool.selector.conductor_group}")
     return "\n".join(lines) + "\n"
 
 
-def render_configmap(pool: Pool, member: str) -> dict[str, Any]:
+def _seconds(seconds: float) -> str:
+    """An interval as nova.conf takes it (an integer option; tracker_interval gives whole seconds)."""
+    return str(int(seconds))
+
+
+def running_interval(overlay: str | None) -> TrackerInterval | None:
+    """The interval an overlay renders (and the share it was computed for), None without one."""
+    found = _INTERVAL_LINE.search(overlay or "")
+    if found is None:
+        return None
+    nodes = _FOR_NODES_LINE.search(overlay or "")
+    return TrackerInterval(float(found.group(1)), int(nodes.group(1)) if nodes else None)
+
+
+def render_configmap(pool: Pool, member: str, interval: TrackerInterval | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(pool, configmap_name(member), member),
-        "data": {MEMBER_CONF_KEY: member_conf(pool, member)},
+        "data": {MEMBER_CONF_KEY: member_conf(pool, member, interval)},
     }
 
 
-def config_hash(pool: Pool, member: str, nova_conf_digest: str) -> str:
+def config_hash(pool: Pool, member: str, nova_conf_digest: str, interval: TrackerInterval | None = None) -> str:
     """Digest of everything that, when changed, must restart `member`'s process.
 
-    `nova_conf_digest` is `secret_digest()` of the nova.conf Secret key ("" when unread).
+    `nova_conf_digest` is `secret_digest()` of the nova.conf Secret key ("" when unread);
+    `interval` the resource-tracker interval its overlay renders.
     """
     settings = pool.pod
     document = {
@@ -96,7 +128,7 @@ def config_hash(pool: Pool, member: str, nova_conf_digest: str) -> str:
         "container": _container(pool),
         "pod": _pod_spec_settings(pool),
         "volumes": extra_volumes(pool),
-        "member.conf": member_conf(pool, member),
+        "member.conf": member_conf(pool, member, interval),
         "nova.conf": nova_conf_digest,
     }
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), default=list)
@@ -109,10 +141,11 @@ def secret_digest(secret: dict[str, Any] | None, key: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:16] if value else ""
 
 
-def render_pod(pool: Pool, member: str, nova_conf_digest: str) -> dict[str, Any]:
+def render_pod(pool: Pool, member: str, nova_conf_digest: str,
+               interval: TrackerInterval | None = None) -> dict[str, Any]:
     """The member's Pod; `metadata.annotations[CONFIG_HASH]` is `config_hash(...)`."""
     metadata = _metadata(pool, member, member)
-    metadata["annotations"] = {CONFIG_HASH: config_hash(pool, member, nova_conf_digest)}
+    metadata["annotations"] = {CONFIG_HASH: config_hash(pool, member, nova_conf_digest, interval)}
     spec: dict[str, Any] = {
         "containers": [_container(pool)],
         "volumes": [

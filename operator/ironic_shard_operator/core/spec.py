@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from ironic_shard_operator.core import model
 from ironic_shard_operator.core.model import Selector
+from ironic_shard_operator.core.tracker_interval import IntervalSettings
 
 GROUP = "ironicshards.io"
 VERSION = "v1alpha1"
@@ -140,6 +141,8 @@ class Pool:
     handover: Handover | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     fenced_members: tuple[str, ...] = ()  # spec.fencedMembers: no pod runs for them (core/pods.py)
+    # spec.nova.updateResourcesInterval: each member's resource-tracker interval (core/tracker_interval.py).
+    tracker: IntervalSettings = IntervalSettings()
 
     @property
     def key(self) -> str:
@@ -188,7 +191,19 @@ def read_pool(body: Mapping[str, Any]) -> Pool:
         labels=dict(meta.get("labels") or {}),
         handover=_handover(spec, failover),
         fenced_members=_members(spec.get("fencedMembers"), "spec.fencedMembers", name),
+        tracker=_tracker(_mapping(_mapping(spec.get("nova"), "spec.nova").get("updateResourcesInterval"),
+                                  "spec.nova.updateResourcesInterval")),
     )
+
+
+def _tracker(raw: Mapping[str, Any]) -> IntervalSettings:
+    """spec.nova.updateResourcesInterval (the CRD bounds each field; these checks repeat its floors)."""
+    path = "spec.nova.updateResourcesInterval"
+    fixed = raw.get("fixedSeconds")
+    return IntervalSettings(
+        seconds_per_node=_number(raw.get("secondsPerNode", 0.05), f"{path}.secondsPerNode", minimum=0),
+        min_seconds=_number(raw.get("minSeconds", 10), f"{path}.minSeconds", minimum=1),
+        fixed_seconds=None if fixed is None else _number(fixed, f"{path}.fixedSeconds", minimum=1))
 
 
 # --- field readers --------------------------------------------------------------------

@@ -22,6 +22,7 @@ from ironic_shard_operator.core import handover, host_mapping, model, nova_polic
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.pods import MemberState, parse_time
 from ironic_shard_operator.core.redact import redact
+from ironic_shard_operator.core.tracker_interval import IntervalSettings
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "ScaleDownBlocked", "Conflict")
 
@@ -78,6 +79,11 @@ class CycleFacts:
     # The new status.hostMapping (host_mapping_section), None when it was not decided this
     # cycle (Nova not asked): the last one is kept, and its members not mapped keep Degraded.
     host_mapping: Mapping[str, Any] | None = None
+    # Each kept member's resource-tracker interval in seconds (core/tracker_interval.py; absent:
+    # not decided this cycle, the member's last reported one is kept), and the cost of a pass per
+    # node it was computed with (spec.nova.updateResourcesInterval.secondsPerNode).
+    intervals: Mapping[str, float] = field(default_factory=dict)
+    seconds_per_node: float = IntervalSettings().seconds_per_node
 
 
 def ring_digest(members: Sequence[str]) -> str:
@@ -102,7 +108,7 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
             status["autoscale"] = _autoscale(plan.autoscale.history)
         elif "autoscale" in previous:
             status["autoscale"] = None  # removed by the merge patch: autoscale is off
-        status["members"] = _members(facts, {load.name: (load.nodes, load.pinned) for load in plan.loads})
+        status["members"] = _members(facts, {load.name: (load.nodes, load.pinned) for load in plan.loads}, previous)
         status["ring"] = _ring(plan, previous.get("ring") or {})
         status["nodes"] = _counts(plan.counts)
     else:  # nothing new is known about size and ownership: keep the last report
@@ -111,7 +117,7 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
                 status[key] = previous[key]
         if facts.members:  # the members' own state is known: each keeps its last node counts
             status["members"] = _members(facts, {m.get("name"): (m.get("nodes", 0), m.get("pinnedNodes", 0))
-                                                 for m in previous.get("members") or ()})
+                                                 for m in previous.get("members") or ()}, previous)
     nova = facts.nova if facts.nova is not None else previous.get("nova")
     if nova is not None:
         status["nova"] = dict(nova)
@@ -133,6 +139,7 @@ def build_status(facts: CycleFacts, previous: Mapping[str, Any] | None) -> tuple
         conditions, previous.get("conditions") or [], facts.generation, facts.now)
     if facts.preflight is None:  # no new verdict: the last one stays
         status["conditions"] += [c for c in previous.get("conditions") or () if c.get("type") == "Preflight"]
+    events = [*counted_out_events(facts.members, previous), *events]
     return (_redacted(status, facts.secrets),
             [replace(e, message=redact(e.message, facts.secrets)) for e in (*facts.extra_events, *events)])
 
@@ -197,9 +204,13 @@ def _redacted(value: Any, secrets: frozenset[str]) -> Any:
     return value
 
 
-def _members(facts: CycleFacts, loads: Mapping[str, tuple[int, int]]) -> list[dict[str, Any]]:
-    """status.members: each member's state as observed, with its (nodes, pinned nodes) from `loads`."""
+def _members(facts: CycleFacts, loads: Mapping[str, tuple[int, int]],
+             previous: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """status.members: each member's state as observed, with its (nodes, pinned nodes) from `loads`,
+    why it is counted out, its Kubernetes node, and its resource tracker's interval (this cycle's,
+    else the last one reported) with the pass its nodes are expected to take."""
     states = {state.name: state for state in facts.states}
+    before = {m.get("name"): m for m in previous.get("members") or () if isinstance(m, Mapping)}
     out = []
     for member in facts.members:
         nodes, pinned = loads.get(member.name, (0, 0))
@@ -215,8 +226,26 @@ def _members(facts: CycleFacts, loads: Mapping[str, tuple[int, int]]) -> list[di
             entry["since"] = format_time(member.since)
         if state and state.message:
             entry["message"] = state.message
+        if member.counted_out is not None:
+            entry["countedOut"] = member.counted_out
+        if member.kubernetes_node is not None:
+            entry["kubernetesNode"] = member.kubernetes_node
+        interval = facts.intervals.get(member.name, (before.get(member.name) or {}).get("updateResourcesIntervalSeconds"))
+        if interval is not None:
+            entry["updateResourcesIntervalSeconds"] = interval
+            entry["expectedPassSeconds"] = round(nodes * facts.seconds_per_node, 3)
         out.append(entry)
     return out
+
+
+def counted_out_events(members: Sequence[model.Member], previous: Mapping[str, Any]) -> list[Event]:
+    """A Warning for each member counted out this cycle that the last status did not show counted out."""
+    before = {m.get("name") for m in previous.get("members") or () if isinstance(m, Mapping) and m.get("countedOut")}
+    return [Event("MemberCountedOut", (
+        f"Member {m.name} is counted out at once: {m.counted_out}. Its Nova service is forced down and its free "
+        "nodes move now, without waiting for failover.rebalanceAfterSeconds (nodes with instances move only "
+        "through a handover); it counts again once its pod is Ready"), "Warning")
+        for m in members if m.counted_out is not None and m.name not in before]
 
 
 def _ring(plan: model.Plan, previous: Mapping[str, Any]) -> dict[str, Any]:
@@ -262,6 +291,7 @@ def handover_section(step: handover.HandoverPlan | None) -> dict[str, Any]:
              if p.busy else None), ("held", p.held))
             if value is not None} for p in step.progress],
         "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in step.problems],
+        **({"receiving": list(step.receiving)} if step.receiving else {}),
     }
 
 
@@ -279,8 +309,10 @@ def handover_section_unseen(recorded: Mapping[str, Any] | None,
                             problems: Sequence[handover.Problem]) -> dict[str, Any]:
     """status.handover of a step that could not see enough to decide: the recorded sources
     as they were (the holds they carry stay), with the problems that kept it from seeing."""
+    receiving = sorted(handover.recorded_receiving(recorded))
     return {"sources": [dict(e) for e in (recorded or {}).get("sources") or ()],
-            "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in problems]}
+            "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in problems],
+            **({"receiving": receiving} if receiving else {})}
 
 
 def _handover_conditions(facts: CycleFacts, moving: Mapping[str, Any]) -> dict[str, _Condition]:
@@ -522,5 +554,6 @@ def since_of(previous_status: Mapping[str, Any] | None) -> dict[str, model.Membe
     for entry in (previous_status or {}).get("members") or ():
         if entry.get("name"):
             out[entry["name"]] = model.Member(
-                name=entry["name"], ready=bool(entry.get("ready")), since=parse_time(entry.get("since")))
+                name=entry["name"], ready=bool(entry.get("ready")), since=parse_time(entry.get("since")),
+                counted_out=entry.get("countedOut") or None, kubernetes_node=entry.get("kubernetesNode") or None)
     return out
