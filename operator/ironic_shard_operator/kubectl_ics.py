@@ -230,10 +230,16 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
     Nova; its host's cell mapping unless mapped), node counts, Nova, handover progress when the
     status has it, the last moves and the recent Events."""
     meta, spec, status = pool.get("metadata") or {}, pool.get("spec") or {}, pool.get("status") or {}
-    nova = status.get("nova") or {}
-    forced, kept = set(nova.get("forcedDown") or ()), nova_policy.left_forced_down(nova)
-    unmapped = {e.get("member"): e for e in (status.get("hostMapping") or {}).get("members") or ()
-                if e.get("state") != "Mapped"}
+    lines = _pool_lines(meta, spec, status, operator, now)
+    lines += _member_lines(status)
+    lines += _cloud_lines(status)
+    lines += _event_lines(events)
+    return "\n".join(lines)
+
+
+def _pool_lines(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any],
+                operator: OperatorView | None, now: float | None) -> list[str]:
+    """The pool's line, the operator, the last cycle, the fenced members, the conditions."""
     lines = [f"ironiccomputeshard/{meta.get('name')} in {meta.get('namespace')}: "
              f"{status.get('readyReplicas', 0)}/{status.get('desiredReplicas', spec.get('replicas', '?'))} "
              f"members ready ({status.get('desiredReason', 'not planned yet')})"
@@ -249,8 +255,17 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         lines.append(f"  {condition.get('type', '?'):<17}{condition.get('status', '?'):<6}{condition.get('reason', '')}")
         if condition.get("message"):
             lines += _wrapped(str(condition["message"]), " " * 6, " " * 6)
-    lines += ["", f"{'MEMBER':<20}{'READY':<7}{'PHASE':<12}{'NODES':>6}{'PINNED':>8}  {'FORCED_DOWN':<12}"
-                  f"{'TRACKER':<12}SINCE"]
+    return lines
+
+
+def _member_lines(status: Mapping[str, Any]) -> list[str]:
+    """A row per member, with why it is counted out, its message and its cell mapping unless mapped."""
+    nova = status.get("nova") or {}
+    forced, kept = set(nova.get("forcedDown") or ()), nova_policy.left_forced_down(nova)
+    unmapped = {e.get("member"): e for e in (status.get("hostMapping") or {}).get("members") or ()
+                if e.get("state") != "Mapped"}
+    lines = ["", f"{'MEMBER':<20}{'READY':<7}{'PHASE':<12}{'NODES':>6}{'PINNED':>8}  {'FORCED_DOWN':<12}"
+                 f"{'TRACKER':<12}SINCE"]
     for member in status.get("members") or ():
         name = member.get("name", "?")
         lines.append(f"{name:<20}{'yes' if member.get('ready') else 'no':<7}{member.get('phase', '?'):<12}"
@@ -265,11 +280,18 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                               " " * 20, " " * 20)
     if not status.get("members"):
         lines.append("(no members yet)")
-    nodes = status.get("nodes")
+    return lines
+
+
+def _cloud_lines(status: Mapping[str, Any]) -> list[str]:
+    """Node counts, Nova's section and the handover progress, each when the status has it."""
+    lines: list[str] = []
+    nodes, nova = status.get("nodes"), status.get("nova") or {}
     if nodes:
         lines += ["", "NODES  " + "  ".join(f"{key} {nodes.get(key, 0)}" for key in
                                              ("total", "free", "pinned", "unassigned", "pendingMoves", "misplaced"))]
     if nova:
+        forced = set(nova.get("forcedDown") or ())
         findings = ", ".join(f"{k} {v}" for k, v in sorted((nova.get("findings") or {}).items()) if v) or "none"
         lines += [""] + _wrapped(f"NOVA   {nova.get('state', '?')}: {nova.get('message', '')}", " " * 7)
         lines.append(f"       findings: {findings}; forced down: {', '.join(sorted(forced)) or 'none'}")
@@ -278,8 +300,13 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
     handover = status.get("handover")
     if handover:
         lines += ["", "HANDOVER " + _handover(handover)]
+    return lines
+
+
+def _event_lines(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The last moves and the recent Events, newest first."""
     moves = [e for e in events if e.get("reason") == "MovedNodes"]
-    lines += ["", "LAST MOVES"]
+    lines = ["", "LAST MOVES"]
     lines += [f"  {_when(e)}  {e.get('message', '')}" for e in _newest(moves)[:LAST_MOVES]] or ["  none"]
     lines += ["", "RECENT EVENTS"]
     for event in _newest(events)[:RECENT_EVENTS]:
@@ -287,7 +314,7 @@ def render_status(pool: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                           f"{event.get('message', '')}", " " * 44)
     if not events:
         lines.append("  none")
-    return "\n".join(lines)
+    return lines
 
 
 def render_pools(pools: Sequence[Mapping[str, Any]], operator: OperatorView, now: float, *,

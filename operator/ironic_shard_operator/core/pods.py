@@ -286,10 +286,22 @@ def decide(
     from its pod, for its state's message.
     """
     out = _Builder()
-    keep = list(keep)
-    unsettled = False  # some kept member is not a Ready, current pod (blocks rolling)
-    roll_candidates: list[PodView] = []
+    unsettled, roll_candidates = _look_after(list(keep), pods, nodes, configmaps_current, wanted_hash,
+                                             failover, now, out)
+    _roll(roll_candidates, unsettled, out)
+    _keep_away(stop, fenced, held_why or {}, pods, nodes, failover, now, out)
+    _retire(retire, pods, nodes, failover, now, out)
+    return out.build()
 
+
+def _look_after(keep: list[str], pods: Mapping[str, PodView], nodes: Mapping[str, NodeView],
+                configmaps_current: Mapping[str, bool], wanted_hash: Mapping[str, str], failover: Failover,
+                now: float, out: _Builder) -> tuple[bool, list[PodView]]:
+    """Each kept member's ConfigMap and pod: created when missing, replaced or fenced when
+    failed (`_handle_pod`). Returns whether some kept member is not a Ready, current pod (which
+    holds rolling back) and the pods whose config hash is not the wanted one."""
+    unsettled = False
+    roll_candidates: list[PodView] = []
     for member in keep:
         if not configmaps_current.get(member, False):
             out.configmaps.append(member)
@@ -311,11 +323,16 @@ def decide(
             out.states.append(MemberState(member, "Starting", _starting_message(pod)))
         else:
             out.states.append(MemberState(member, "Ready", "pod is Ready"))
+    return unsettled, roll_candidates
 
-    _roll(roll_candidates, unsettled, out)
 
+def _keep_away(stop: Iterable[str], fenced: Iterable[str], held_why: Mapping[str, str],
+               pods: Mapping[str, PodView], nodes: Mapping[str, NodeView], failover: Failover, now: float,
+               out: _Builder) -> None:
+    """Members held by a handover (`stop`) and fenced ones: their pod deleted if there, never
+    created; their ConfigMap stays."""
     for member in stop:
-        why = (held_why or {}).get(member)
+        why = held_why.get(member)
         _stop(pods.get(member), member, "HandingOver", nodes, failover, now, out,
               gone=f"no pod while held: {why}" if why else "pod gone; its nodes with instances are handed over",
               waiting="waiting for the pod to be gone",
@@ -331,6 +348,10 @@ def decide(
               event=f"Deleting pod {member}: fenced by spec.fencedMembers; no pod is created for it until it is "
                     "unfenced")
 
+
+def _retire(retire: Iterable[str], pods: Mapping[str, PodView], nodes: Mapping[str, NodeView],
+            failover: Failover, now: float, out: _Builder) -> None:
+    """Members scale-down removes: the pod deleted first, the ConfigMap once the pod is gone."""
     for member in retire:
         pod = pods.get(member)
         if pod is None:
@@ -346,7 +367,6 @@ def decide(
                        f"Deleting pod {member}: scale-down, it owns no Ironic node any more",
                        kind=PodActionKind.SCALE_DOWN, warning=False)
             out.states.append(MemberState(member, "Retiring", "pod is being deleted (scale-down)"))
-    return out.build()
 
 
 def _stop(pod: PodView | None, member: str, phase: str, nodes: Mapping[str, NodeView], failover: Failover,

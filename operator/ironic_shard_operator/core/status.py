@@ -354,89 +354,100 @@ def _conditions(facts: CycleFacts, nova: Mapping[str, Any], moving: Mapping[str,
 
 
 def _base_conditions(facts: CycleFacts, nova: Mapping[str, Any], mapping: Mapping[str, Any]) -> list[_Condition]:
-    plan = facts.plan
-    unmapped = host_mapping.degraded(mapping)
-    not_ready = [s for s in facts.states if s.phase != "Ready"]
-    troubled = [s for s in facts.states if s.phase in ("Fencing", "Replacing")]
+    """Ready, Progressing, Degraded, ScaleDownBlocked and Conflict, each from its own rules,
+    first matching rule wins."""
+    return [_ready(facts), _progressing(facts), _degraded(facts, nova, mapping), _scale_down_blocked(facts, nova),
+            _conflict(facts)]
 
+
+def _conflict(facts: CycleFacts) -> _Condition:
     if facts.conflict:
-        conflict = _Condition("Conflict", True, facts.conflict_reason, facts.conflict)
-    else:
-        conflict = _Condition("Conflict", False, "NoOverlap", "no other pool selects these Ironic nodes")
+        return _Condition("Conflict", True, facts.conflict_reason, facts.conflict)
+    return _Condition("Conflict", False, "NoOverlap", "no other pool selects these Ironic nodes")
 
+
+def _scale_down_blocked(facts: CycleFacts, nova: Mapping[str, Any]) -> _Condition:
+    plan = facts.plan
     if plan is not None and plan.scale_down_blocked:
         parts = ", ".join(f"{m} owns {n} pinned node{'s' if n != 1 else ''}"
                           for m, n in sorted(plan.scale_down_blocked.items()))
         total = sum(plan.scale_down_blocked.values())
-        blocked = _Condition(
+        return _Condition(
             "ScaleDownBlocked", True, "PinnedNodes",
             f"{total} pinned node{'s' if total != 1 else ''} block scale-down ({parts}); "
             + ("the member stays until they are handed over" if facts.handover_enabled else
                "the member stays until they are freed, or set spec.handover (with a nova.conf that has "
                "database access in spec.handover.novaManageConfig) to hand them over to other members "
                "(docs/operating.md, Handing over nodes with instances)"))
-    elif refused := [w for w in nova.get("waiting") or () if nova_policy.REFUSED in w]:
-        blocked = _Condition("ScaleDownBlocked", True, "NovaServiceInUse",
-                             "; ".join(refused) + f" (asked again every {nova_policy.REFUSAL_RETRY_SECONDS:.0f}s)")
-    else:
-        blocked = _Condition("ScaleDownBlocked", False, "NotBlocked", "nothing blocks scaling")
+    if refused := [w for w in nova.get("waiting") or () if nova_policy.REFUSED in w]:
+        return _Condition("ScaleDownBlocked", True, "NovaServiceInUse",
+                          "; ".join(refused) + f" (asked again every {nova_policy.REFUSAL_RETRY_SECONDS:.0f}s)")
+    return _Condition("ScaleDownBlocked", False, "NotBlocked", "nothing blocks scaling")
 
+
+def _degraded(facts: CycleFacts, nova: Mapping[str, Any], mapping: Mapping[str, Any]) -> _Condition:
+    plan = facts.plan
+    unmapped = host_mapping.degraded(mapping)
+    troubled = [s for s in facts.states if s.phase in ("Fencing", "Replacing")]
+    nova_enabled, findings = nova.get("state") == nova_policy.ENABLED, nova.get("findings") or {}
     if facts.error:
-        degraded = _Condition("Degraded", True, facts.error_reason, facts.error)
-    elif troubled:
-        degraded = _Condition("Degraded", True, "MemberFailing", _describe(troubled))
-    elif plan is not None and plan.counts.total and not plan.ring_members:
-        degraded = _no_ready_member(facts, plan)
-    elif plan is not None and plan.counts.misplaced:
-        degraded = _Condition("Degraded", True, "MisplacedNodes",
-                              f"{plan.counts.misplaced} pinned nodes are owned by no member of "
-                              "this pool; no compute serves them")
-    elif nova.get("state") == nova_policy.ENABLED and (nova.get("findings") or {}).get(nova_policy.INCOMPLETE):
-        degraded = _Condition("Degraded", True, "HandoverIncomplete", str(nova.get("message", "")))
-    elif unmapped is not None:
-        degraded = _Condition("Degraded", True, *unmapped)
-    elif nova.get("state") == nova_policy.ENABLED and any((nova.get("findings") or {}).values()):
-        degraded = _Condition("Degraded", True, "NovaOutOfSync", str(nova.get("message", "")))
-    elif nova.get("state") == nova_policy.UNAVAILABLE:
-        degraded = _Condition("Degraded", True, "NovaUnavailable",
-                              f"Nova is not answering: no forced_down during failover, no service "
-                              f"cleanup, no audit until it does ({nova.get('message', '')})")
-    else:
-        degraded = _Condition("Degraded", False, "AsExpected", "all members healthy")
+        return _Condition("Degraded", True, facts.error_reason, facts.error)
+    if troubled:
+        return _Condition("Degraded", True, "MemberFailing", _describe(troubled))
+    if plan is not None and plan.counts.total and not plan.ring_members:
+        return _no_ready_member(facts, plan)
+    if plan is not None and plan.counts.misplaced:
+        return _Condition("Degraded", True, "MisplacedNodes",
+                          f"{plan.counts.misplaced} pinned nodes are owned by no member of "
+                          "this pool; no compute serves them")
+    if nova_enabled and findings.get(nova_policy.INCOMPLETE):
+        return _Condition("Degraded", True, "HandoverIncomplete", str(nova.get("message", "")))
+    if unmapped is not None:
+        return _Condition("Degraded", True, *unmapped)
+    if nova_enabled and any(findings.values()):
+        return _Condition("Degraded", True, "NovaOutOfSync", str(nova.get("message", "")))
+    if nova.get("state") == nova_policy.UNAVAILABLE:
+        return _Condition("Degraded", True, "NovaUnavailable",
+                          f"Nova is not answering: no forced_down during failover, no service "
+                          f"cleanup, no audit until it does ({nova.get('message', '')})")
+    return _Condition("Degraded", False, "AsExpected", "all members healthy")
 
+
+def _progressing(facts: CycleFacts) -> _Condition:
+    plan = facts.plan
+    not_ready = [s for s in facts.states if s.phase != "Ready"]
     if facts.paused:
-        progressing = _Condition("Progressing", False, "Paused",
-                                 "spec.paused is true: no writes to Ironic or Kubernetes; status keeps reporting")
-    elif facts.conflict or facts.error:
-        progressing = _Condition("Progressing", False, "Blocked", facts.conflict or facts.error or "")
-    elif plan is not None and plan.counts.pending_moves:
-        progressing = _Condition("Progressing", True, "MovingNodes",
-                                 f"{plan.counts.pending_moves} nodes to move to their owner")
-    elif not_ready:
-        progressing = _Condition("Progressing", True, "MembersChanging", _describe(not_ready))
-    elif plan is not None and plan.desired_replicas == 0:
-        progressing = _Condition("Progressing", False, "Converged",
-                                 f"nothing to do: no member is wanted ({desired_reason(plan)})")
-    else:
-        progressing = _Condition("Progressing", False, "Converged", "every node has a ready owner")
+        return _Condition("Progressing", False, "Paused",
+                          "spec.paused is true: no writes to Ironic or Kubernetes; status keeps reporting")
+    if facts.conflict or facts.error:
+        return _Condition("Progressing", False, "Blocked", facts.conflict or facts.error or "")
+    if plan is not None and plan.counts.pending_moves:
+        return _Condition("Progressing", True, "MovingNodes",
+                          f"{plan.counts.pending_moves} nodes to move to their owner")
+    if not_ready:
+        return _Condition("Progressing", True, "MembersChanging", _describe(not_ready))
+    if plan is not None and plan.desired_replicas == 0:
+        return _Condition("Progressing", False, "Converged",
+                          f"nothing to do: no member is wanted ({desired_reason(plan)})")
+    return _Condition("Progressing", False, "Converged", "every node has a ready owner")
 
+
+def _ready(facts: CycleFacts) -> _Condition:
+    plan = facts.plan
     desired = plan.desired_replicas if plan is not None else None
     if facts.conflict:
-        ready = _Condition("Ready", False, "Conflict", "this pool clashes with another and writes nothing")
-    elif facts.error:
-        ready = _Condition("Ready", False, facts.error_reason, facts.error)
-    elif plan is not None and desired == 0 and plan.counts.total:
-        ready = _Condition("Ready", False, "ScaledToZero", _scaled_to_zero(plan))
-    elif desired is not None and facts.pods_ready < desired:
-        ready = _Condition("Ready", False, "MembersNotReady",
-                           f"{facts.pods_ready}/{desired} members ready")
-    elif plan is not None and plan.counts.pending_moves:
-        ready = _Condition("Ready", False, "NodesPending",
-                           f"{plan.counts.pending_moves} free nodes still to move to a ready member")
-    else:
-        ready = _Condition("Ready", True, "AllMembersReady",
-                           f"{facts.pods_ready} members ready, every free node owned by a ready member")
-    return [ready, progressing, degraded, blocked, conflict]
+        return _Condition("Ready", False, "Conflict", "this pool clashes with another and writes nothing")
+    if facts.error:
+        return _Condition("Ready", False, facts.error_reason, facts.error)
+    if plan is not None and desired == 0 and plan.counts.total:
+        return _Condition("Ready", False, "ScaledToZero", _scaled_to_zero(plan))
+    if desired is not None and facts.pods_ready < desired:
+        return _Condition("Ready", False, "MembersNotReady", f"{facts.pods_ready}/{desired} members ready")
+    if plan is not None and plan.counts.pending_moves:
+        return _Condition("Ready", False, "NodesPending",
+                          f"{plan.counts.pending_moves} free nodes still to move to a ready member")
+    return _Condition("Ready", True, "AllMembersReady",
+                      f"{facts.pods_ready} members ready, every free node owned by a ready member")
 
 
 def _scaled_to_zero(plan: model.Plan) -> str:
