@@ -53,3 +53,17 @@ def test_the_delay_is_positive_and_never_beyond_the_poll(poll, lost, failed, wak
                for i, since in enumerate(lost)]
     found = delay(members, poll=poll, failed=failed, wake_after=wake_after, moves_applied=moves)
     assert 0 < found <= poll
+
+
+def test_every_delay_comes_from_the_schedule():
+    """A failed cycle retries soon, an invalid spec rarely, a Conflict every poll; the earliest
+    of a pod decision, a handover retry and a handover step with more to do wakes the pool."""
+    from ironic_shard_operator.core.schedule import (
+        AFTER_MOVES_SECONDS, RETRY_SECONDS, after_conflict, after_failed_cycle, after_invalid_spec, earliest_wake,
+    )
+    assert after_failed_cycle() == RETRY_SECONDS < after_invalid_spec()
+    assert after_conflict(30.0) == 30.0
+    assert earliest_wake(None, None, 0.0, False) is None
+    assert earliest_wake(5.0, None, 0.0, True) == AFTER_MOVES_SECONDS
+    section = {"sources": [{"member": "m", "nextRetryAt": "1970-01-01T00:00:40Z"}]}
+    assert earliest_wake(50.0, section, 10.0, False) == 30.0

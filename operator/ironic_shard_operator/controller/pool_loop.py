@@ -26,7 +26,7 @@ from ironic_shard_operator.controller.reconcile import reconcile
 from ironic_shard_operator.controller.runtime import Operator, PoolRuntime
 from ironic_shard_operator.core import liveness
 from ironic_shard_operator.core.claims import PoolClaim
-from ironic_shard_operator.core.schedule import RETRY_SECONDS
+from ironic_shard_operator.core.schedule import after_failed_cycle
 from ironic_shard_operator.core.spec import IronicSettings
 
 log = logging.getLogger(__name__)
@@ -69,10 +69,10 @@ async def _loop(op: Operator, key: str, runtime: PoolRuntime, body: Mapping[str,
             delay = await reconcile(op, body, claims())
         except (KubeError, IronicError) as error:  # noqa: PERF203 - the loop must go on
             log.warning("pool %s: cycle failed: %s", key, error)
-            delay = RETRY_SECONDS
+            delay = after_failed_cycle()
         except Exception:  # a bug: say so loudly, keep the other pools going
             log.exception("pool %s: cycle failed unexpectedly", key)
-            delay = RETRY_SECONDS
+            delay = after_failed_cycle()
         op.beats[key] = liveness.Beat(None, op.monotonic() + delay + DEBOUNCE_SECONDS, interval)
         await _sleep_until(runtime.wake, stopped, delay)
         if runtime.wake.is_set() and not stopped:

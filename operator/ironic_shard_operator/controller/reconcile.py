@@ -58,17 +58,13 @@ from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.guard_holds import guard_section, revert_failed_event
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
 from ironic_shard_operator.core.refusals import Refusal, news, refused
-from ironic_shard_operator.core.schedule import AFTER_MOVES_SECONDS, RETRY_SECONDS, handover_retry_in, next_delay
+from ironic_shard_operator.core.schedule import after_conflict, after_invalid_spec, earliest_wake, next_delay
 from ironic_shard_operator.core.spec import InvalidSpec, Pool, SecretKeyRef, read_pool
 from ironic_shard_operator.core.status import (
     CycleFacts, autoscale_history_of, build_status, format_time, moves_event, since_of,
 )
 
 log = logging.getLogger(__name__)
-
-# An invalid spec is fixed only by an edit (which wakes the pool): look again only rarely.
-INVALID_SPEC_RETRY_SECONDS = RETRY_SECONDS * 30
-
 
 async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[PoolClaim]) -> float:
     """One cycle of one pool; returns the seconds until the next one is due."""
@@ -91,12 +87,11 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     moving = cloud.result.handover if cloud.result is not None else None
     handover_status = moving.section if moving is not None and moving.section is not None else \
         (cycle.previous or {}).get("handover")
-    soon = AFTER_MOVES_SECONDS if moving is not None and moving.next_step_soon else None
-    wakes = [w for w in (chosen.decision.wake_after, handover_retry_in(handover_status, cycle.now), soon)
-             if w is not None]
+    wake_after = earliest_wake(chosen.decision.wake_after, handover_status, cycle.now,
+                               moving is not None and moving.next_step_soon)
     return next_delay(poll_seconds=pool.ironic.poll_interval_seconds, members=members.readiness,
                       grace_seconds=pool.spec.rebalance_after_seconds, now=cycle.now, failed=failed,
-                      wake_after=min(wakes, default=None), moves_applied=cloud.applied)
+                      wake_after=wake_after, moves_applied=cloud.applied)
 
 
 # --- what the steps pass on ------------------------------------------------------------
@@ -249,7 +244,7 @@ async def _read_pool(cycle: _Cycle) -> Pool | _Ended:
         await cycle.write(CycleFacts(generation=int(cycle.body["metadata"].get("generation") or 0),
                                      pool=cycle.name, error=str(error), error_reason="InvalidSpec",
                                      now=cycle.now, selector=podspec.pool_selector(cycle.name)))
-        return _Ended(INVALID_SPEC_RETRY_SECONDS)
+        return _Ended(after_invalid_spec())
 
 
 async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
@@ -334,7 +329,7 @@ async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members, foun
     or has the same name (core/claims.py, found before preflight is followed: its write probe
     is not sent meanwhile): write nothing."""
     await cycle.write(CycleFacts(**members.facts, conflict=found.message, conflict_reason=found.reason))
-    return _Ended(pool.ironic.poll_interval_seconds)
+    return _Ended(after_conflict(pool.ironic.poll_interval_seconds))
 
 
 async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets) -> _Cloud:

@@ -1,8 +1,9 @@
 """When a pool's next cycle is due: every poll interval, sooner when something falls due.
 
-Pure: the facts of the cycle that just ended in, seconds out. The pool's loop
-(controller/pool_loop.py) sleeps that long unless something wakes it earlier (a pod event,
-a spec change).
+Pure, and the one place that says it: after a cycle that ended normally (`next_delay`, with
+`earliest_wake`), one that raised (`after_failed_cycle`), an invalid spec (`after_invalid_spec`)
+and a Conflict (`after_conflict`). The pool's loop (controller/pool_loop.py) sleeps that long
+unless something wakes it earlier (a pod event, a spec change).
 """
 
 from __future__ import annotations
@@ -23,6 +24,33 @@ AFTER_GRACE_SECONDS = 0.5
 AFTER_WAKE_SECONDS = 1.0
 # After shard moves were written: confirm them and continue with what is left.
 AFTER_MOVES_SECONDS = 1.0
+# An invalid spec is fixed only by an edit (which wakes the pool): look again only rarely.
+INVALID_SPEC_RETRY_SECONDS = RETRY_SECONDS * 30
+
+
+def after_failed_cycle() -> float:
+    """A cycle that raised (Kubernetes or Ironic unreachable): try again soon."""
+    return RETRY_SECONDS
+
+
+def after_invalid_spec() -> float:
+    """A spec the operator cannot read: an edit wakes the pool; otherwise look again rarely."""
+    return INVALID_SPEC_RETRY_SECONDS
+
+
+def after_conflict(poll_seconds: float) -> float:
+    """A pool in Conflict writes nothing: it looks again every poll, until the other pool goes."""
+    return poll_seconds
+
+
+def earliest_wake(pod_wake: float | None, handover: Mapping[str, Any] | None, now: float,
+                  handover_step_soon: bool) -> float | None:
+    """The `wake_after` of next_delay: the earliest of a pod decision falling due, a failed
+    handover batch's retry (`handover_retry_in`) and a handover step that has more to do at once
+    (AFTER_MOVES_SECONDS); None when nothing falls due before the poll."""
+    wakes = [w for w in (pod_wake, handover_retry_in(handover, now),
+                         AFTER_MOVES_SECONDS if handover_step_soon else None) if w is not None]
+    return min(wakes, default=None)
 
 
 def next_delay(*, poll_seconds: float, members: Iterable[Member], grace_seconds: float, now: float,
