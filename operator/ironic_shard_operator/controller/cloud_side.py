@@ -1,30 +1,10 @@
 """A pool's Ironic and Nova side, run in the background so that its pod side never waits on it.
 
-A cycle (reconcile.py) starts one `CloudSide` when none is under way, with what it observed:
-
-1. observe (by need: a full listing or two cheap requests, ironic_cycle.py) and plan Ironic
-   with the members' readiness, no writes;
-2. Nova's side, when the cloud has a compute endpoint (nova_cycle.py), also after an Ironic
-   failure (forced_down needs no node list): a member past its grace is forced down here,
-   before any of its free nodes moves, and Nova is read again: its free nodes leave it
-   unguarded only once Nova lists it down and forced down;
-3. when the plan moves nodes and the pool is not paused, run the Ironic cycle again with
-   writes (it lists Ironic in full first: a second listing only when something moves); the writes
-   stop between two writes on news or when stopping (`interrupt`), or once the leader may
-   not write. A free node leaving an owner whose nova-compute may still take a build (its
-   Nova service up and not forced down, or not known this cycle) is a guarded move
-   (shard_write.guarded_owners: invariant 13);
-4. the host-mapping step (controller/host_mapping.py), when Nova answered: new members' hosts
-   mapped to a cell, with the last status.hostMapping;
-5. the handover step (controller/handover.py), with the last status.handover.
-
-The cycle that starts it waits for its plan, and then for its end, only until `PATIENCE_SECONDS`
-after its start: a healthy Ironic answers well within that, and the cycle is the plain
-observe -> plan -> act -> report. A hung Ironic (a request waits out its timeout, up to 5 x
-30 s) or a refusing one (retries with backoff) keeps the side running on its own: the cycle,
-and every cycle after it, looks after the pods meanwhile with the last plan known, and
-reports. A side that ends after its cycle moved on wakes the pool (`wake_when_done`), and
-the next cycle reports what it found and did (`reported`). At most one side per pool runs.
+One `CloudSide` per pool at a time: observe and plan Ironic, Nova (forced_down before any free
+node of a member past its grace moves), the writes, host mapping, the handover step. Invariant:
+the cycle that starts it waits only PATIENCE_SECONDS; a side that hangs or refuses keeps
+running on its own while later cycles look after the pods with the last plan, and one that sends
+no request for HUNG_AFTER_SECONDS is abandoned. The steps: docs/design.md, "The cloud side".
 """
 
 from __future__ import annotations

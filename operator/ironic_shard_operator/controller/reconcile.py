@@ -1,35 +1,11 @@
 """One cycle of one pool against Kubernetes and Ironic: observe, plan, act, report.
 
-The pool's loop (pool_loop.py) runs `reconcile()`, a list of named steps. Each either ends
-the cycle with a reason (writes the status, returns the delay until the next cycle) or
-passes on what the next step needs:
-
-1. read the pool (the CR, core/spec.py), or report InvalidSpec;
-2. observe the members: the pool's pods and ConfigMaps, each member's readiness;
-3. read the two Secrets; what cannot be used is reported (ConfigurationMissing, or
-   SecretReadRefused) and the cycle goes on without it: no nova.conf, no pod is written; no
-   clouds.yaml, neither Ironic nor Nova is asked;
-4. refuse to write when an earlier pool on the same cloud selects overlapping Ironic nodes
-   or has the same name (Conflict, core/claims.py);
-5. Ironic and Nova, in the background (cloud_side.py): a side started with this cycle's
-   readiness (observe and plan Ironic; write the moves; Nova), or the one under way; its plan
-   if it has one within PATIENCE_SECONDS of its start, else the last plan known;
-6. decide the pod actions (core/pods.py, core/fencing.py) with that plan: without any, only
-   the existing identities are looked after;
-7. act on pods (kube.py) unless paused, and keep the pool's PodDisruptionBudget
-   (disruption_budget.py); a write the API server refuses (403, 422) is reported
-   (`<Kind><Verb>Refused`, core/refusals.py) and the cycle goes on;
-8. the side's result, if it ended within its patience: the moves written, Nova's outcome;
-   else the side wakes the pool when it ends, and a later cycle reports it;
-9. report: write `.status` only when it changed, post Events for actions and transitions;
-10. the next delay (core/schedule.py).
-
-So the pod side never waits on Ironic or Nova beyond PATIENCE_SECONDS: a failed member is
-replaced, fenced or rolled, and the status shows its state, while Ironic hangs or refuses
-connections (the last plan known, and Ironic's last error, stand in meanwhile; a side silent
-for SILENT_SECONDS is reported as Ironic not answering). Only creating and retiring
-identities waits for a plan. Shard writes stop between two writes when something new
-happens or the loop is stopped (the pool's interrupt, pool_loop.py).
+`reconcile()` is a list of named steps (read the pool, observe the members, read the Secrets,
+refuse on Conflict, the Ironic and Nova side in the background, decide and act on pods, the
+side's result, report, the next delay); each ends the cycle with a reason or passes on what the
+next needs. Invariant: the pod side never waits on Ironic or Nova beyond PATIENCE_SECONDS, and
+only creating and retiring identities waits for a plan. The steps one by one:
+docs/design.md, "One cycle".
 """
 
 from __future__ import annotations

@@ -1,36 +1,10 @@
-"""Fencing: when a member that stopped answering may be counted out, in one place.
+"""Fencing: when a member that stopped answering may be counted out, in one place. Pure.
 
-A member can stop answering in two ways the operator sees, and `spec.failover` says how
-long it is given in each:
-
-- The grace rule (`failover.rebalanceAfterSeconds`): a member counts as ready while its pod
-  is Ready, or lost readiness less than the grace ago (`Member.since`), so a restart
-  shuffles no node. Once the grace ends, the planner takes the member out of the ring (its
-  free nodes move), its Nova service is forced down, and the next cycle is due when the
-  grace ends (`counts_as_ready`, `past_grace`, `grace_left`, `forced_down_changes`).
-- Counted out (`counted_out_why`): the grace is for the ambiguous case (not Ready, nothing
-  else known: a readiness flap or a restart). Where the failure is certain, the member is
-  counted out and is past its grace at once: its pod is not Ready on a Kubernetes node that
-  carries the out-of-service taint or was deleted, the fence verdict forgets its pod (FORCE),
-  its container crash-loops (CRASH_LOOP_RESTARTS), or an administrator fenced it
-  (spec.fencedMembers). Its service is then forced down and its free nodes move in the same
-  cycle; every rule of a move still holds (a free node leaves a member whose Nova service is
-  up only by a guarded move, after forced_down was written: cloud_side.py; a pinned node
-  moves only through a handover).
-- The fence verdict (`failover.fencing.mode`): a pod whose Kubernetes node is unreachable is
-  deleted gracefully, then forgotten (force-deleted, so its replacement can be created) only
-  when the mode allows it: Wait never; OutOfServiceTaint once the node carries the
-  out-of-service taint; ForceAfter N seconds after the node went away. Until then its member
-  keeps its identity and no second pod is created (`fence_verdict`).
-
-forced_down (Nova): a member past its grace gets its nova-compute service forced down, so Nova
-treats it as dead at once (and an administrator may move its instances' compute nodes). Nova
-never clears the flag itself, so whoever set it clears it: the operator clears it once the
-member is ready again, but only where the flag belongs to a failure, that is, it was seen
-while the member was not ready (`clear_when_ready_after`). A flag an administrator sets on a
-ready member (keeping Nova off a healthy host) is left alone: the operator did not set it.
-
-Pure: nothing here does I/O.
+Invariants: a member not Ready counts as ready for `failover.rebalanceAfterSeconds` (a restart
+shuffles nothing) unless its failure is certain (`counted_out_why`); past its grace or counted
+out, its Nova service is forced down; a pod on an unreachable Kubernetes node is forgotten only
+as `failover.fencing.mode` allows (`fence_verdict`); the operator clears only the forced_down
+flags a failure set (`clear_when_ready_after`). The rules in full: docs/design.md, "Fencing".
 """
 
 from __future__ import annotations

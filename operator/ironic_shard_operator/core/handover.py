@@ -1,35 +1,11 @@
 """Handover of nodes that carry instances: which member hands which node to whom, the next
-step of each handover, and which members it holds. Pure: the shell (controller/handover.py)
-observes and carries it out.
+step of each handover, and which members it holds. Pure: controller/handover.py observes and acts.
 
-A node with an instance changes owner only through a handover (invariant 9,
-docs/invariants.md). Per source member, in this order, each step re-derived every cycle from
-Ironic, Nova, the Jobs and their pods, and the last status (nothing is remembered in memory):
-
-1. its free nodes move away (the planner does that: the source is out of the ring);
-2. its pod is deleted once no node of it is mid-operation, and is provably gone: no pod
-   object of its name exists (`pods_to_stop`; fencing decides when a pod on a lost
-   Kubernetes node is forgotten);
-3. its Nova service is forced down (nova-manage refuses a move from a service that is not);
-4. each node with an instance is moved in Nova by `nova-manage db ironic_compute_node_move`
-   in a Kubernetes Job (core/handover_job.py), once no pod of an earlier Job may still be
-   moving it; a node is moved when Nova's hypervisor list names another member for it (never
-   because a Job or its log says so);
-5. the node's Ironic shard is set to the host Nova names (compare-and-set,
-   core/shard_write.py::handover_verdict);
-6. once Ironic shows no node with an instance under it, the source is done.
-
-The hold (invariant 12): from step 2 on, the source gets no pod and keeps forced_down while
-anything of it is in flight: a Job or a pod of one that may still run, a node Nova moved that
-Ironic does not show moved yet, a half move. It is derived from durable facts (`holds`: the
-phase status.handover recorded, the Jobs and their pods; `decide`: Nova too), never from
-whether this cycle has a plan. A source that stops being one (scaled back up, handover turned
-off, its failure over) is Cancelling: what is in flight ends, every node Nova moved gets its
-shard, then it is released and returns with what Nova left it.
-
-Destinations are ring members that are Ready now (not merely within their grace) and whose
-Nova service is up and not forced down, chosen in the ring's preference order under the
-planner's bounded-load rule (`planner.fair_quotas`, pinned nodes counting).
+Invariants (9 and 12, docs/invariants.md): per source, free nodes first, then its pod provably
+gone, its service forced down, Nova's record moved by nova-manage in a Job, Ironic's shard last;
+the source gets no pod while anything of it is in flight, derived from durable facts (`holds`),
+never from whether this cycle has a plan; destinations are Ready now with their service up. The
+steps and the hold in full: docs/design.md, "Handover".
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
-"""Pure rendering of a member's Pod and its per-member ConfigMap.
+"""Pure rendering of a member's Pod, its per-member ConfigMap and the pool's PodDisruptionBudget.
 
-A member `<pool>-<ordinal>` is at once the pod name, Nova's `[DEFAULT]host` and the
-Ironic shard key. Its pod reads the user's nova.conf (a Secret key, mounted at
-/etc/nova/nova.conf) and then the member overlay (ConfigMap `<member>-config`, key
-member.conf, mounted at /etc/nova/member.conf); later config files win in oslo.config,
-so the overlay's host, shard and resource-tracker interval always apply. The interval
-(`[DEFAULT]update_resources_interval`, core/tracker_interval.py) is rendered with a comment
-naming the share it was computed for (`INTERVAL_FOR_NODES`): what the overlay a member runs
-says is all the operator needs to keep it (`running_interval`).
-
-Both objects are owned by the CR (controller reference), so deleting the CR garbage-
-collects them; the reference does not set blockOwnerDeletion (see `_metadata`). So is the
-pool's PodDisruptionBudget (`render_budget`): a drain evicts one member at a time.
-
-What a real cluster asks of a pod is the user's to set, with defaults that most clusters accept
-(`shared_pod_settings`, `container_security_context`): image pull secrets, a RuntimeDefault
-seccomp profile and a container without privilege escalation or capabilities (Pod Security
-"baseline" and most of "restricted", whose runAsNonRoot needs the image's numeric user), extra
-volumes and mounts (a CA bundle), and members spread over zones (`_default_spread`) as well as
-over Kubernetes nodes (the default anti-affinity). The handover Jobs' pods take the same pull
-secrets, security contexts, volumes and node placement (core/handover_job.py). The pod carries `CONFIG_HASH` over everything that should
-restart the member: image and pod settings, the overlay, and the content of the nova.conf
-Secret key (its data, not its resourceVersion: a label change on the Secret does not roll
-the pool). A pod whose annotation differs from the rendered one is stale and is rolled,
-one member at a time (members.py).
+A member `<pool>-<ordinal>` is at once the pod name, Nova's `[DEFAULT]host` and the Ironic shard
+key; its overlay (host, shard, resource-tracker interval) is read after the user's nova.conf, so
+it always applies. Invariants: every object is owned by the CR; the pod carries `CONFIG_HASH`
+over everything that should restart the member (image, pod settings, overlay, the nova.conf
+Secret key's content), and a stale pod is rolled one member at a time. The pod settings and
+their defaults: docs/design.md, "Member pods".
 """
 
 from __future__ import annotations
