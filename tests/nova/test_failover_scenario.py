@@ -44,7 +44,7 @@ from tests.support.switchable_proxy import SwitchableProxy
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
     POOLS, OperatorProcess, condition, events, get_pool, http_get, member_pods, patch_spec,
-    pool_manifest, ready_members,
+    pool_manifest, ready_members, settle,
 )
 
 pytestmark = pytest.mark.nova
@@ -265,18 +265,25 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                      timeout=4 * POLL, what="free nodes back on member 2")
                 wait(nova_agrees, timeout=3 * interval, interval=1, what="Nova agreeing after the fence")
 
-                # 4. Scale to 2 while Nova's API is away from the operator: member 2 (no
-                # instance) goes; its service is deleted once Nova answers again.
+                # 4. Scale to 2 while Nova's API, and the Placement this cloud names behind the
+                # same address, are away from the operator: member 2 is live, so its free nodes
+                # leave it only by guarded moves, which never write blind (Placement not
+                # answering): they stay, and so does its pod. Once both answer again, member 2
+                # (no instance) goes and its service is deleted.
+                kept_free = {n for n, o in shards().items() if o == m2}
                 nova_api.off()
                 patch_spec(client, ns, pool, {"replicas": 2})
-                wait(lambda: set(member_pods(client, ns, pool)) == {m0, m1}, timeout=90,
-                     what="member 2's pod removed")
                 unavailable = wait(lambda: (s := nova_status()).get("state") == "Unavailable" and s,
                                    timeout=4 * POLL, what="status.nova Unavailable")
                 assert "not answering" in unavailable["message"]
+                settle(3 * POLL)  # three polls: a blind write would have happened by now
+                assert kept_free and {n for n, o in shards().items() if o == m2} == kept_free
+                assert m2 in member_pods(client, ns, pool)
                 assert m2 in nova_stack.compute_services()  # nobody could delete it yet
                 nova_api.on()
                 back_on = time.monotonic()
+                wait(lambda: set(member_pods(client, ns, pool)) == {m0, m1}, timeout=90,
+                     what="member 2's pod removed once Placement answers")
                 wait(lambda: m2 not in nova_stack.compute_services(), timeout=60 + 2 * interval,
                      interval=1, what="member 2's service deleted once Nova answers")
                 deleted_after = time.monotonic() - back_on
