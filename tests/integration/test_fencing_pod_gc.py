@@ -184,6 +184,10 @@ def test_a_node_declared_gone_counts_its_member_out_and_moves_its_free_nodes_lon
                      timeout=30, what="status.members[] says why the member is counted out")
         wait(lambda: events(client, ns, "MemberCountedOut"), timeout=30, what="the MemberCountedOut Event")
 
+        # The replacement is created once the old pod is gone (the garbage collector's, then the
+        # operator's next cycle): release it only once it exists.
+        wait(lambda: (p := member_pods(client, ns, POOL).get(member_1)) and not p["metadata"].get("deletionTimestamp"),
+             timeout=60, what="the replacement pod of the counted-out member created")
         kubelet.ready(member_1)
         wait(lambda: loads(shards_of(ironic_service, resource_class)) == split, timeout=60,
              what="the member back with its share once its pod is Ready")
