@@ -387,8 +387,7 @@ def retirable(members_to_delete: Iterable[str], jobs: Iterable[JobView], job_pod
     `receiving`: what the last handover step recorded (`recorded_receiving`): a member Nova
     lists a node under whose Job is gone and whose shard is not written yet."""
     jobs, job_pods = tuple(jobs), tuple(job_pods)
-    busy = set(receiving) | {dest for job in jobs for _, dest in job.moves}
-    busy |= {dest for pod in job_pods if pod.alive and pod.moves for _, dest in pod.moves}
+    busy = set(receiving) | job_destinations(jobs, job_pods)
     busy |= {job.source for job in jobs if job.state == ACTIVE} | {pod.source for pod in job_pods if pod.alive}
     return frozenset(set(members_to_delete) - busy)
 
@@ -498,9 +497,13 @@ def receivers(nodes: Sequence[Node], nova: NovaView, jobs: Iterable[JobView],
     could (its compute node would be listed under a host with no member)."""
     found = {host for node in nodes if node.instance_uuid
              and (host := nova.compute_host.get(node.uuid)) not in (None, node.shard)}
-    found |= {dest for job in jobs for _, dest in job.moves}
-    found |= {dest for pod in job_pods if pod.alive and pod.moves for _, dest in pod.moves}
-    return tuple(sorted(found))
+    return tuple(sorted(found | job_destinations(jobs, job_pods)))
+
+
+def job_destinations(jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> set[str]:
+    """The members the pool's handover Jobs move nodes to, and those of Job pods that may still run."""
+    found = {dest for job in jobs for _, dest in job.moves}
+    return found | {dest for pod in job_pods if pod.alive and pod.moves for _, dest in pod.moves}
 
 
 def recorded_receiving(recorded: Mapping | None) -> frozenset[str]:
