@@ -51,7 +51,7 @@ def test_a_retire_held_by_the_guard_says_so_in_its_handover_message():
     """A retiring source whose last free nodes the guard holds for Placement allocations would
     sit in MovingFreeNodes saying only that free nodes still move: its message names the guard,
     status.guard and, for an allocation reported leaked, the Event that says how to remove it."""
-    from ironic_shard_operator.core.handover import MOVING_FREE, NovaView, decide
+    from ironic_shard_operator.core.handover import MOVING_FREE, SCALE_DOWN, NovaView, decide
     from ironic_shard_operator.core.model import Member, Node
     from ironic_shard_operator.core.spec import Handover, SecretKeyRef
     from tests.unit.nova_records import services
@@ -63,7 +63,7 @@ def test_a_retire_held_by_the_guard_says_so_in_its_handover_message():
     nodes = [Node(f"n{i}", shard="rack-2") for i in (1, 2, 3)] + [Node("i", shard="rack-2", instance_uuid="x")]
     members = [Member(f"rack-{i}", ready=True, since=0.0) for i in range(3)]
     step = decide(pool="rack", settings=Handover(SecretKeyRef("m", "nova.conf")), members=members,
-                  retiring=["rack-2"], ring_members=["rack-0", "rack-1"], pods=["rack-0", "rack-1", "rack-2"],
+                  found={"rack-2": SCALE_DOWN}, ring_members=["rack-0", "rack-1"], pods=["rack-0", "rack-1", "rack-2"],
                   nodes=nodes, nova=NovaView(services("rack-0", "rack-1", "rack-2"), {}), jobs=(), now=NOW,
                   guard_held=held)
     (progress,) = step.progress

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ironic_shard_operator.core import handover
 from ironic_shard_operator.core.handover import (
-    ACTIVE, FAILED, SUCCEEDED, JobView, NovaView, decide, pods_to_stop, sources,
+    ACTIVE, FAILED, SUCCEEDED, JobView, NovaView, pods_to_stop, sources,
 )
 from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec
 from ironic_shard_operator.core.planner import plan
@@ -39,6 +39,14 @@ def ready(*ordinals: int) -> tuple[Member, ...]:
 
 def with_instance(uuid: str, shard: str) -> Node:
     return Node(uuid, shard=shard, instance_uuid=f"i-{uuid}", provision_state="active")
+
+
+def decide(*, retiring, **kw) -> handover.HandoverPlan:
+    """One handover step as the controller runs it: the sources found in the same listing
+    (`handover.sources_listed`), then the step."""
+    found = handover.sources_listed(kw["nodes"], settings=kw["settings"], members=kw["members"],
+                                    retiring=retiring, pods=kw["pods"], now=kw["now"])
+    return handover.decide(found=found, **kw)
 
 
 # --- examples, one per step ---------------------------------------------------------------

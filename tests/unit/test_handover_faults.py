@@ -333,18 +333,18 @@ class HandoverUnderFaults(RuleBasedStateMachine):
 
     def handover_step(self, current, members, jobs, job_pods, listed_pods):
         w = self.world
-        retiring = set(current.scale_down_blocked) | set(current.members_to_delete)
+        nodes = tuple(w.nodes.values())
+        found = handover.sources_listed(nodes, settings=SETTINGS, members=members, retiring=current.retiring,
+                                        pods=listed_pods, now=w.now)
         if w.nova_down:  # the step sees nothing of Nova: the recorded sources stay
-            found = handover.sources(settings=SETTINGS, members=members, retiring=retiring, pods=listed_pods,
-                                     pinned={}, instances={}, now=w.now)
             w.recorded = handover_section_unseen(w.recorded, handover.unseen_problems(
                 w.recorded, found, "HandoverNovaUnavailable", "Nova: not answering"))
             return
         nova = NovaView(w.services(), dict(w.host), {},
                         frozenset(u for u in w.nodes if w.instance_host.get(u) not in (None, w.host.get(u))
                                   and w.instance_host.get(u) == w.nodes[u].shard))
-        step = handover.decide(pool=POOL, settings=SETTINGS, members=members, retiring=retiring,
-                               ring_members=current.ring_members, pods=listed_pods, nodes=tuple(w.nodes.values()),
+        step = handover.decide(pool=POOL, settings=SETTINGS, members=members, found=found,
+                               ring_members=current.ring_members, pods=listed_pods, nodes=nodes,
                                nova=nova, jobs=jobs, job_pods=job_pods, recorded=w.recorded,
                                blocker=BLOCKER if w.blocker else None, now=w.now)
         for source in step.force_down:

@@ -51,7 +51,7 @@ class IronicConnection:
 
 def cycle(nova: NovaAnswers):
     return run_nova_cycle(NovaRuntime(adapter=nova), IronicConnection(nova), POOL, members=MEMBERS,
-                          identities={"rack-0", "rack-1"}, retiring=set(), nova_conf=None, nodes=(),
+                          identities={"rack-0", "rack-1"}, deleting=set(), nova_conf=None, nodes=(),
                           previous=None, now=NOW)
 
 
@@ -88,7 +88,7 @@ def test_a_counted_out_member_within_its_grace_is_forced_down_before_its_free_no
     for applies, guarded in ((True, {"rack-0"}), (False, {"rack-0", "rack-1"})):
         nova = NovaAnswers(applies=applies)
         outcome = run_nova_cycle(NovaRuntime(adapter=nova), IronicConnection(nova), POOL, members=out,
-                                 identities={"rack-0", "rack-1"}, retiring=set(), nova_conf=None, nodes=(),
+                                 identities={"rack-0", "rack-1"}, deleting=set(), nova_conf=None, nodes=(),
                                  previous=None, now=NOW)
         (forced,) = [e for e in outcome.events if e.reason == "ForcedDown"]
         assert "at once" in forced.message and nova.listings == 2

@@ -170,7 +170,7 @@ def test_a_node_between_a_handovers_nova_move_and_its_shard_write_is_not_misplac
 
 def test_a_misplaced_node_is_not_handed_to_a_member_being_retired():
     nodes = nodes_of({"n0": "rack-1"}, instances={"n0"})
-    report = audit(pool=POOL, identities=MEMBERS, retiring=("rack-0",), nodes=nodes,
+    report = audit(pool=POOL, identities=MEMBERS, deleting=("rack-0",), nodes=nodes,
                    hypervisors=listing({"n0": "rack-0"}), services=services(*MEMBERS), since={},
                    now=NOW, interval=INTERVAL, repair=True)
     assert kinds(report) == [(MISPLACED, "n0")] and report.repairs == ()
@@ -254,29 +254,29 @@ def test_a_member_this_pool_retired_is_deleted_also_after_a_restart():
     after the scale-down (its memory gone, the CR's status read back) still deletes it."""
     everyone = services("rack-0", "rack-1", "rack-2", "rack-7")
     # the cycle that retires rack-2 (its pod and ConfigMap still exist)
-    retired = retired_after((), retiring={"rack-2"}, identities=MEMBERS, services=everyone)
+    retired = retired_after((), deleting={"rack-2"}, identities=MEMBERS, services=everyone)
     written = json.loads(json.dumps(status_section(ENABLED, "ok", retired=retired)))  # the CR's status
     # restart: a new process reads status.nova back; rack-2's pod and ConfigMap are gone
     survivors = ("rack-0", "rack-1")
-    retired = retired_after(written["retired"], retiring=(), identities=survivors, services=everyone)
+    retired = retired_after(written["retired"], deleting=(), identities=survivors, services=everyone)
     assert retired == ("rack-2",)
     report = run([], [], identities=survivors, nova_services=everyone, retired=retired)
     assert [d.service.host for d in report.deletions] == ["rack-2"], "rack-7 was never ours"
     # once Nova lists no service for it, it leaves the record
     gone = services("rack-0", "rack-1", "rack-7")
-    assert retired_after(retired, retiring=(), identities=survivors, services=gone) == ()
+    assert retired_after(retired, deleting=(), identities=survivors, services=gone) == ()
 
 
 def test_the_record_of_retired_identities_is_kept_while_unsure_and_bounded():
     everyone = services("rack-0", "rack-3")
     # Nova not read this cycle: nothing is dropped; a member (still retiring, or taken up
     # again) is never dropped, and never deleted while a member
-    assert retired_after(("rack-3", "rack-5"), retiring=(), identities=("rack-0",), services=None) == \
+    assert retired_after(("rack-3", "rack-5"), deleting=(), identities=("rack-0",), services=None) == \
         ("rack-3", "rack-5")
-    assert retired_after(("rack-3",), retiring=(), identities=("rack-0", "rack-3"), services={}) == ("rack-3",)
+    assert retired_after(("rack-3",), deleting=(), identities=("rack-0", "rack-3"), services={}) == ("rack-3",)
     assert run([], [], identities=("rack-0", "rack-3"), nova_services=everyone, retired=["rack-3"]).deletions == ()
     many = [f"rack-{i}" for i in range(RETIRED_LIMIT + 5)]
-    kept = retired_after(many, retiring={"rack-999"}, identities=(), services=None)
+    kept = retired_after(many, deleting={"rack-999"}, identities=(), services=None)
     assert len(kept) == RETIRED_LIMIT and kept[-1] == "rack-999" and "rack-0" not in kept, "the newest kept"
 
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from ironic_shard_operator.core import preflight
+from ironic_shard_operator.core.model import Node
 from ironic_shard_operator.core.preflight import HttpAnswer, ServiceAnswer, Verdict
 from ironic_shard_operator.kubectl_ics import render_status
 from testbed.operator_objects import NOVA_CONF
@@ -98,11 +99,12 @@ def test_the_shard_update_probe_is_read_by_its_status() -> None:
 def test_the_probe_addresses_only_a_node_the_pool_may_own() -> None:
     """Unsharded, or one of the pool's members' shards (an idle one first); never a node another
     pool's member holds, not even a namesake-looking one (rack-a-b-0 is pool rack-a-b's)."""
-    nodes = [{"uuid": "theirs", "shard": "rack-b-0"}, {"uuid": "lookalike", "shard": "rack-a-b-0"},
-             {"uuid": "busy-own", "shard": "rack-a-1", "reservation": "conductor-1"},
-             {"uuid": "own", "shard": "rack-a-2"}, {"uuid": "free", "shard": None}]
-    assert preflight.probe_target(nodes, "rack-a") == "own"
-    assert preflight.probe_target(nodes[:3], "rack-a") == "busy-own"
+    nodes = [Node("theirs", "rack-b-0"), Node("lookalike", "rack-a-b-0"),
+             Node("busy-own", "rack-a-1", reservation="conductor-1"),
+             Node("deployed-own", "rack-a-3", instance_uuid="i-1", provision_state="active"),
+             Node("own", "rack-a-2"), Node("free", None)]
+    assert preflight.probe_target(nodes, "rack-a") == "own"  # free first: no instance, no work in progress
+    assert preflight.probe_target(nodes[:4], "rack-a") == "busy-own"  # only pinned ones of its own: the first
     assert preflight.probe_target(nodes[:2], "rack-a") is None
     assert preflight.probe_target(nodes[:2], None) == "theirs"  # no pool named: the selection given
     unproved = preflight.shard_update_check(None, None, others=2)

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.ironic import (
-    MICROVERSION_HEADER, SHARD_MICROVERSION, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError,
-    IronicKeystoneUnavailable, IronicReader, IronicTooOld, IronicUnavailable, selector_filters,
+    MICROVERSION_HEADER, NODE_FIELDS, SHARD_MICROVERSION, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError,
+    IronicKeystoneUnavailable, IronicReader, IronicTooOld, IronicUnavailable, node_from_api,
+    selector_filters,
 )
 from ironic_shard_operator.adapters.nova import (
     NovaAdapter, NovaAuthError, NovaError, NovaNotConfigured, NovaTooOld, NovaUnavailable,
@@ -132,11 +133,10 @@ def _probe_node(adapter: IronicReader, selector: Selector, pool: str | None) -> 
     """The probe's target among the selection's first nodes (core/preflight.probe_target), and
     how many of those were left out as another pool's."""
     answer = _ironic_get(adapter, "/nodes", {**selector_filters(selector),
-                                             "fields": "uuid,shard,target_provision_state,reservation",
-                                             "limit": 50})
+                                             "fields": ",".join(NODE_FIELDS), "limit": 50})
     if answer.status != 200:
         return None, 0
-    nodes = json.loads(answer.text).get("nodes") or []
+    nodes = [node_from_api(item) for item in json.loads(answer.text).get("nodes") or []]
     target = preflight.probe_target(nodes, pool)
     return target, (len(nodes) if target is None else 0)
 

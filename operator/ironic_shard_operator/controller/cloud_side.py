@@ -199,7 +199,7 @@ class CloudSide:
         nova = await asyncio.to_thread(
             run_nova_cycle, work.nova, work.adapter, pool, members=work.members,
             identities=set(work.identities) | set(plan.members_to_create if plan else ()),
-            retiring=set(plan.members_to_delete if plan else ()), nova_conf=work.nova_conf,
+            deleting=set(plan.members_to_delete if plan else ()), nova_conf=work.nova_conf,
             nodes=result.report.nodes if result.report is not None else None,
             previous=work.previous_nova, now=work.now, metrics=metrics, may_write=work.may_write,
             held=work.held, overlays=work.overlays)
@@ -236,13 +236,13 @@ class CloudSide:
         return CloudResult(result.report, result.error, result.applied, nova, moving, mapping)
 
 
-async def _host_mapping(work: CloudWork, nova: NovaOutcome, retiring: AbstractSet[str]) -> HostMappingOutcome | None:
+async def _host_mapping(work: CloudWork, nova: NovaOutcome, deleting: AbstractSet[str]) -> HostMappingOutcome | None:
     """4. the members' hosts mapped to a cell (controller/host_mapping.py), when Nova answered
     this cycle; None (the last status.hostMapping kept) otherwise."""
     adapter = _usable_nova(work.nova, nova)
     if work.kube is None or adapter is None or nova.services is None:
         return None
-    services = {host: s for host, s in nova.services.items() if host in work.identities and host not in retiring}
+    services = {host: s for host, s in nova.services.items() if host in work.identities and host not in deleting}
     seen = MappingSeen(services, nova.listed, nova_policy.update_interval(work.nova_conf, work.overlays),
                        work.previous_host_mapping)
     return await run_host_mapping(HandoverWork(work.kube, work.may_write, work.metrics), work.pool, nova=adapter,

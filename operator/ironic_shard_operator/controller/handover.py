@@ -21,7 +21,6 @@ import base64
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,10 +88,8 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
     pods = [read_pod(p) for p in raw_pods]
     with_pod = {p.member for p in pods if p.name == p.member}
     job_pods = [view for view in map(handover_job.read_job_pod, raw_pods) if view is not None]
-    retiring = set(plan.scale_down_blocked) | set(plan.members_to_delete)
-    found = handover.sources(settings=settings, members=members, retiring=retiring, pods=with_pod,
-                             pinned=Counter(n.shard for n in nodes if n.pinned),
-                             instances=Counter(n.shard for n in nodes if n.instance_uuid), now=now)
+    found = handover.sources_listed(nodes, settings=settings, members=members, retiring=plan.retiring,
+                                    pods=with_pod, now=now)
     jobs = [j for j in [await _job_view(kube, pool, raw) for raw in jobs_raw] if j is not None]
     held = handover.holds(recorded=recorded, jobs=jobs, job_pods=job_pods)
     if not found and not held and not jobs_raw:
@@ -106,7 +103,7 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
                                        2 * (settings.max_concurrent if settings else 1))
     except NovaError as error:
         return _unseen(recorded, found, "HandoverNovaUnavailable", f"Nova: {error}")
-    step = handover.decide(pool=pool.name, settings=settings, members=members, retiring=retiring,
+    step = handover.decide(pool=pool.name, settings=settings, members=members, found=found,
                            ring_members=plan.ring_members, pods=with_pod, nodes=nodes, nova=view,
                            jobs=jobs, job_pods=job_pods, recorded=recorded, blocker=blocker, now=now,
                            guard_held=guard_held)

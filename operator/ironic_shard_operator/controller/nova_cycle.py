@@ -78,7 +78,7 @@ class NovaOutcome:
 
 
 def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
-                   members: Sequence[Member], identities: AbstractSet[str], retiring: AbstractSet[str],
+                   members: Sequence[Member], identities: AbstractSet[str], deleting: AbstractSet[str],
                    nova_conf: str | None, nodes: Sequence[Node] | None,
                    previous: Mapping[str, Any] | None, now: float, metrics: Any = None,
                    may_write: Callable[[], bool] | None = None,
@@ -86,8 +86,8 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
 
     `members`: the readiness of the pool's identities; `identities`: every current member
-    (pod or ConfigMap) and the ones being created; `retiring`: those of them this cycle
-    retires (no misplaced node is handed to them); `nodes`: the pool's Ironic nodes as this
+    (pod or ConfigMap) and the ones being created; `deleting`: those of them this cycle
+    deletes (plan.members_to_delete: no misplaced node is handed to them); `nodes`: the pool's Ironic nodes as this
     cycle read them, None when Ironic could not be read (then only forced_down is looked
     after, and only once Nova has answered before); `previous`: the last status.nova;
     `may_write`: asked right before the writes (the leader's Lease check), none made if False;
@@ -95,12 +95,12 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     members' nova.conf overlays (with `nova_conf`, their update interval paces the audit).
     Never raises for Nova's sake: failures become the section's state.
     """
-    cycle = _NovaCycle(pool, tuple(members), identities, retiring, nova_conf, nodes, previous, now, metrics,
+    cycle = _NovaCycle(pool, tuple(members), identities, deleting, nova_conf, nodes, previous, now, metrics,
                        may_write, held, tuple(overlays))
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
         state.adapter, state.schedule = None, state.schedule.for_new_cloud()  # a new clouds.yaml
     recorded = (*((previous or {}).get("retired") or ()), *state.retired)
-    state.retired = nova_policy.retired_after(recorded, retiring=retiring, identities=identities, services=None)
+    state.retired = nova_policy.retired_after(recorded, deleting=deleting, identities=identities, services=None)
     if not state.schedule.asks_nova(now, ironic_read=nodes is not None):
         if previous and list(state.retired) != list(previous.get("retired") or ()):
             return NovaOutcome({**previous, "retired": list(state.retired)})  # recorded, Nova or not
@@ -130,7 +130,7 @@ class _NovaCycle:
     pool: Pool
     members: tuple[Member, ...]
     identities: AbstractSet[str]
-    retiring: AbstractSet[str]
+    deleting: AbstractSet[str]
     nova_conf: str | None
     nodes: Sequence[Node] | None
     previous: Mapping[str, Any] | None
@@ -163,7 +163,7 @@ def _asked(state: NovaRuntime, nova: NovaAdapter, ironic: IronicAdapter, cycle: 
     handover of misplaced nodes, which a Nova failure does not hold up). Nova errors propagate."""
     services = nova.compute_services()
     state.schedule = state.schedule.answered_now()
-    state.retired = nova_policy.retired_after(recorded, retiring=cycle.retiring, identities=cycle.identities,
+    state.retired = nova_policy.retired_after(recorded, deleting=cycle.deleting, identities=cycle.identities,
                                               services=services)
     clear_when_ready = fencing.clear_when_ready_after(
         nova_policy.recorded_clear_when_ready(cycle.previous), cycle.members, services)
@@ -194,7 +194,7 @@ def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: M
         return (), (), frozenset()
     hypervisors = nova.hypervisors()
     state.report = nova_policy.audit(
-        pool=cycle.pool.name, identities=cycle.identities, retiring=cycle.retiring, retired=state.retired,
+        pool=cycle.pool.name, identities=cycle.identities, deleting=cycle.deleting, retired=state.retired,
         nodes=nodes, hypervisors=hypervisors, services=services, since=state.since, now=cycle.now,
         interval=interval, repair=cycle.pool.repair_misplaced, refused=state.refused,
         instance_hosts=_instance_hosts(nova, nova_policy.misplaced(nodes, hypervisors)))

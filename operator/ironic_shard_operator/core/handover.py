@@ -261,6 +261,25 @@ def sources(*, settings: Handover | None, members: Iterable[Member], retiring: I
     return found
 
 
+def sources_listed(nodes: Iterable[Node], *, settings: Handover | None, members: Iterable[Member],
+                   retiring: Iterable[str], pods: Iterable[str], now: float) -> dict[str, str]:
+    """`sources`, what each member owns counted off Ironic's listing `nodes` (the handover
+    step's view: computed once per step and handed to `decide`)."""
+    nodes = tuple(nodes)
+    return sources(settings=settings, members=members, retiring=retiring, pods=pods,
+                   pinned=Counter(n.shard for n in nodes if n.pinned),
+                   instances=Counter(n.shard for n in nodes if n.instance_uuid), now=now)
+
+
+def sources_planned(plan: Plan, *, settings: Handover | None, members: Iterable[Member], pods: Iterable[str],
+                    now: float) -> dict[str, str]:
+    """`sources`, who retires and what each member owns as the plan counted them
+    (`plan.retiring`, `plan.loads`: the pod side's view, which has no listing of its own)."""
+    return sources(settings=settings, members=members, retiring=plan.retiring, pods=pods,
+                   pinned={load.name: load.pinned for load in plan.loads},
+                   instances={load.name: load.with_instance for load in plan.loads}, now=now)
+
+
 def holds(*, recorded: Mapping | None, jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> dict[str, str]:
     """Member -> why it is held (no pod; forced_down kept), from durable facts alone: the
     phase the last status.handover recorded for it (HELD_PHASES), a Job of it that runs, a
@@ -345,9 +364,7 @@ def pods_to_stop(plan: Plan | None, settings: Handover | None, members: Iterable
     if plan is None or settings is None:
         return frozenset(), frozenset()
     loads = {load.name: load for load in plan.loads}
-    found = sources(settings=settings, members=members, retiring=set(plan.scale_down_blocked), pods=pods,
-                    pinned={n: load.pinned for n, load in loads.items()},
-                    instances={n: load.with_instance for n, load in loads.items()}, now=now)
+    found = sources_planned(plan, settings=settings, members=members, pods=pods, now=now)
     moving_from = {move.source for move in plan.moves}
     stop = frozenset(m for m, trigger in found.items() if trigger == SCALE_DOWN and m not in moving_from
                      and why_pod_stays(free=loads[m].nodes - loads[m].pinned, busy=plan.busy.get(m, ()),
@@ -427,12 +444,13 @@ def pod_side(*, identities: Sequence[str], plan: Plan | None, away: Mapping[str,
 # --- the next step of every handover ------------------------------------------------------
 
 
-def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], retiring: Iterable[str],
+def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
            jobs: Sequence[JobView], now: float, job_pods: Sequence[JobPod] = (),
            recorded: Mapping | None = None, blocker: tuple[str, str] | None = None,
            guard_held: Mapping[str, bool] | None = None) -> HandoverPlan:
-    """The next step of each handover (module doc). `ring_members`: the plan's ring (ready
+    """The next step of each handover (module doc). `found`: this step's sources and their
+    triggers (`sources_listed`, over the same `nodes`); `ring_members`: the plan's ring (ready
     by the grace rule, not retiring); `pods`: members with a pod object; `jobs`: the pool's
     handover Jobs, `job_pods` their pods (those of deleted Jobs too); `recorded`: the last
     status.handover; `blocker`: (reason, message) of what stops every new Job (no usable
@@ -450,7 +468,7 @@ def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], r
     at most `settings.max_concurrent` nodes are in flight; a member stays in the result (held)
     while anything of it is in flight, and leaves it only with an Event.
     """
-    ctx = _Context.of(pool=pool, settings=settings, members=members, retiring=retiring, ring_members=ring_members,
+    ctx = _Context.of(pool=pool, settings=settings, members=members, found=found, ring_members=ring_members,
                       pods=pods, nodes=nodes, nova=nova, jobs=jobs, job_pods=job_pods, recorded=recorded,
                       blocker=blocker, now=now, guard_held=guard_held or {})
     steps = _Steps()
@@ -647,14 +665,11 @@ class _Context:
     guard_held: Mapping[str, bool]
 
     @classmethod
-    def of(cls, *, pool: str, settings: Handover | None, members: Sequence[Member], retiring: Iterable[str],
+    def of(cls, *, pool: str, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
            jobs: Sequence[JobView], job_pods: Sequence[JobPod], recorded: Mapping | None,
            blocker: tuple[str, str] | None, now: float, guard_held: Mapping[str, bool]) -> _Context:
-        retiring, with_pod, ring = frozenset(retiring), frozenset(pods), tuple(ring_members)
-        found = sources(settings=settings, members=members, retiring=retiring, pods=with_pod,
-                        pinned=Counter(n.shard for n in nodes if n.pinned),
-                        instances=Counter(n.shard for n in nodes if n.instance_uuid), now=now)
+        with_pod, ring = frozenset(pods), tuple(ring_members)
         before = recorded_sources(recorded)
         held = set(holds(recorded=recorded, jobs=jobs, job_pods=job_pods))
         holding: dict[str, tuple[str, str]] = {}

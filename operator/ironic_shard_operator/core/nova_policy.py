@@ -166,13 +166,13 @@ def _positive_interval(conf: str | None) -> float | None:
     return value if value > 0 else None
 
 
-def retired_after(recorded: Iterable[str], *, retiring: Iterable[str], identities: Iterable[str],
+def retired_after(recorded: Iterable[str], *, deleting: Iterable[str], identities: Iterable[str],
                   services: Mapping[str, ServiceRecord] | None) -> tuple[str, ...]:
     """status.nova.retired after this cycle: the identities this pool retired whose Nova
     service may still exist, oldest first, at most RETIRED_LIMIT (the newest kept).
 
-    `recorded`: the list so far (the last status, so it survives a restart); `retiring`: the
-    identities this cycle retires (added); `identities`: the current members; `services`:
+    `recorded`: the list so far (the last status, so it survives a restart); `deleting`: the
+    identities this cycle deletes (plan.members_to_delete; added); `identities`: the current members; `services`:
     Nova's services when this cycle read them, None otherwise. An identity whose pod and
     ConfigMap are gone leaves the list once Nova lists no service for it: deleted, or never
     registered (with no pod left, none can register any more). A member stays listed (its
@@ -181,7 +181,7 @@ def retired_after(recorded: Iterable[str], *, retiring: Iterable[str], identitie
     members = set(identities)
     kept = [host for host in dict.fromkeys(recorded)
             if host in members or services is None or host in services]
-    kept += [host for host in sorted(set(retiring)) if host not in kept]
+    kept += [host for host in sorted(set(deleting)) if host not in kept]
     return tuple(kept[-RETIRED_LIMIT:])
 
 
@@ -220,7 +220,7 @@ def misplaced(nodes: Iterable[Node], hypervisors: Iterable[HypervisorRecord]) ->
 
 
 def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
-          retiring: Iterable[str] = (), retired: Iterable[str] = (),
+          deleting: Iterable[str] = (), retired: Iterable[str] = (),
           hypervisors: Iterable[HypervisorRecord], services: Mapping[str, ServiceRecord],
           since: Mapping[str, float], now: float, interval: float, repair: bool = False,
           refused: Mapping[str, ServiceDeletionRefusal] | None = None,
@@ -229,8 +229,8 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
 
     What each finding means: `Finding`; which services are deleted: `_retired_services`.
 
-    `identities` are the pool's current members (a pod or a ConfigMap exists), `retiring`
-    those of them being removed (never a repair's target), `retired` the identities this
+    `identities` are the pool's current members (a pod or a ConfigMap exists), `deleting`
+    those of them being removed (plan.members_to_delete) (never a repair's target), `retired` the identities this
     pool retired (`retired_after`: only their services are ever deleted); `nodes`
     the pool's managed Ironic nodes; `services` every nova-compute service by host;
     `since` the memory returned by the previous audit; `interval` the members' update
@@ -238,7 +238,7 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
     `instance_hosts` the host Nova places the instance of each `misplaced()` node on (None:
     none found). A node not asked about is never repaired.
     """
-    members, leaving = set(identities), set(retiring)
+    members, leaving = set(identities), set(deleting)
     clocks = _Clocks(since, now, UPDATE_INTERVALS_BEFORE_FINDING * interval)
     listed, under_host = _listing(nodes, hypervisors)
     findings, repairs, owned = _node_findings(nodes, listed, members, leaving, services, clocks,

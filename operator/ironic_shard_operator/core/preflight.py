@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
 
-from ironic_shard_operator.core.model import Selector, member_ordinal
+from ironic_shard_operator.core.model import Node, Selector, member_ordinal
 
 SHARD_MICROVERSION = (1, 82)
 COMPUTE_MICROVERSION = (2, 53)
@@ -225,16 +225,16 @@ def shard_summary_check(answer: HttpAnswer) -> Check:
                   "it every poll lists the pool in full")
 
 
-def probe_target(nodes: Sequence[Mapping[str, object]], pool: str | None) -> str | None:
-    """The node the shard-update probe may address, of the pool's selection as listed (uuid,
-    shard, target_provision_state, reservation): one the pool may own, i.e. without a shard or
-    with one of `pool`'s member names (`<pool>-<n>`), never a node another pool's member holds;
-    an idle one first. With no pool named (the command line's --clouds-yaml mode) any node of
-    the selection the person named."""
-    mine = [n for n in nodes if pool is None or not n.get("shard") or member_ordinal(pool, str(n["shard"])) is not None]
-    idle = [n for n in mine if not n.get("target_provision_state") and not n.get("reservation")]
-    found = (idle or mine or [{}])[0].get("uuid")
-    return str(found) if found else None
+def probe_target(nodes: Sequence[Node], pool: str | None) -> str | None:
+    """The node the shard-update probe may address, of the pool's selection as listed: one the
+    pool may own, i.e. without a shard or with one of `pool`'s member names (`<pool>-<n>`),
+    never a node another pool's member holds; a free one first (not `pinned`: the one rule,
+    core/model.py::Node). With no pool named (the command line's --clouds-yaml mode) any node
+    of the selection the person named."""
+    mine = [n for n in nodes if pool is None or not n.shard or member_ordinal(pool, n.shard) is not None]
+    free = [n for n in mine if not n.pinned]
+    found = (free or mine)
+    return found[0].uuid if found else None
 
 
 def probe_in_conflict() -> Check:
