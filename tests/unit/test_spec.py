@@ -31,7 +31,7 @@ def test_defaults_fill_every_optional_field():
     assert pool.spec.replicas == 3 and pool.spec.autoscale is None
     assert pool.nova_config.key == "nova.conf"
     assert pool.cloud.key == "clouds.yaml" and pool.cloud_name == "ironic"
-    assert pool.failover.rebalance_after_seconds == 120
+    assert pool.spec.rebalance_after_seconds == 120
     assert pool.spec.rebalance_after_seconds == 120
     assert pool.failover.pod_pending_timeout_seconds == 300
     assert pool.failover.fencing.mode == "Wait"

@@ -30,6 +30,11 @@ CRASH_LOOP_RESTARTS = 3
 # --- the grace rule --------------------------------------------------------------------
 
 
+def not_ready_for(member: Member, now: float, seconds: float) -> bool:
+    """Not Ready, and lost readiness `seconds` ago or longer (a never-ready member: never)."""
+    return not member.ready and member.since is not None and now - member.since >= seconds
+
+
 def in_grace(member: Member, now: float, grace_seconds: float) -> bool:
     """Not ready, not counted out, and lost readiness less than `grace_seconds` ago (a
     never-ready member has none)."""
@@ -45,9 +50,7 @@ def counts_as_ready(member: Member, now: float, grace_seconds: float) -> bool:
 def past_grace(member: Member, now: float, grace_seconds: float) -> bool:
     """Counted out, or lost readiness `grace_seconds` ago or longer: the member no longer counts
     as ready, its service is forced down and its free nodes move."""
-    if member.counted_out is not None:
-        return True
-    return member.since is not None and not counts_as_ready(member, now, grace_seconds)
+    return member.counted_out is not None or not_ready_for(member, now, grace_seconds)
 
 
 def grace_left(member: Member, now: float, grace_seconds: float) -> float | None:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ironic_shard_operator.core.events import Event
+from ironic_shard_operator.core.fencing import not_ready_for
 from ironic_shard_operator.core.model import Member, Move, Node, Plan, mid_operation
 from ironic_shard_operator.core.nova_policy import ServiceRecord, half_move_message
 from ironic_shard_operator.core.nova_schedule import backoff
@@ -227,7 +228,7 @@ def failed_long(member: Member, settings: Handover | None, now: float) -> bool:
     """Not Ready for `afterFailureSeconds` or longer (never with it unset)."""
     if settings is None or settings.after_failure_seconds is None:
         return False
-    return not member.ready and member.since is not None and now - member.since >= settings.after_failure_seconds
+    return not_ready_for(member, now, settings.after_failure_seconds)
 
 
 def trigger_of(member: Member, *, settings: Handover | None, retiring: Iterable[str], pods: Iterable[str],

@@ -56,7 +56,9 @@ class Fencing:
 
 @dataclass(frozen=True, slots=True)
 class Failover:
-    rebalance_after_seconds: float = 120.0
+    """spec.failover beyond the grace, which lives with what the planner reads
+    (model.PoolSpec.rebalance_after_seconds)."""
+
     pod_pending_timeout_seconds: float = 300.0
     fencing: Fencing = Fencing()
 
@@ -161,7 +163,8 @@ def read_pool(body: Mapping[str, Any]) -> Pool:
         )
     spec = _mapping(body.get("spec"), "spec")
     replicas, autoscale = _replicas(spec)
-    failover = _failover(_mapping(spec.get("failover"), "spec.failover"))
+    failover_raw = _mapping(spec.get("failover"), "spec.failover")
+    failover, grace = _failover(failover_raw), _grace(failover_raw)
     return Pool(
         namespace=meta.get("namespace") or "default",
         name=name,
@@ -172,7 +175,7 @@ def read_pool(body: Mapping[str, Any]) -> Pool:
             name=name,
             replicas=replicas,
             autoscale=autoscale,
-            rebalance_after_seconds=failover.rebalance_after_seconds,
+            rebalance_after_seconds=grace,
             retire_first=_members(spec.get("retireMembers"), "spec.retireMembers", name),
         ),
         pod=_pod_settings(spec),
@@ -189,7 +192,7 @@ def read_pool(body: Mapping[str, Any]) -> Pool:
             "leakedAllocationSeconds", 600), "spec.nova.leakedAllocationSeconds", minimum=1),
         paused=_bool(spec.get("paused", False), "spec.paused"),
         labels=dict(meta.get("labels") or {}),
-        handover=_handover(spec, failover),
+        handover=_handover(spec, grace),
         fenced_members=_members(spec.get("fencedMembers"), "spec.fencedMembers", name),
         tracker=_tracker(_mapping(_mapping(spec.get("nova"), "spec.nova").get("updateResourcesInterval"),
                                   "spec.nova.updateResourcesInterval")),
@@ -344,15 +347,18 @@ def _failover(raw: Mapping[str, Any]) -> Failover:
         raise InvalidSpec("spec.failover.fencing.forceAfterSeconds: applies only to mode ForceAfter; "
                           "remove it or set mode: ForceAfter")
     return Failover(
-        rebalance_after_seconds=_number(raw.get("rebalanceAfterSeconds", 120),
-                                        "spec.failover.rebalanceAfterSeconds", minimum=0),
         pod_pending_timeout_seconds=_number(raw.get("podPendingTimeoutSeconds", 300),
                                             "spec.failover.podPendingTimeoutSeconds", minimum=1),
         fencing=Fencing(mode=mode, force_after_seconds=force_after),
     )
 
 
-def _handover(spec: Mapping[str, Any], failover: Failover) -> Handover | None:
+def _grace(raw: Mapping[str, Any]) -> float:
+    """spec.failover.rebalanceAfterSeconds: how long a member that lost readiness still counts as ready."""
+    return _number(raw.get("rebalanceAfterSeconds", 120), "spec.failover.rebalanceAfterSeconds", minimum=0)
+
+
+def _handover(spec: Mapping[str, Any], grace: float) -> Handover | None:
     """spec.handover, or None when it is absent (nodes with instances then block scale-down)."""
     if spec.get("handover") is None:
         return None
@@ -360,10 +366,10 @@ def _handover(spec: Mapping[str, Any], failover: Failover) -> Handover | None:
     after = raw.get("afterFailureSeconds")
     if after is not None:
         after = _number(after, "spec.handover.afterFailureSeconds", minimum=1)
-        if after <= failover.rebalance_after_seconds:
+        if after <= grace:
             raise InvalidSpec(
                 f"spec.handover.afterFailureSeconds: {after:g} must be greater than "
-                f"spec.failover.rebalanceAfterSeconds ({failover.rebalance_after_seconds:g}): a member's "
+                f"spec.failover.rebalanceAfterSeconds ({grace:g}): a member's "
                 "free nodes move first, its nodes with instances only after it stayed failed longer")
     on_scale_down = _bool(raw.get("onScaleDown", True), "spec.handover.onScaleDown")
     if not on_scale_down and after is None:
