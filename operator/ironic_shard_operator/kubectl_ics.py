@@ -694,7 +694,7 @@ def pool_inputs(cluster: UserCluster, body: Mapping[str, Any], *, check_image: b
     return Inputs(clouds_yaml=text(pool.cloud), cloud_name=pool.cloud_name, nova_conf=text(pool.nova_config),
                   selector=pool.selector, handover=handover is not None,
                   handover_nova_conf=text(handover.nova_manage_config) if handover else None,
-                  image=pool.pod.image, check_image=check_image, pool=pool.name)
+                  image=pool.pod.image, check_image=check_image, pool_name=pool.name)
 
 
 # --- shell completion (kubectl_complete-ics) ------------------------------------------------

@@ -71,7 +71,7 @@ async def test_a_hung_side_is_abandoned_and_the_next_cycle_starts_a_new_side_on_
     import socket
 
     from ironic_shard_operator.controller.runtime import Operator
-    from ironic_shard_operator.controller.reconcile import _Cycle, _ironic_and_nova, _Members, _Secrets
+    from ironic_shard_operator.controller.reconcile import _Cycle, _start_cloud_side, _Members, _Secrets
 
     with socket.socket() as closed:  # a port nothing listens on: the new side's requests are refused
         closed.bind(("127.0.0.1", 0))
@@ -91,17 +91,17 @@ async def test_a_hung_side_is_abandoned_and_the_next_cycle_starts_a_new_side_on_
                                           hung_after=0.05)
     old_cache, runtime.nova.adapter = runtime.ironic, object()  # the Nova adapter of the hung connection
     cycle = _Cycle(op, {"metadata": {"name": "rack", "namespace": "ns"}}, "ns", "rack", runtime, time.time(), {})
-    members = _Members(pods={}, overlays={}, identities=[], readiness=(), facts={})
+    members = _Members(pods={}, member_confs={}, identities=[], readiness=(), facts={})
     new = None
     try:
         await asyncio.sleep(0)  # the side sends its first request, which hangs
-        cloud = await _ironic_and_nova(cycle, pool, members, _Secrets(None, "", clouds_yaml))
-        assert cloud.side is hung and not hung.abandoned.is_set()  # a request went out just now: not hung
+        cloud = await _start_cloud_side(cycle, pool, members, _Secrets(None, "", clouds_yaml))
+        assert cloud.cloud_side is hung and not hung.abandoned.is_set()  # a request went out just now: not hung
         await asyncio.sleep(0.1)  # no request since, for longer than hung_after
-        cloud = await _ironic_and_nova(cycle, pool, members, _Secrets(None, "", clouds_yaml))
+        cloud = await _start_cloud_side(cycle, pool, members, _Secrets(None, "", clouds_yaml))
         new = runtime.cloud_side
         assert hung.abandoned.is_set() and old_interrupt.is_set() and not hung.may_write()
-        assert new is not hung and cloud.side is new and new.may_write()
+        assert new is not hung and cloud.cloud_side is new and new.may_write()
         assert runtime.ironic is not old_cache and runtime.ironic.adapter is not None  # a new connection
         assert runtime.interrupt is not old_interrupt and not runtime.interrupt.is_set()
     finally:

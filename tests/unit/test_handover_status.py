@@ -14,7 +14,7 @@ PLAN = plan(Observation(PoolSpec("p", replicas=1), MEMBERS, NODES, 100.0))
 
 
 def _conditions(**facts):
-    status, _ = build_status(CycleFacts(generation=1, pool="p", members=MEMBERS, plan=PLAN, now=100.0,
+    status, _ = build_status(CycleFacts(generation=1, pool_name="p", members=MEMBERS, plan=PLAN, now=100.0,
                                         pods_ready=2, pods_existing=2, **facts), None)
     return status, {c["type"]: c for c in status["conditions"]}
 
@@ -27,7 +27,7 @@ def test_without_handover_scale_down_blocked_says_how_to_turn_it_on():
 
 
 def test_a_handover_under_way_is_progress_and_a_stuck_one_names_its_reason():
-    going = handover.HandoverPlan(progress=(handover.SourceProgress(
+    going = handover.HandoverStep(progress=(handover.SourceProgress(
         "p-1", handover.SCALE_DOWN, handover.MOVING, nodes=1, in_flight=1, job="p-1-handover-x"),))
     status, conditions = _conditions(handover=handover_section(going), handover_enabled=True)
     assert status["handover"]["sources"][0]["job"] == "p-1-handover-x"
@@ -35,20 +35,20 @@ def test_a_handover_under_way_is_progress_and_a_stuck_one_names_its_reason():
         ("False", "HandingOver")
     assert conditions["Progressing"]["reason"] == "HandingOver" and "p-1-handover-x" in conditions["Progressing"]["message"]
 
-    stuck = handover.HandoverPlan(problems=(handover.Problem(
+    stuck = handover.HandoverStep(problems=(handover.Problem(
         handover.SCALE_DOWN, "HandoverFailed", "Job p-1-handover-x failed: Destination compute is forced down!"),))
     _, conditions = _conditions(handover=handover_section(stuck), handover_enabled=True)
     assert conditions["ScaleDownBlocked"]["reason"] == "HandoverFailed"
     assert "Destination compute is forced down!" in conditions["ScaleDownBlocked"]["message"]
 
-    failed_member = handover.HandoverPlan(problems=(handover.Problem(
+    failed_member = handover.HandoverStep(problems=(handover.Problem(
         handover.FAILURE, "HandoverConfigInvalid", "Secret nm has no key nova.conf"),))
     _, conditions = _conditions(handover=handover_section(failed_member), handover_enabled=True)
     assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == ("True", "HandoverConfigInvalid")
 
 
 def test_a_failed_job_shows_its_attempt_and_when_it_is_tried_again():
-    waiting = handover.HandoverPlan(progress=(handover.SourceProgress(
+    waiting = handover.HandoverStep(progress=(handover.SourceProgress(
         "p-1", handover.SCALE_DOWN, handover.MOVING, nodes=1, failed=1, job="p-1-handover-x", attempts=2,
         next_retry_at=1_700_000_120.0),))
     status, _ = _conditions(handover=handover_section(waiting), handover_enabled=True)

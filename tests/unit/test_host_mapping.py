@@ -37,7 +37,7 @@ def answers(mapped: dict, at: float = NOW) -> dict:
 
 def step(*, hosts=("rack-0",), recorded=None, listed=(), probed=None, jobs=(), blocker=None, now=NOW,
          nova=None):
-    return decide(pool=POOL, services=nova or services(*hosts), recorded=recorded, listed=listed,
+    return decide(pool_name=POOL, services=nova or services(*hosts), recorded=recorded, listed=listed,
                   answers=probed if probed is not None else {}, jobs=jobs, blocker=blocker, now=now)
 
 

@@ -37,7 +37,7 @@ def run(nodes, hypervisors, *, since=None, now=NOW, identities=MEMBERS, nova_ser
     of its compute node (no half move), as it does after any complete move."""
     if instance_hosts is None:
         instance_hosts = {node.uuid: host for node, host in misplaced(nodes, hypervisors)}
-    return audit(pool=POOL, identities=identities, nodes=nodes, hypervisors=hypervisors,
+    return audit(pool_name=POOL, identities=identities, nodes=nodes, hypervisors=hypervisors,
                  services=nova_services if nova_services is not None else services(*identities),
                  since=since or {}, now=now, interval=INTERVAL, repair=repair, refused=refused,
                  retired=retired, instance_hosts=instance_hosts)
@@ -170,7 +170,7 @@ def test_a_node_between_a_handovers_nova_move_and_its_shard_write_is_not_misplac
 
 def test_a_misplaced_node_is_not_handed_to_a_member_being_retired():
     nodes = nodes_of({"n0": "rack-1"}, instances={"n0"})
-    report = audit(pool=POOL, identities=MEMBERS, deleting=("rack-0",), nodes=nodes,
+    report = audit(pool_name=POOL, identities=MEMBERS, deleting=("rack-0",), nodes=nodes,
                    hypervisors=listing({"n0": "rack-0"}), services=services(*MEMBERS), since={},
                    now=NOW, interval=INTERVAL, repair=True)
     assert kinds(report) == [(MISPLACED, "n0")] and report.repairs == ()

@@ -3,7 +3,7 @@
 from hypothesis import given, strategies as st
 
 from ironic_shard_operator.core.model import Member
-from ironic_shard_operator.core.schedule import RETRY_SECONDS, next_delay
+from ironic_shard_operator.core.schedule import FAILED_CYCLE_RETRY_SECONDS, next_delay
 
 NOW = 1_800_000_000.0
 POLL = 30.0
@@ -11,7 +11,7 @@ GRACE = 120.0
 
 
 def delay(members=(), *, poll=POLL, failed=False, wake_after=None, moves_applied=0):
-    return next_delay(poll_seconds=poll, members=members, grace_seconds=GRACE, now=NOW,
+    return next_delay(poll_seconds=poll, members=members, rebalance_after_seconds=GRACE, now=NOW,
                       failed=failed, wake_after=wake_after, moves_applied=moves_applied)
 
 
@@ -29,9 +29,9 @@ def test_the_next_cycle_is_there_just_after_a_members_grace_ends():
 
 
 def test_a_failed_ironic_is_retried_sooner():
-    assert delay(failed=True) == RETRY_SECONDS
+    assert delay(failed=True) == FAILED_CYCLE_RETRY_SECONDS
     assert delay(failed=True, poll=4) == 4
-    assert next_delay(poll_seconds=POLL, members=(), grace_seconds=GRACE, now=NOW, failed=True,
+    assert next_delay(poll_seconds=POLL, members=(), rebalance_after_seconds=GRACE, now=NOW, failed=True,
                       wake_after=None, moves_applied=0, retry_seconds=3) == 3
 
 
@@ -59,9 +59,10 @@ def test_every_delay_comes_from_the_schedule():
     """A failed cycle retries soon, an invalid spec rarely, a Conflict every poll; the earliest
     of a pod decision, a handover retry and a handover step with more to do wakes the pool."""
     from ironic_shard_operator.core.schedule import (
-        AFTER_MOVES_SECONDS, RETRY_SECONDS, after_conflict, after_failed_cycle, after_invalid_spec, earliest_wake,
+        AFTER_MOVES_SECONDS, FAILED_CYCLE_RETRY_SECONDS, after_conflict, after_failed_cycle, after_invalid_spec,
+        earliest_wake,
     )
-    assert after_failed_cycle() == RETRY_SECONDS < after_invalid_spec()
+    assert after_failed_cycle() == FAILED_CYCLE_RETRY_SECONDS < after_invalid_spec()
     assert after_conflict(30.0) == 30.0
     assert earliest_wake(None, None, 0.0, False) is None
     assert earliest_wake(5.0, None, 0.0, True) == AFTER_MOVES_SECONDS

@@ -106,7 +106,7 @@ def test_live_owners_are_the_members_that_count_as_ready():
     its grace, or never ready, takes none: moves away from it need no guard."""
     members = [Member("rack-0", ready=True, since=0.0), Member("rack-1", ready=False, since=95.0),
                Member("rack-2", ready=False, since=10.0), Member("rack-3")]
-    assert live_owners(members, now=100.0, grace_seconds=60.0) == {"rack-0", "rack-1"}
+    assert live_owners(members, now=100.0, rebalance_after_seconds=60.0) == {"rack-0", "rack-1"}
 
 
 def test_a_member_past_its_grace_whose_nova_service_is_still_up_is_guarded_until_forced_down():

@@ -68,7 +68,7 @@ def run_checks(inputs: Inputs) -> list[Check]:
     """Every check core/preflight.py::questions selects, in the order a user fixes them: the
     cloud, Nova, the files, the image."""
     asked = preflight.questions(inputs)
-    checks = cloud_checks(inputs.clouds_yaml, inputs.cloud_name, inputs.selector, pool=inputs.pool,
+    checks = cloud_checks(inputs.clouds_yaml, inputs.cloud_name, inputs.selector, pool_name=inputs.pool_name,
                           may_probe=asked.probe) if asked.cloud else [preflight.no_clouds_yaml()]
     checks += preflight.file_checks(inputs)
     if asked.image:
@@ -77,9 +77,9 @@ def run_checks(inputs: Inputs) -> list[Check]:
 
 
 def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selector(), *,
-                 pool: str | None = None, may_probe: bool = True) -> list[Check]:
+                 pool_name: str | None = None, may_probe: bool = True) -> list[Check]:
     """Ironic (reachable, version, shard listing, shard summary, shard-update policy), Nova and
-    Placement. The shard-update probe addresses only a node `pool` may own, and is not sent
+    Placement. The shard-update probe addresses only a node `pool_name` may own, and is not sent
     without `may_probe`."""
     try:
         adapter = IronicReader.from_clouds_yaml(clouds_yaml, cloud_name, selector=selector,
@@ -94,7 +94,7 @@ def cloud_checks(clouds_yaml: str, cloud_name: str, selector: Selector = Selecto
         "limit": 1}))
     checks.append(preflight.shard_summary_check(_ironic_get(adapter, "/shards", {})))
     if may_probe:
-        node, others = _probe_node(adapter, selector, pool)
+        node, others = _probe_node(adapter, selector, pool_name)
         probe = None if node is None else _ironic_send(adapter, "PATCH", f"/nodes/{node}",
                                                        [{"op": "remove", "path": preflight.SHARD_PROBE_PATH}])
         checks.append(preflight.shard_update_check(probe, node, others=others))
@@ -129,7 +129,7 @@ def _checked(check: Callable[[], tuple[int, int]], errors: type[Exception],
     return answer
 
 
-def _probe_node(adapter: IronicReader, selector: Selector, pool: str | None) -> tuple[str | None, int]:
+def _probe_node(adapter: IronicReader, selector: Selector, pool_name: str | None) -> tuple[str | None, int]:
     """The probe's target among the selection's first nodes (core/preflight.probe_target), and
     how many of those were left out as another pool's."""
     answer = _ironic_get(adapter, "/nodes", {**selector_filters(selector),
@@ -137,7 +137,7 @@ def _probe_node(adapter: IronicReader, selector: Selector, pool: str | None) -> 
     if answer.status != 200:
         return None, 0
     nodes = [node_from_api(item) for item in json.loads(answer.text).get("nodes") or []]
-    target = preflight.probe_target(nodes, pool)
+    target = preflight.probe_target(nodes, pool_name)
     return target, (len(nodes) if target is None else 0)
 
 

@@ -67,8 +67,8 @@ class CloudWork:
     `kube` the Kubernetes client the handover task uses (None: no handover step);
     `previous_handover` the last status.handover; `held` the members a handover holds
     (core/handover.py::holds, as the cycle read it); `previous_host_mapping` the last
-    status.hostMapping; `previous_guard` the last status.guard; `overlays` the members' nova.conf
-    overlays as their ConfigMaps hold them (their resource-tracker intervals pace the audit)."""
+    status.hostMapping; `previous_guard` the last status.guard; `member_confs` the members' nova.conf
+    member_confs as their ConfigMaps hold them (their resource-tracker intervals pace the audit)."""
 
     key: str
     pool: Pool
@@ -88,7 +88,7 @@ class CloudWork:
     held: AbstractSet[str] = frozenset()
     previous_host_mapping: Mapping[str, Any] | None = None
     previous_guard: Mapping[str, Any] | None = None
-    overlays: tuple[str | None, ...] = ()
+    member_confs: tuple[str | None, ...] = ()
 
 
 class CloudSide:
@@ -202,7 +202,7 @@ class CloudSide:
             deleting=set(plan.members_to_delete if plan else ()), nova_conf=work.nova_conf,
             nodes=result.report.nodes if result.report is not None else None,
             previous=work.previous_nova, now=work.now, metrics=metrics, may_write=work.may_write,
-            held=work.held, overlays=work.overlays)
+            held=work.held, member_confs=work.member_confs)
         if plan is not None and plan.moves and not pool.paused:
             guarded = guarded_owners(work.members, work.now, pool.spec.rebalance_after_seconds, nova.services,
                                      work.identities)
@@ -223,17 +223,18 @@ class CloudSide:
                 _record_error(metrics, work.key, error)
                 result = CloudResult(result.report, error=error)
         mapping = await _host_mapping(work, nova, set(plan.members_to_delete if plan else ()))
-        moving = None
+        handover_outcome = None
         if work.kube is not None:  # 5. handovers of nodes with instances (controller/handover.py)
-            moving = await run_handover(HandoverWork(work.kube, work.may_write, metrics), pool, ironic=work.adapter,
-                                        nova=_usable_nova(work.nova, nova), members=work.members, plan=plan,
-                                        nodes=result.report.nodes if result.report is not None else None,
-                                        now=work.now, recorded=work.previous_handover,
-                                        guard_held=held_by_guard(work.previous_guard, result.report.applied.held
-                                                                 if result.report is not None else ()))
-            if moving.resharded and work.memory is not None:
+            handover_outcome = await run_handover(
+                HandoverWork(work.kube, work.may_write, metrics), pool, ironic=work.adapter,
+                nova=_usable_nova(work.nova, nova), members=work.members, plan=plan,
+                nodes=result.report.nodes if result.report is not None else None,
+                now=work.now, recorded=work.previous_handover,
+                guard_held=held_by_guard(work.previous_guard, result.report.applied.held
+                                         if result.report is not None else ()))
+            if handover_outcome.resharded and work.memory is not None:
                 work.memory.last = None  # shards written outside run_cycle: list in full next time
-        return CloudResult(result.report, result.error, result.applied, nova, moving, mapping)
+        return CloudResult(result.report, result.error, result.applied, nova, handover_outcome, mapping)
 
 
 async def _host_mapping(work: CloudWork, nova: NovaOutcome, deleting: AbstractSet[str]) -> HostMappingOutcome | None:
@@ -243,7 +244,7 @@ async def _host_mapping(work: CloudWork, nova: NovaOutcome, deleting: AbstractSe
     if work.kube is None or adapter is None or nova.services is None:
         return None
     services = {host: s for host, s in nova.services.items() if host in work.identities and host not in deleting}
-    seen = MappingSeen(services, nova.listed, nova_policy.update_interval(work.nova_conf, work.overlays),
+    seen = MappingSeen(services, nova.listed, nova_policy.update_interval(work.nova_conf, work.member_confs),
                        work.previous_host_mapping)
     return await run_host_mapping(HandoverWork(work.kube, work.may_write, work.metrics), work.pool, nova=adapter,
                                   runtime=work.nova, seen=seen, now=work.now)

@@ -51,7 +51,7 @@ class HandoverOutcome:
     section: dict[str, Any] | None
     events: tuple[Event, ...] = ()
     resharded: int = 0
-    next_step_soon: bool = False  # core/handover.py HandoverPlan.next_step_soon
+    next_step_soon: bool = False  # core/handover.py HandoverStep.next_step_soon
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
     jobs = [j for j in [await _job_view(kube, pool, raw) for raw in jobs_raw] if j is not None]
     held = handover.holds(recorded=recorded, jobs=jobs, job_pods=job_pods)
     if not found and not held and not jobs_raw:
-        return HandoverOutcome(handover_section(handover.HandoverPlan()) if settings is not None else {})
+        return HandoverOutcome(handover_section(handover.HandoverStep()) if settings is not None else {})
     blocker = await _blocker(kube, pool, nova, found)
     if nova is None:  # nothing of Nova can be seen: every recorded source stays as it was
         reason, message = blocker or ("HandoverNeedsNova", NEEDS_NOVA)
@@ -103,7 +103,7 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
                                        2 * (settings.max_concurrent if settings else 1))
     except NovaError as error:
         return _unseen(recorded, found, "HandoverNovaUnavailable", f"Nova: {error}")
-    step = handover.decide(pool=pool.name, settings=settings, members=members, found=found,
+    step = handover.decide(pool_name=pool.name, settings=settings, members=members, found=found,
                            ring_members=plan.ring_members, pods=with_pod, nodes=nodes, nova=view,
                            jobs=jobs, job_pods=job_pods, recorded=recorded, blocker=blocker, now=now,
                            guard_held=guard_held)
@@ -189,7 +189,7 @@ async def job_view(kube: Any, pool: Pool, raw: dict[str, Any], read: Callable[..
     return read(raw, " | ".join(line for line in tail.splitlines() if line.strip())[-2000:])
 
 
-async def _act(work: HandoverWork, pool: Pool, step: handover.HandoverPlan, ironic: IronicAdapter,
+async def _act(work: HandoverWork, pool: Pool, step: handover.HandoverStep, ironic: IronicAdapter,
                nova: NovaAdapter | None, view: handover.NovaView, nodes: Sequence[Node],
                events: list[Event], jobs: Sequence[handover.JobView] = ()) -> int:
     """Carry out the step in order, one Event per write done (appended to `events`); returns

@@ -68,7 +68,7 @@ async def run_host_mapping(work: HandoverWork, pool: Pool, *, nova: NovaAdapter,
     answers = await _ask_nova(nova, runtime, seen, jobs, now)
 
     def decide(blocker: str | None) -> host_mapping.MappingStep:
-        return host_mapping.decide(pool=pool.name, services=seen.services, recorded=seen.recorded,
+        return host_mapping.decide(pool_name=pool.name, services=seen.services, recorded=seen.recorded,
                                    listed=seen.listed, answers=answers, jobs=jobs, blocker=blocker, now=now)
 
     step = decide(None)

@@ -275,17 +275,17 @@ def placement_question(adapter: IronicAdapter) -> tuple[PlacementState, Callable
 
 
 def _say_summary_refused(memory: ObservationMemory, summary: Mapping[str, int] | SummaryRefused,
-                         pool: str) -> None:
+                         pool_name: str) -> None:
     """Log when Ironic starts refusing the shard summary (every poll lists in full from then
     on) and when it answers again: once each, not once per poll."""
     refused = isinstance(summary, SummaryRefused)
     if isinstance(summary, SummaryRefused) and not memory.summary_refused:
         log.warning("pool %s: %s (ceil(N/1000)+1 requests per poll instead of 2); allow "
                     "baremetal:shards:get for the operator's credentials (a system-scoped reader in "
-                    "Ironic's default policy)", pool, observation.summary_refused_reason(summary))
+                    "Ironic's default policy)", pool_name, observation.summary_refused_reason(summary))
     elif memory.summary_refused and not refused:
         log.info("pool %s: Ironic answers the shard summary again: polls list the pool only when "
-                 "it changed", pool)
+                 "it changed", pool_name)
     memory.summary_refused = refused
 
 

@@ -27,21 +27,21 @@ class KnownSecrets:
         self._every: frozenset[str] = frozenset()
         self._lock = threading.Lock()
 
-    def remember(self, pool: str, secrets: frozenset[str]) -> None:
-        """The credentials `pool`'s Secrets hold now (those of an earlier read are dropped)."""
+    def remember(self, pool_key: str, secrets: frozenset[str]) -> None:
+        """The credentials `pool_key`'s Secrets hold now (those of an earlier read are dropped)."""
         with self._lock:
-            if self._by_pool.get(pool) == secrets:
+            if self._by_pool.get(pool_key) == secrets:
                 return
-            by_pool = {**self._by_pool, pool: secrets}
+            by_pool = {**self._by_pool, pool_key: secrets}
             self._by_pool, self._every = by_pool, frozenset().union(*by_pool.values())
 
-    def forget(self, pool: str) -> None:
+    def forget(self, pool_key: str) -> None:
         with self._lock:
-            by_pool = {key: value for key, value in self._by_pool.items() if key != pool}
+            by_pool = {key: value for key, value in self._by_pool.items() if key != pool_key}
             self._by_pool, self._every = by_pool, frozenset().union(*by_pool.values())
 
-    def of(self, pool: str) -> frozenset[str]:
-        return self._by_pool.get(pool, frozenset())
+    def of(self, pool_key: str) -> frozenset[str]:
+        return self._by_pool.get(pool_key, frozenset())
 
     @property
     def every(self) -> frozenset[str]:

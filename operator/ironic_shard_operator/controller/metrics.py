@@ -222,154 +222,154 @@ class OperatorMetrics:
             (self.refusals, tuple((f,) for f in REFUSAL_REASONS)),
         )
 
-    def _child(self, metric: Any, pool: str, *labels: str) -> Any:
-        """The series of `metric` for `pool` and `labels`, remembered for forget_pool."""
-        self._series.setdefault(pool, set()).add((metric, (pool, *labels)))
-        return metric.labels(pool, *labels)
+    def _child(self, metric: Any, pool_key: str, *labels: str) -> Any:
+        """The series of `metric` for `pool_key` and `labels`, remembered for forget_pool."""
+        self._series.setdefault(pool_key, set()).add((metric, (pool_key, *labels)))
+        return metric.labels(pool_key, *labels)
 
-    def _drop(self, metric: Any, pool: str, *labels: str) -> None:
-        key = (metric, (pool, *labels))
-        if key in self._series.get(pool, ()):
-            self._series[pool].discard(key)
-            metric.remove(pool, *labels)
+    def _drop(self, metric: Any, pool_key: str, *labels: str) -> None:
+        key = (metric, (pool_key, *labels))
+        if key in self._series.get(pool_key, ()):
+            self._series[pool_key].discard(key)
+            metric.remove(pool_key, *labels)
 
     # ---- what the operator calls -------------------------------------------------------
 
-    def record_cycle(self, pool: str, observation: Observation, plan: Plan,
+    def record_cycle(self, pool_key: str, observation: Observation, plan: Plan,
                      duration_seconds: float) -> None:
         """One completed cycle: the pool's gauges now describe `plan`, and Ironic was seen
         successfully at `observation.now`."""
-        self._child(self.members_in_ring, pool).set(len(plan.ring_members))
+        self._child(self.members_in_ring, pool_key).set(len(plan.ring_members))
         counts = plan.counts
-        self._child(self.managed_nodes, pool).set(counts.total)
-        self._child(self.unassigned_nodes, pool).set(counts.unassigned)
-        self._child(self.misplaced_nodes, pool).set(counts.misplaced)
-        self._child(self.pending_moves, pool).set(counts.pending_moves)
-        self._child(self.scale_down_blocked, pool).set(len(plan.scale_down_blocked))
+        self._child(self.managed_nodes, pool_key).set(counts.total)
+        self._child(self.unassigned_nodes, pool_key).set(counts.unassigned)
+        self._child(self.misplaced_nodes, pool_key).set(counts.misplaced)
+        self._child(self.pending_moves, pool_key).set(counts.pending_moves)
+        self._child(self.scale_down_blocked, pool_key).set(len(plan.scale_down_blocked))
         members = {load.name for load in plan.loads}
         for load in plan.loads:
-            self._child(self.member_nodes, pool, load.name).set(load.nodes)
-            self._child(self.member_pinned_nodes, pool, load.name).set(load.pinned)
-        for gone in self._members.get(pool, set()) - members:
-            self._drop(self.member_nodes, pool, gone)
-            self._drop(self.member_pinned_nodes, pool, gone)
-        self._members[pool] = members
-        self._child(self.cycle_duration, pool).observe(duration_seconds)
-        self._since.last[pool] = observation.now
-        self._observed.add(pool)
+            self._child(self.member_nodes, pool_key, load.name).set(load.nodes)
+            self._child(self.member_pinned_nodes, pool_key, load.name).set(load.pinned)
+        for gone in self._members.get(pool_key, set()) - members:
+            self._drop(self.member_nodes, pool_key, gone)
+            self._drop(self.member_pinned_nodes, pool_key, gone)
+        self._members[pool_key] = members
+        self._child(self.cycle_duration, pool_key).observe(duration_seconds)
+        self._since.last[pool_key] = observation.now
+        self._observed.add(pool_key)
 
-    def record_status(self, pool: str, signals: PoolSignals) -> None:
-        """After every status write of `pool`, from its first cycle on, whatever Ironic does:
+    def record_status(self, pool_key: str, signals: PoolSignals) -> None:
+        """After every status write of `pool_key`, from its first cycle on, whatever Ironic does:
         members desired and Ready, each condition (a reason gone takes its series along),
         forced-down members and handover nodes in flight (once the status has them), the
         clock of seconds since the last Ironic observation (from `signals.since_observed`
         until this process observes Ironic), and every known counter at 0."""
-        if pool not in self._started:
-            self._started.add(pool)
+        if pool_key not in self._started:
+            self._started.add(pool_key)
             for metric, label_sets in self._zeroed:
                 for labels in label_sets:
-                    self._child(metric, pool, *labels)  # 0, or what was counted already
+                    self._child(metric, pool_key, *labels)  # 0, or what was counted already
         if signals.members_desired is not None:
-            self._child(self.members_desired, pool).set(signals.members_desired)
-        self._child(self.members_ready, pool).set(signals.members_ready)
+            self._child(self.members_desired, pool_key).set(signals.members_desired)
+        self._child(self.members_ready, pool_key).set(signals.members_ready)
         shown = {(c.type, c.reason) for c in signals.conditions}
-        for metric, labels in list(self._series[pool]):
+        for metric, labels in list(self._series[pool_key]):
             if metric is self.conditions and labels[1:] not in shown:
                 self._drop(self.conditions, *labels)
         for condition in signals.conditions:
-            self._child(self.conditions, pool, condition.type, condition.reason).set(1 if condition.true else 0)
+            self._child(self.conditions, pool_key, condition.type, condition.reason).set(1 if condition.true else 0)
         for metric, value in ((self.forced_down, signals.forced_down),
                               (self.handover_in_flight, signals.handover_in_flight)):
             if value is None:
-                self._drop(metric, pool)
+                self._drop(metric, pool_key)
             else:
-                self._child(metric, pool).set(value)
-        if pool not in self._observed and signals.since_observed is not None:
-            self._since.last[pool] = signals.since_observed
+                self._child(metric, pool_key).set(value)
+        if pool_key not in self._observed and signals.since_observed is not None:
+            self._since.last[pool_key] = signals.since_observed
 
-    def record_refusals(self, pool: str, reasons: Iterable[str]) -> None:
+    def record_refusals(self, pool_key: str, reasons: Iterable[str]) -> None:
         """Requests of one cycle the API server refused, by reason (core/refusals.py REASONS)."""
         for reason in reasons:
             if reason not in REFUSAL_REASONS:
                 raise ValueError(f"refusal reason {reason!r} is not one of {', '.join(REFUSAL_REASONS)}")
-            self._child(self.refusals, pool, reason).inc()
+            self._child(self.refusals, pool_key, reason).inc()
 
-    def record_moves(self, pool: str, count: int) -> None:
+    def record_moves(self, pool_key: str, count: int) -> None:
         """`count` shard PATCHes succeeded."""
-        self._child(self.node_moves, pool).inc(count)
+        self._child(self.node_moves, pool_key).inc(count)
 
-    def record_moves_reverted(self, pool: str, count: int) -> None:
+    def record_moves_reverted(self, pool_key: str, count: int) -> None:
         """`count` guarded shard changes were put back (a build claimed the node meanwhile)."""
-        self._child(self.moves_reverted, pool).inc(count)
+        self._child(self.moves_reverted, pool_key).inc(count)
 
-    def record_moves_revert_failed(self, pool: str, count: int) -> None:
+    def record_moves_revert_failed(self, pool_key: str, count: int) -> None:
         """`count` guarded shard changes were claimed meanwhile and could not be put back."""
-        self._child(self.moves_revert_failed, pool).inc(count)
+        self._child(self.moves_revert_failed, pool_key).inc(count)
 
-    def record_replacement(self, pool: str) -> None:
+    def record_replacement(self, pool_key: str) -> None:
         """A failed member pod was replaced by a new pod with the same identity."""
-        self._child(self.replacements, pool).inc()
+        self._child(self.replacements, pool_key).inc()
 
-    def record_fence(self, pool: str, mode: str) -> None:
+    def record_fence(self, pool_key: str, mode: str) -> None:
         """An old member pod was declared gone under fencing `mode` (one of FENCING_MODES)."""
         if mode not in FENCING_MODES:
             raise ValueError(f"fencing mode {mode!r} is not one of {', '.join(FENCING_MODES)}")
-        self._child(self.fences, pool, mode).inc()
+        self._child(self.fences, pool_key, mode).inc()
 
-    def record_ironic_error(self, pool: str, error: BaseException | str) -> None:
+    def record_ironic_error(self, pool_key: str, error: BaseException | str) -> None:
         """A failed Ironic call: an exception (its adapter class's kind) or a kind from
         IRONIC_ERROR_KINDS."""
         kind = error if isinstance(error, str) else classify_ironic_error(error)
         if kind not in IRONIC_ERROR_KINDS:
             raise ValueError(
                 f"Ironic error kind {kind!r} is not one of {', '.join(IRONIC_ERROR_KINDS)}")
-        self._child(self.ironic_errors, pool, kind).inc()
+        self._child(self.ironic_errors, pool_key, kind).inc()
 
-    def record_nova_error(self, pool: str, kind: str) -> None:
+    def record_nova_error(self, pool_key: str, kind: str) -> None:
         """A Nova cycle that failed: `kind` is one of NOVA_ERROR_KINDS."""
         if kind not in NOVA_ERROR_KINDS:
             raise ValueError(f"Nova error kind {kind!r} is not one of {', '.join(NOVA_ERROR_KINDS)}")
-        self._child(self.nova_errors, pool, kind).inc()
+        self._child(self.nova_errors, pool_key, kind).inc()
 
-    def record_nova_audit(self, pool: str, counts: dict[str, int]) -> None:
+    def record_nova_audit(self, pool_key: str, counts: dict[str, int]) -> None:
         """The findings of one Nova audit: {kind: count} (audit.FINDING_KINDS, zeros included)."""
         for kind, count in counts.items():
             if kind not in FINDING_KINDS:
                 raise ValueError(f"Nova finding kind {kind!r} is not one of {', '.join(FINDING_KINDS)}")
-            self._child(self.nova_findings, pool, kind).set(count)
+            self._child(self.nova_findings, pool_key, kind).set(count)
 
-    def record_nova_action(self, pool: str, action: str, count: int = 1) -> None:
+    def record_nova_action(self, pool_key: str, action: str, count: int = 1) -> None:
         """`count` writes of one of NOVA_ACTIONS."""
         if action not in NOVA_ACTIONS:
             raise ValueError(f"Nova action {action!r} is not one of {', '.join(NOVA_ACTIONS)}")
-        self._child(self.nova_actions, pool, action).inc(count)
+        self._child(self.nova_actions, pool_key, action).inc(count)
 
-    def record_handover_nodes(self, pool: str, trigger: str, count: int) -> None:
+    def record_handover_nodes(self, pool_key: str, trigger: str, count: int) -> None:
         """`count` nodes with instances handed over by `trigger` (one of HANDOVER_TRIGGERS)."""
         if trigger not in HANDOVER_TRIGGERS:
             raise ValueError(f"handover trigger {trigger!r} is not one of {', '.join(HANDOVER_TRIGGERS)}")
-        self._child(self.handover_nodes, pool, trigger).inc(count)
+        self._child(self.handover_nodes, pool_key, trigger).inc(count)
 
-    def record_handover_durations(self, pool: str, trigger: str, seconds: Iterable[float]) -> None:
+    def record_handover_durations(self, pool_key: str, trigger: str, seconds: Iterable[float]) -> None:
         """Nodes just re-sharded by a handover: each one's time since its Job was created."""
         if trigger not in HANDOVER_TRIGGERS:
             raise ValueError(f"handover trigger {trigger!r} is not one of {', '.join(HANDOVER_TRIGGERS)}")
         for value in seconds:
-            self._child(self.handover_duration, pool, trigger).observe(value)
+            self._child(self.handover_duration, pool_key, trigger).observe(value)
 
-    def record_handover_job_failure(self, pool: str, reason: str) -> None:
+    def record_handover_job_failure(self, pool_key: str, reason: str) -> None:
         """A failed handover Job deleted to try its batch again: `reason` is one of
         handover.JOB_FAILURE_REASONS."""
         if reason not in JOB_FAILURE_REASONS:
             raise ValueError(f"handover failure reason {reason!r} is not one of {', '.join(JOB_FAILURE_REASONS)}")
-        self._child(self.handover_job_failures, pool, reason).inc()
+        self._child(self.handover_job_failures, pool_key, reason).inc()
 
-    def record_full_listing(self, pool: str, reason: str) -> None:
+    def record_full_listing(self, pool_key: str, reason: str) -> None:
         """The pool's nodes were listed in full: `reason` is one of FULL_LISTING_KINDS
         (CycleReport.full_listing_kind)."""
         if reason not in FULL_LISTING_KINDS:
             raise ValueError(f"full listing reason {reason!r} is not one of {', '.join(FULL_LISTING_KINDS)}")
-        self._child(self.full_listings, pool, reason).inc()
+        self._child(self.full_listings, pool_key, reason).inc()
 
     def set_leader(self, leading: bool) -> None:
         """Whether this replica is the one acting (holds the Lease)."""
@@ -379,14 +379,14 @@ class OperatorMetrics:
         """The leader Lease's spec.leaseTransitions, as last read (leader and standby alike)."""
         self.lease_transitions.set(transitions)
 
-    def forget_pool(self, pool: str) -> None:
+    def forget_pool(self, pool_key: str) -> None:
         """Drop every series of a deleted pool."""
-        for metric, labels in self._series.pop(pool, set()):
+        for metric, labels in self._series.pop(pool_key, set()):
             metric.remove(*labels)
-        self._members.pop(pool, None)
-        self._observed.discard(pool)
-        self._started.discard(pool)
-        self._since.last.pop(pool, None)
+        self._members.pop(pool_key, None)
+        self._observed.discard(pool_key)
+        self._started.discard(pool_key)
+        self._since.last.pop(pool_key, None)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> WSGIServer:
         """Serve /metrics on `addr:port` from a daemon thread; returns the server

@@ -82,7 +82,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                    nova_conf: str | None, nodes: Sequence[Node] | None,
                    previous: Mapping[str, Any] | None, now: float, metrics: Any = None,
                    may_write: Callable[[], bool] | None = None,
-                   held: AbstractSet[str] = frozenset(), overlays: Sequence[str | None] = ()) -> NovaOutcome:
+                   held: AbstractSet[str] = frozenset(), member_confs: Sequence[str | None] = ()) -> NovaOutcome:
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
 
     `members`: the readiness of the pool's identities; `identities`: every current member
@@ -91,12 +91,12 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     cycle read them, None when Ironic could not be read (then only forced_down is looked
     after, and only once Nova has answered before); `previous`: the last status.nova;
     `may_write`: asked right before the writes (the leader's Lease check), none made if False;
-    `held`: members a handover holds (their forced_down is never cleared); `overlays`: the
-    members' nova.conf overlays (with `nova_conf`, their update interval paces the audit).
+    `held`: members a handover holds (their forced_down is never cleared); `member_confs`: the
+    members' nova.conf member_confs (with `nova_conf`, their update interval paces the audit).
     Never raises for Nova's sake: failures become the section's state.
     """
     cycle = _NovaCycle(pool, tuple(members), identities, deleting, nova_conf, nodes, previous, now, metrics,
-                       may_write, held, tuple(overlays))
+                       may_write, held, tuple(member_confs))
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
         state.adapter, state.schedule = None, state.schedule.for_new_cloud()  # a new clouds.yaml
     recorded = (*((previous or {}).get("retired") or ()), *state.retired)
@@ -138,7 +138,7 @@ class _NovaCycle:
     metrics: Any
     may_write: Callable[[], bool] | None
     held: AbstractSet[str]
-    overlays: tuple[str | None, ...] = ()
+    member_confs: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,13 +188,13 @@ def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: M
     hypervisor list audited against the nodes (core/nova_policy.py::audit, its report kept in
     `state`); its service deletions (of members this pool retired, status.nova.retired), its
     repairs (spec.nova.repairMisplaced) and the hosts the list named. Not due: nothing."""
-    interval = nova_policy.update_interval(cycle.nova_conf, cycle.overlays)
+    interval = nova_policy.update_interval(cycle.nova_conf, cycle.member_confs)
     nodes = cycle.nodes
     if nodes is None or not state.schedule.audit_due(cycle.now, interval):
         return (), (), frozenset()
     hypervisors = nova.hypervisors()
     state.report = nova_policy.audit(
-        pool=cycle.pool.name, identities=cycle.identities, deleting=cycle.deleting, retired=state.retired,
+        pool_name=cycle.pool.name, identities=cycle.identities, deleting=cycle.deleting, retired=state.retired,
         nodes=nodes, hypervisors=hypervisors, services=services, since=state.since, now=cycle.now,
         interval=interval, repair=cycle.pool.repair_misplaced, refused=state.refused,
         instance_hosts=_instance_hosts(nova, nova_policy.misplaced(nodes, hypervisors)))

@@ -33,7 +33,7 @@ def inputs_key(inputs: preflight.Inputs) -> str:
     """A digest of everything the checks read: equal keys, the same checks."""
     parts = (inputs.clouds_yaml or "", inputs.cloud_name, inputs.nova_conf or "", repr(inputs.selector),
              str(inputs.handover), inputs.handover_nova_conf or "", inputs.image or "", str(inputs.check_image),
-             inputs.pool or "", str(inputs.may_probe))
+             inputs.pool_name or "", str(inputs.may_probe))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

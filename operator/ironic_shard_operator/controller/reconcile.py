@@ -54,19 +54,19 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     _follow_preflight(cycle, pool, secrets, may_probe=conflict is None)
     if conflict is not None:
         return (await _refuse_on_conflict(cycle, pool, members, conflict)).delay
-    cloud = await _ironic_and_nova(cycle, pool, members, secrets)
+    cloud = await _start_cloud_side(cycle, pool, members, secrets)
     chosen = await _decide_pods(cycle, pool, members, secrets, cloud)
     acted = await _act_on_pods(cycle, pool, chosen, secrets)
     acted = await _keep_disruption_budget(cycle, pool, chosen, secrets, acted)
     cloud = await _cloud_result(cycle, cloud)
     failed = await _report(cycle, pool, members, secrets, chosen, acted, cloud)
-    moving = cloud.result.handover if cloud.result is not None else None
-    handover_status = moving.section if moving is not None and moving.section is not None else \
+    outcome = cloud.result.handover if cloud.result is not None else None  # the handover step's
+    handover_status = outcome.section if outcome is not None and outcome.section is not None else \
         (cycle.previous or {}).get("handover")
     wake_after = earliest_wake(chosen.decision.wake_after, handover_status, cycle.now,
-                               moving is not None and moving.next_step_soon)
+                               outcome is not None and outcome.next_step_soon)
     return next_delay(poll_seconds=pool.ironic.poll_interval_seconds, members=members.readiness,
-                      grace_seconds=pool.spec.rebalance_after_seconds, now=cycle.now, failed=failed,
+                      rebalance_after_seconds=pool.spec.rebalance_after_seconds, now=cycle.now, failed=failed,
                       wake_after=wake_after, moves_applied=cloud.applied)
 
 
@@ -131,7 +131,7 @@ class _Members:
     readiness (fencing.counted_out_why) and the pod actions (fencing.fence_verdict) read."""
 
     pods: Mapping[str, pods.PodView]
-    overlays: Mapping[str, str | None]
+    member_confs: Mapping[str, str | None]
     identities: list[str]
     readiness: tuple[model.Member, ...]
     facts: Mapping[str, Any]
@@ -168,14 +168,14 @@ class _Acted:
 
 
 @dataclass(frozen=True, slots=True)
-class _Cloud:
-    """Ironic and Nova as this cycle sees them: the side it follows (None without a usable
-    cloud configuration), the plan to act on and report (the side's, else the last one
-    known), the Ironic error to report (the side's, else the last one), how long the side has
-    been silent (cloud_side.CloudSide.silent_for), and the side's result once it ended and was
-    not reported yet (its writes, its Nova outcome)."""
+class _CloudSideView:
+    """The pool's cloud side (Ironic and Nova, in the background) as this cycle sees it: the
+    run it follows (None without a usable cloud configuration), the plan to act on and report
+    (the side's, else the last one known), the Ironic error to report (the side's, else the
+    last one), how long the side has been silent (cloud_side.CloudSide.silent_for), and the
+    side's result once it ended and was not reported yet (its writes, its Nova outcome)."""
 
-    side: CloudSide | None = None
+    cloud_side: CloudSide | None = None
     plan: model.Plan | None = None
     error: IronicError | None = None
     silent_for: float | None = None
@@ -218,7 +218,7 @@ async def _read_pool(cycle: _Cycle) -> Pool | _Ended:
         return read_pool(cycle.body)
     except InvalidSpec as error:
         await cycle.write(CycleFacts(generation=int(cycle.body["metadata"].get("generation") or 0),
-                                     pool=cycle.name, error=str(error), error_reason="InvalidSpec",
+                                     pool_name=cycle.name, error=str(error), error_reason="InvalidSpec",
                                      now=cycle.now, selector=podspec.pool_selector(cycle.name)))
         return _Ended(after_invalid_spec())
 
@@ -238,12 +238,12 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
             member_pods[view.member] = view
         elif (job_pod := handover_job.read_job_pod(raw)) is not None:
             job_pods.append(job_pod)
-    overlays = {}
+    member_confs = {}
     for raw in configmaps_raw:
         member = ((raw.get("metadata") or {}).get("labels") or {}).get(podspec.MEMBER_LABEL)
         if member and model.member_ordinal(cycle.name, member) is not None:
-            overlays[member] = (raw.get("data") or {}).get(podspec.MEMBER_CONF_KEY)
-    identities = sorted(set(member_pods) | set(overlays), key=lambda m: model.member_ordinal(cycle.name, m))
+            member_confs[member] = (raw.get("data") or {}).get(podspec.MEMBER_CONF_KEY)
+    identities = sorted(set(member_pods) | set(member_confs), key=lambda m: model.member_ordinal(cycle.name, m))
     recorded = since_of(cycle.previous)
     last_nodes = {m: recorded[m].kubernetes_node for m in identities if m in recorded}
     nodes = await _kubernetes_nodes(cycle, member_pods, last_nodes)
@@ -251,7 +251,7 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
         pods.member_readiness(m, member_pods.get(m), recorded.get(m), cycle.now, fencing.counted_out_why(
             member_pods.get(m), nodes, pool.failover.fencing, cycle.now, fenced=m in pool.fenced_members,
             last_node=last_nodes.get(m))) for m in identities)
-    facts = dict(generation=pool.generation, pool=cycle.name, members=readiness, now=cycle.now,
+    facts = dict(generation=pool.generation, pool_name=cycle.name, members=readiness, now=cycle.now,
                  paused=pool.paused, selector=selector,
                  pods_existing=sum(1 for p in member_pods.values() if not p.deleting),
                  pods_ready=sum(1 for p in member_pods.values() if p.ready and not p.deleting),
@@ -260,7 +260,7 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
                  start_timeout_seconds=pool.failover.pod_pending_timeout_seconds)
     jobs = [j for j in map(handover_job.read_job, jobs_raw) if j is not None]
     held = handover.holds(recorded=cycle.previous.get("handover"), jobs=jobs, job_pods=job_pods)
-    return _Members(member_pods, overlays, identities, readiness, facts, held, tuple(jobs), tuple(job_pods), nodes)
+    return _Members(member_pods, member_confs, identities, readiness, facts, held, tuple(jobs), tuple(job_pods), nodes)
 
 
 async def _kubernetes_nodes(cycle: _Cycle, member_pods: Mapping[str, pods.PodView],
@@ -308,28 +308,28 @@ async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members, foun
     return _Ended(after_conflict(pool.ironic.poll_interval_seconds))
 
 
-async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets) -> _Cloud:
+async def _start_cloud_side(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets) -> _CloudSideView:
     """The pool's Ironic and Nova side (cloud_side.py): the one under way, or a new one started
     with this cycle's observation once the last one was reported; its plan if it has one by
     its deadline, else the last plan known. An unusable cloud configuration is passed on."""
     runtime = cycle.runtime
     if secrets.clouds_yaml is None:
-        return _Cloud()
-    side = runtime.cloud_side
-    if side is not None and side.hung(asyncio.get_running_loop().time()):
+        return _CloudSideView()
+    cloud_side = runtime.cloud_side
+    if cloud_side is not None and cloud_side.hung(asyncio.get_running_loop().time()):
         log.error("pool %s: the Ironic and Nova side has sent no request for %.0fs: abandoned (it writes nothing "
                   "more), a new one starts on a new connection", cycle.key, HUNG_AFTER_SECONDS)
-        side.abandon()
+        cloud_side.abandon()
         runtime.ironic = AdapterCache()  # a new connection: the hung one keeps its locks
         runtime.nova.adapter = None
-    if side is None or (side.task.done() and side.reported) or side.abandoned.is_set():
+    if cloud_side is None or (cloud_side.task.done() and cloud_side.reported) or cloud_side.abandoned.is_set():
         try:
             adapter = _adapter(runtime, pool, secrets.clouds_yaml)
         except IronicError as error:
             cycle.record_ironic_error(error)
-            return _Cloud(error=error)
+            return _CloudSideView(error=error)
         runtime.interrupt = threading.Event()
-        side = runtime.cloud_side = CloudSide(CloudWork(
+        cloud_side = runtime.cloud_side = CloudSide(CloudWork(
             key=cycle.key, pool=pool, adapter=adapter, members=members.readiness,
             identities=frozenset(members.identities),
             nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key),
@@ -337,15 +337,15 @@ async def _ironic_and_nova(cycle: _Cycle, pool: Pool, members: _Members, secrets
             now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
             memory=runtime.ironic.memory, kube=cycle.op.kube, previous_handover=cycle.previous.get("handover"),
             held=frozenset(members.held), previous_host_mapping=cycle.previous.get("hostMapping"),
-            previous_guard=cycle.previous.get("guard"), overlays=tuple(members.overlays.values())),
+            previous_guard=cycle.previous.get("guard"), member_confs=tuple(members.member_confs.values())),
             runtime.interrupt, requests_made=lambda: adapter.requests_made + _nova_requests(runtime))
-    _remember(runtime, await side.plan_by(side.deadline))
-    return _Cloud(side, runtime.ironic_plan, runtime.ironic_error,
-                  side.silent_for(asyncio.get_running_loop().time()))
+    _remember(runtime, await cloud_side.plan_by(cloud_side.deadline))
+    return _CloudSideView(cloud_side, runtime.ironic_plan, runtime.ironic_error,
+                          cloud_side.silent_for(asyncio.get_running_loop().time()))
 
 
 async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets,
-                       cloud: _Cloud) -> _PodPlan:
+                       cloud: _CloudSideView) -> _PodPlan:
     """Pod actions: with a plan, create and retire identities; without, only look after the
     existing ones. The plan may be an earlier cycle's (a side still under way): what it
     creates or retires may have happened already. Each kept member's overlay renders its
@@ -358,10 +358,10 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
                              recorded=cycle.previous.get("handover"))
     keep, retire, stop, fenced = list(side.keep), set(side.retire), side.stop, side.fenced
     intervals = tracker_interval.member_intervals(
-        pool.tracker, keep, plan, {m: podspec.running_interval(members.overlays.get(m)) for m in keep})
+        pool.tracker, keep, plan, {m: podspec.running_interval(members.member_confs.get(m)) for m in keep})
     decision = pods.decide(
         keep=keep, retire=sorted(retire), pods=members.pods, nodes=members.nodes,
-        configmaps_current={m: members.overlays.get(m) == podspec.member_conf(pool, m, intervals[m]) for m in keep},
+        configmaps_current={m: members.member_confs.get(m) == podspec.member_conf(pool, m, intervals[m]) for m in keep},
         wanted_hash={m: podspec.config_hash(pool, m, secrets.nova_digest, intervals[m]) for m in keep},
         failover=pool.failover, now=cycle.now, stop=sorted(stop), fenced=sorted(fenced), held_why=away)
     return _PodPlan(keep, retire, decision, intervals)
@@ -440,15 +440,15 @@ def _count_deletion(metrics: Any, pool: Pool, delete: pods.DeletePod) -> None:
         metrics.record_replacement(pool.key)
 
 
-async def _cloud_result(cycle: _Cycle, cloud: _Cloud) -> _Cloud:
+async def _cloud_result(cycle: _Cycle, cloud: _CloudSideView) -> _CloudSideView:
     """The side's result, if it ends by its deadline and no cycle reported it yet (its plan
     and error are then the ones to report); else the side wakes the pool when it ends."""
-    side = cloud.side
-    if side is None or side.reported:
+    cloud_side = cloud.cloud_side
+    if cloud_side is None or cloud_side.reported:
         return cloud
-    result = await side.result_by(side.deadline)
+    result = await cloud_side.result_by(cloud_side.deadline)
     if result is None:
-        side.wake_when_done(cycle.runtime.wake)
+        cloud_side.wake_when_done(cycle.runtime.wake)
         return cloud
     _remember(cycle.runtime, result)
     return replace(cloud, plan=cycle.runtime.ironic_plan, error=cycle.runtime.ironic_error, silent_for=None,
@@ -456,14 +456,14 @@ async def _cloud_result(cycle: _Cycle, cloud: _Cloud) -> _Cloud:
 
 
 async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secrets, chosen: _PodPlan,
-                  acted: _Acted, cloud: _Cloud) -> bool:
+                  acted: _Acted, cloud: _CloudSideView) -> bool:
     """The cycle's metrics, status and Events (what was done, what was refused, then what
     changed), a log line when something was written. True when something failed that the
     next cycle tries again (a Secret, a refused write, Ironic). A side's result is reported
     once."""
     plan, decision, metrics, result = cloud.plan, chosen.decision, cycle.op.metrics, cloud.result
     report, nova = (result.report, result.nova) if result is not None else (None, None)
-    moving = result.handover if result is not None else None
+    outcome = result.handover if result is not None else None  # the handover step's
     mapping = result.host_mapping if result is not None else None
     if report is not None and metrics is not None:
         metrics.record_cycle(cycle.key, model.Observation(pool.spec, members.readiness, (), cycle.now),
@@ -479,7 +479,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
     if report is not None and (failed_back := revert_failed_event(report.applied.revert_failed)) is not None:
         events.append(failed_back)
     events.extend(nova.events if nova is not None else ())
-    events.extend(moving.events if moving is not None else ())
+    events.extend(outcome.events if outcome is not None else ())
     events.extend(mapping.events if mapping is not None else ())
     guard = None
     if report is not None and plan is not None:
@@ -490,11 +490,11 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
         **members.facts, states=decision.states, plan=plan, moves_applied=cloud.applied,
         extra_events=tuple(events), error="; ".join(m for _, m in problems) or None,
         error_reason=problems[0][0] if problems else "Error", nova=nova.section if nova is not None else None,
-        handover=moving.section if moving is not None else None, handover_enabled=pool.handover is not None,
+        handover=outcome.section if outcome is not None else None, handover_enabled=pool.handover is not None,
         guard=guard, host_mapping=mapping.section if mapping is not None else None,
         intervals={m: i.seconds for m, i in chosen.intervals.items()}, seconds_per_node=pool.tracker.seconds_per_node))
-    if cloud.side is not None and result is not None:
-        cloud.side.reported = True
+    if cloud.cloud_side is not None and result is not None:
+        cloud.cloud_side.reported = True
     if cloud.applied or decision.writes:
         log.info("pool %s: %d/%d members ready, %d shard moves written (%.1fs in Ironic), pod actions: %s",
                  cycle.key, sum(m.ready for m in members.readiness), len(chosen.keep), cloud.applied,
@@ -506,7 +506,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
 # --- helpers of the steps --------------------------------------------------------------
 
 
-def _problems(secrets: _Secrets, refusals: Iterable[Refusal], cloud: _Cloud) -> list[tuple[str, str]]:
+def _problems(secrets: _Secrets, refusals: Iterable[Refusal], cloud: _CloudSideView) -> list[tuple[str, str]]:
     """(reason, message) of what failed this cycle and is tried again: the first names the
     condition's reason."""
     problems = [secrets.unusable] if secrets.unusable else []
@@ -594,7 +594,7 @@ def _follow_preflight(cycle: _Cycle, pool: Pool, secrets: _Secrets, *, may_probe
     cycle.runtime.preflight.follow(Inputs(
         clouds_yaml=secrets.cloud_text, cloud_name=pool.cloud_name,
         nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key), selector=pool.selector,
-        image=pool.pod.image, pool=pool.name, may_probe=may_probe), cycle.runtime.wake, cycle.now)
+        image=pool.pod.image, pool_name=pool.name, may_probe=may_probe), cycle.runtime.wake, cycle.now)
 
 
 def _comparable(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -35,30 +35,30 @@ def not_ready_for(member: Member, now: float, seconds: float) -> bool:
     return not member.ready and member.since is not None and now - member.since >= seconds
 
 
-def in_grace(member: Member, now: float, grace_seconds: float) -> bool:
-    """Not ready, not counted out, and lost readiness less than `grace_seconds` ago (a
+def in_grace(member: Member, now: float, rebalance_after_seconds: float) -> bool:
+    """Not ready, not counted out, and lost readiness less than `rebalance_after_seconds` ago (a
     never-ready member has none)."""
     return (not member.ready and member.counted_out is None and member.since is not None
-            and now - member.since < grace_seconds)
+            and now - member.since < rebalance_after_seconds)
 
 
-def counts_as_ready(member: Member, now: float, grace_seconds: float) -> bool:
+def counts_as_ready(member: Member, now: float, rebalance_after_seconds: float) -> bool:
     """Not counted out, and Ready now or still within the grace (a restart shuffles nothing)."""
-    return member.counted_out is None and (member.ready or in_grace(member, now, grace_seconds))
+    return member.counted_out is None and (member.ready or in_grace(member, now, rebalance_after_seconds))
 
 
-def past_grace(member: Member, now: float, grace_seconds: float) -> bool:
-    """Counted out, or lost readiness `grace_seconds` ago or longer: the member no longer counts
+def past_grace(member: Member, now: float, rebalance_after_seconds: float) -> bool:
+    """Counted out, or lost readiness `rebalance_after_seconds` ago or longer: the member no longer counts
     as ready, its service is forced down and its free nodes move."""
-    return member.counted_out is not None or not_ready_for(member, now, grace_seconds)
+    return member.counted_out is not None or not_ready_for(member, now, rebalance_after_seconds)
 
 
-def grace_left(member: Member, now: float, grace_seconds: float) -> float | None:
+def grace_left(member: Member, now: float, rebalance_after_seconds: float) -> float | None:
     """Seconds until the grace of a member within it ends (it then stops counting as ready);
     None for a member that is not within a grace (ready, never ready, or past it)."""
-    if member.since is None or not in_grace(member, now, grace_seconds):
+    if member.since is None or not in_grace(member, now, rebalance_after_seconds):
         return None
-    return member.since + grace_seconds - now
+    return member.since + rebalance_after_seconds - now
 
 
 # --- the fence verdict -----------------------------------------------------------------
@@ -231,12 +231,12 @@ class ForcedDownChange:
 
 
 def forced_down_changes(members: Iterable[Member], services: Mapping[str, ServiceRecord],
-                        grace_seconds: float, now: float,
+                        rebalance_after_seconds: float, now: float,
                         clear_when_ready: AbstractSet[str],
                         held: AbstractSet[str] = frozenset()) -> tuple[ForcedDownChange, ...]:
     """The forced_down writes one cycle needs, at most one per member.
 
-    A member past its grace (lost readiness `grace_seconds` ago or longer, or counted out:
+    A member past its grace (lost readiness `rebalance_after_seconds` ago or longer, or counted out:
     at once) gets its service forced down; a ready member that is not counted out has its
     forced-down service cleared if the member is in
     `clear_when_ready` (its flag belongs to a failure: `clear_when_ready_after`) and is not
@@ -249,9 +249,10 @@ def forced_down_changes(members: Iterable[Member], services: Mapping[str, Servic
         service = services.get(member.name)
         if service is None:
             continue
-        if past_grace(member, now, grace_seconds):
+        if past_grace(member, now, rebalance_after_seconds):
             if not service.forced_down:
-                changes.append(ForcedDownChange(member.name, service, True, _forced_why(member, now, grace_seconds)))
+                why = _forced_why(member, now, rebalance_after_seconds)
+                changes.append(ForcedDownChange(member.name, service, True, why))
         elif member.ready and service.forced_down:
             if member.name in clear_when_ready and member.name not in held:
                 changes.append(ForcedDownChange(
@@ -260,14 +261,14 @@ def forced_down_changes(members: Iterable[Member], services: Mapping[str, Servic
     return tuple(changes)
 
 
-def _forced_why(member: Member, now: float, grace_seconds: float) -> str:
+def _forced_why(member: Member, now: float, rebalance_after_seconds: float) -> str:
     """The message of forcing a member's service down: counted out (at once), or past its grace."""
     if member.counted_out is not None:
         return (f"Forced Nova compute service {member.name} down at once: the member is counted out "
                 f"({member.counted_out}), without waiting for failover.rebalanceAfterSeconds")
     return (f"Forced Nova compute service {member.name} down: the member has not been "
             f"ready for {now - (member.since or now):.0f}s (failover.rebalanceAfterSeconds "
-            f"{grace_seconds:g})")
+            f"{rebalance_after_seconds:g})")
 
 
 def clear_when_ready_after(recorded: Iterable[str], members: Iterable[Member],

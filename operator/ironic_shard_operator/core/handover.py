@@ -34,11 +34,11 @@ MOVING_FREE, STOPPING_POD, FORCING_DOWN, MOVING, DONE, BLOCKED, CANCELLING = (
 # entries said so themselves (`held`): how `holds` reads an operator upgraded mid-handover.
 HELD_PHASES = frozenset({STOPPING_POD, FORCING_DOWN, MOVING, BLOCKED, CANCELLING})
 # A Job that failed with no node moved is deleted, and its batch tried again in a new Job
-# (attempt + 1), after a backoff from when it failed: RETRY_SECONDS after the first attempt,
-# doubling with each attempt, at most MAX_RETRY_SECONDS (nova_schedule.backoff); its log tail
+# (attempt + 1), after a backoff from when it failed: JOB_RETRY_SECONDS after the first attempt,
+# doubling with each attempt, at most JOB_MAX_RETRY_SECONDS (nova_schedule.backoff); its log tail
 # is reported meanwhile (HandoverFailed), and when it is tried again (status nextRetryAt).
-RETRY_SECONDS = 60.0
-MAX_RETRY_SECONDS = 960.0
+JOB_RETRY_SECONDS = 60.0
+JOB_MAX_RETRY_SECONDS = 960.0
 # A retiring source's pod waits for its nodes mid-operation (a deploy, a clean, a rescue its
 # nova-compute may be driving); once one has been so for this long, a Warning says so
 # (HandoverWaitingForBusyNodes). At most BUSY_LISTED of them are listed in the status.
@@ -190,7 +190,7 @@ class Problem:
 
 
 @dataclass(frozen=True, slots=True)
-class HandoverPlan:
+class HandoverStep:
     """The next step of every handover: forced_down to set, Jobs to delete and create, shard
     writes of nodes Nova already moved, progress per source, what is stuck, and the news
     (`events`: a source released)."""
@@ -445,11 +445,11 @@ def pod_side(*, identities: Sequence[str], plan: Plan | None, away: Mapping[str,
 # --- the next step of every handover ------------------------------------------------------
 
 
-def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
+def decide(*, pool_name: str, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
            jobs: Sequence[JobView], now: float, job_pods: Sequence[JobPod] = (),
            recorded: Mapping | None = None, blocker: tuple[str, str] | None = None,
-           guard_held: Mapping[str, bool] | None = None) -> HandoverPlan:
+           guard_held: Mapping[str, bool] | None = None) -> HandoverStep:
     """The next step of each handover (module doc). `found`: this step's sources and their
     triggers (`sources_listed`, over the same `nodes`); `ring_members`: the plan's ring (ready
     by the grace rule, not retiring); `pods`: members with a pod object; `jobs`: the pool's
@@ -469,7 +469,7 @@ def decide(*, pool: str, settings: Handover | None, members: Sequence[Member], f
     at most `settings.max_concurrent` nodes are in flight; a member stays in the result (held)
     while anything of it is in flight, and leaves it only with an Event.
     """
-    ctx = _Context.of(pool=pool, settings=settings, members=members, found=found, ring_members=ring_members,
+    ctx = _Context.of(pool_name=pool_name, settings=settings, members=members, found=found, ring_members=ring_members,
                       pods=pods, nodes=nodes, nova=nova, jobs=jobs, job_pods=job_pods, recorded=recorded,
                       blocker=blocker, now=now, guard_held=guard_held or {})
     steps = _Steps()
@@ -574,8 +574,8 @@ def no_compute_node_message(source: str, nodes: Sequence[Node]) -> str:
 
 def retry_delay(attempt: int) -> float:
     """How long after a Job's `attempt` (>= 1) failed with no node moved its batch is tried
-    again: RETRY_SECONDS, doubling per attempt, at most MAX_RETRY_SECONDS."""
-    return backoff(attempt, RETRY_SECONDS, MAX_RETRY_SECONDS)
+    again: JOB_RETRY_SECONDS, doubling per attempt, at most JOB_MAX_RETRY_SECONDS."""
+    return backoff(attempt, JOB_RETRY_SECONDS, JOB_MAX_RETRY_SECONDS)
 
 
 # A traceback's last word: "pkg.SomeError: what went wrong" (nova-manage's refusals are one line).
@@ -627,8 +627,8 @@ class _Steps:
     retried: list[tuple[str, str]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
 
-    def build(self) -> HandoverPlan:
-        return HandoverPlan(tuple(self.progress), tuple(self.force_down), tuple(sorted(set(self.delete_jobs))),
+    def build(self) -> HandoverStep:
+        return HandoverStep(tuple(self.progress), tuple(self.force_down), tuple(sorted(set(self.delete_jobs))),
                             tuple(self.create_jobs), tuple(sorted(self.shard_writes)), tuple(self.problems),
                             tuple(sorted(self.retried)), tuple(self.events))
 
@@ -642,7 +642,7 @@ class _Context:
     for every node a running Job or a pod that may still run carries; `opaque`: sources with
     such a pod whose batch is unknown; `destinations`: who may receive nodes."""
 
-    pool: str
+    pool_name: str
     settings: Handover | None
     members: Sequence[Member]
     identities: frozenset[str]
@@ -666,7 +666,7 @@ class _Context:
     guard_held: Mapping[str, bool]
 
     @classmethod
-    def of(cls, *, pool: str, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
+    def of(cls, *, pool_name: str, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
            jobs: Sequence[JobView], job_pods: Sequence[JobPod], recorded: Mapping | None,
            blocker: tuple[str, str] | None, now: float, guard_held: Mapping[str, bool]) -> _Context:
@@ -683,7 +683,7 @@ class _Context:
         ready_now = frozenset(m.name for m in members if m.ready)
         destinations = tuple(sorted(m for m in ring if m in ready_now and m not in found
                                     and _usable(nova.services.get(m))))
-        return cls(pool, settings, members, frozenset(m.name for m in members), ring, ready_now, with_pod, nodes,
+        return cls(pool_name, settings, members, frozenset(m.name for m in members), ring, ready_now, with_pod, nodes,
                    nova, jobs, job_pods, before, blocker, now, found, frozenset(held - set(found)), holding,
                    frozenset(p.source for p in job_pods if p.alive and p.moves is None), destinations,
                    blocked({"handover": recorded}) or blocker is not None,

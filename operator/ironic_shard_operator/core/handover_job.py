@@ -48,9 +48,9 @@ BACKOFF_LIMIT = 2
 ACTIVE_DEADLINE_SECONDS = 900
 
 
-def job_selector(pool: str) -> str:
+def job_selector(pool_name: str) -> str:
     """The label selector of a pool's handover Jobs."""
-    return f"{POOL_LABEL}={pool},{COMPONENT_LABEL}={COMPONENT}"
+    return f"{POOL_LABEL}={pool_name},{COMPONENT_LABEL}={COMPONENT}"
 
 
 # nova 34's refusal of a node whose compute node's service is not forced down: for a node of a

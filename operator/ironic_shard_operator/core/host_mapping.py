@@ -39,9 +39,9 @@ FIX = ("nova-manage cell_v2 discover_hosts --by-service, or [scheduler]discover_
        "Nova's schedulers; with spec.handover.novaManageConfig the operator maps new members itself")
 
 
-def job_selector(pool: str) -> str:
+def job_selector(pool_name: str) -> str:
     """The label selector of a pool's host-mapping Jobs."""
-    return f"{POOL_LABEL}={pool},{COMPONENT_LABEL}={COMPONENT}"
+    return f"{POOL_LABEL}={pool_name},{COMPONENT_LABEL}={COMPONENT}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +101,12 @@ class MappingStep:
     events: tuple[Event, ...] = ()
 
 
-def job_name(pool: str, services: Iterable[tuple[str, str]], attempt: int = 1) -> str:
+def job_name(pool_name: str, services: Iterable[tuple[str, str]], attempt: int = 1) -> str:
     """A Job's name from what it maps and its attempt: the same members and services, the same
     name (after a restart too); at most 63 characters."""
     digest = hashlib.sha256("\n".join(f"{m}={s}" for m, s in sorted(services)).encode()
                             + (f"#{attempt}".encode() if attempt > 1 else b"")).hexdigest()[:8]
-    return f"{pool[:40].rstrip('-')}-map-hosts-{digest}"
+    return f"{pool_name[:40].rstrip('-')}-map-hosts-{digest}"
 
 
 def render_job(pool: Pool, batch: MappingBatch) -> dict[str, Any]:
@@ -156,7 +156,7 @@ def hosts_to_probe(*, services: Mapping[str, ServiceRecord], recorded: Mapping[s
     return wanted
 
 
-def decide(*, pool: str, services: Mapping[str, ServiceRecord], recorded: Mapping[str, Any] | None,
+def decide(*, pool_name: str, services: Mapping[str, ServiceRecord], recorded: Mapping[str, Any] | None,
            listed: Iterable[str], answers: Mapping[tuple[str, str], ProbeAnswer], jobs: Sequence[MappingJob],
            blocker: str | None, now: float) -> MappingStep:
     """Each member's entry, the Job to create and the Jobs to delete (the module doc).
@@ -171,7 +171,7 @@ def decide(*, pool: str, services: Mapping[str, ServiceRecord], recorded: Mappin
     entries: dict[str, MemberMapping] = {}
     waiting: list[tuple[str, str]] = []
     failed: list[MappingJob] = []
-    for member in sorted(services, key=lambda m: (member_ordinal(pool, m) or 0, m)):
+    for member in sorted(services, key=lambda m: (member_ordinal(pool_name, m) or 0, m)):
         service = services[member].id
         answer = answers.get((member, service))
         job = _covering(jobs, member, service)
@@ -195,10 +195,10 @@ def decide(*, pool: str, services: Mapping[str, ServiceRecord], recorded: Mappin
         else:
             waiting.append((member, service))
             entries[member] = _unmapped_entry(member, service, answer, blocker)
-    return _with_jobs(pool, entries, waiting, failed, jobs, services, known, blocker, now, before)
+    return _with_jobs(pool_name, entries, waiting, failed, jobs, services, known, blocker, now, before)
 
 
-def _with_jobs(pool: str, entries: dict[str, MemberMapping], waiting: list[tuple[str, str]],
+def _with_jobs(pool_name: str, entries: dict[str, MemberMapping], waiting: list[tuple[str, str]],
                failed: list[MappingJob], jobs: Sequence[MappingJob], services: Mapping[str, ServiceRecord],
                known: set[tuple[str, str]], blocker: str | None, now: float,
                before: Mapping[str, Mapping[str, Any]]) -> MappingStep:
@@ -224,12 +224,12 @@ def _with_jobs(pool: str, entries: dict[str, MemberMapping], waiting: list[tuple
         retried = {p for j in due for p in j.services if p in current and entries[p[0]].state == NOT_MAPPED}
         pairs = tuple(sorted({*waiting, *retried}))
         attempt = 1 + max((j.attempt for j in due), default=0)
-        create = MappingBatch(job_name(pool, pairs, attempt), pairs, attempt)
+        create = MappingBatch(job_name(pool_name, pairs, attempt), pairs, attempt)
         for member, service in pairs:
             entries[member] = MemberMapping(member, service, MAPPING, f"Job {create.name} maps host {member} to a "
                                             "cell (nova-manage cell_v2 discover_hosts --by-service)"
                                             + (f", attempt {attempt}" if attempt > 1 else ""), job=create.name)
-    ordered = tuple(sorted(entries.values(), key=lambda e: (member_ordinal(pool, e.member) or 0, e.member)))
+    ordered = tuple(sorted(entries.values(), key=lambda e: (member_ordinal(pool_name, e.member) or 0, e.member)))
     delete = _jobs_to_delete(jobs, current - known, due if create is not None else [])
     return MappingStep(ordered, create, delete, tuple(_events(ordered, before)))
 

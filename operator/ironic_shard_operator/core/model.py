@@ -27,15 +27,15 @@ TRANSITIONAL_PROVISION_STATES = frozenset({
 POOL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")
 
 
-def member_name(pool: str, ordinal: int) -> str:
+def member_name(pool_name: str, ordinal: int) -> str:
     """The identity of a pool's member: pod name, Nova host and Ironic shard key at once."""
-    return f"{pool}-{ordinal}"
+    return f"{pool_name}-{ordinal}"
 
 
-def member_ordinal(pool: str, name: str) -> int | None:
-    """The ordinal of `name` if it is one of `pool`'s member identities, else None."""
+def member_ordinal(pool_name: str, name: str) -> int | None:
+    """The ordinal of `name` if it is one of `pool_name`'s member identities, else None."""
     prefix, _, ordinal = name.rpartition("-")
-    if prefix != pool or not ordinal.isdigit() or (ordinal != "0" and ordinal.startswith("0")):
+    if prefix != pool_name or not ordinal.isdigit() or (ordinal != "0" and ordinal.startswith("0")):
         return None
     return int(ordinal)
 

@@ -145,13 +145,13 @@ class AuditReport:
         return {kind: found[kind] for kind in FINDING_KINDS}
 
 
-def update_interval(nova_conf: str | None, overlays: Iterable[str | None] = ()) -> float:
+def update_interval(nova_conf: str | None, member_confs: Iterable[str | None] = ()) -> float:
     """Seconds between two resource-tracker cycles of the slowest member, read from the files
-    they run: `[DEFAULT]update_resources_interval` of a member's overlay (`overlays`, which win
+    they run: `[DEFAULT]update_resources_interval` of a member's own file (`member_confs`, podspec.member_conf: it wins
     as the later config file), else of the base nova.conf, when positive, else Nova's default
     periodic spacing (60 s). An unreadable file counts as one without the option."""
     base = _positive_interval(nova_conf)
-    members = [_positive_interval(overlay) or base for overlay in overlays] or [base]
+    members = [_positive_interval(conf) or base for conf in member_confs] or [base]
     return max(value or NOVA_DEFAULT_UPDATE_INTERVAL for value in members)
 
 
@@ -219,7 +219,7 @@ def misplaced(nodes: Iterable[Node], hypervisors: Iterable[HypervisorRecord]) ->
     return found[:INSTANCE_HOSTS_ASKED]
 
 
-def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
+def audit(*, pool_name: str, identities: Iterable[str], nodes: Sequence[Node],
           deleting: Iterable[str] = (), retired: Iterable[str] = (),
           hypervisors: Iterable[HypervisorRecord], services: Mapping[str, ServiceRecord],
           since: Mapping[str, float], now: float, interval: float, repair: bool = False,
@@ -243,8 +243,8 @@ def audit(*, pool: str, identities: Iterable[str], nodes: Sequence[Node],
     listed, under_host = _listing(nodes, hypervisors)
     findings, repairs, owned = _node_findings(nodes, listed, members, leaving, services, clocks,
                                               repair, instance_hosts or {})
-    findings += _unmapped(pool, members, services, owned, under_host, clocks)
-    deletions, waiting = _retired_services(pool, retired, members, services, owned, under_host, refused or {}, now)
+    findings += _unmapped(pool_name, members, services, owned, under_host, clocks)
+    deletions, waiting = _retired_services(pool_name, retired, members, services, owned, under_host, refused or {}, now)
     return AuditReport(findings=tuple(findings), since=clocks.seen, deletions=tuple(deletions),
                        waiting=waiting, repairs=tuple(repairs))
 
@@ -330,12 +330,12 @@ def _misplaced(node: Node, host: str, instance_host: str | None, members: Abstra
     return finding, None
 
 
-def _unmapped(pool: str, members: AbstractSet[str], services: Mapping[str, ServiceRecord], owned: Counter[str],
+def _unmapped(pool_name: str, members: AbstractSet[str], services: Mapping[str, ServiceRecord], owned: Counter[str],
               under_host: Mapping[str, set[str]], clocks: _Clocks) -> list[Finding]:
     """Members up and owning nodes under which Nova has listed none for longer than the
     patience: their host is probably not mapped to a cell."""
     findings = []
-    for member in sorted(members, key=lambda m: (member_ordinal(pool, m) or 0, m)):
+    for member in sorted(members, key=lambda m: (member_ordinal(pool_name, m) or 0, m)):
         service = services.get(member)
         if service is None or not service.up or not owned[member] or under_host.get(member):
             continue
@@ -347,7 +347,7 @@ def _unmapped(pool: str, members: AbstractSet[str], services: Mapping[str, Servi
     return findings
 
 
-def _retired_services(pool: str, retired: Iterable[str], members: AbstractSet[str],
+def _retired_services(pool_name: str, retired: Iterable[str], members: AbstractSet[str],
                       services: Mapping[str, ServiceRecord], owned: Counter[str],
                       under_host: Mapping[str, set[str]], refused: Mapping[str, ServiceDeletionRefusal],
                       now: float) -> tuple[list[ServiceDeletion], dict[str, str]]:
@@ -371,7 +371,7 @@ def _retired_services(pool: str, retired: Iterable[str], members: AbstractSet[st
     waiting: dict[str, str] = {}
     for host in sorted(set(retired)):
         service = services.get(host)
-        if service is None or member_ordinal(pool, host) is None or host in members:
+        if service is None or member_ordinal(pool_name, host) is None or host in members:
             continue
         if owned[host]:
             waiting[host] = (f"{owned[host]} Ironic nodes still have shard {host}; its Nova "

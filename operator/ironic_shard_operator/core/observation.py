@@ -118,7 +118,7 @@ def reason_before_asking(last: FullObservation | None, ring_members: Sequence[st
     return None
 
 
-def reason_from_answers(pool: str, last: FullObservation, answers: CheapAnswers) -> ListingReason | None:
+def reason_from_answers(pool_name: str, last: FullObservation, answers: CheapAnswers) -> ListingReason | None:
     """Why the cheap answers call for a full listing (None: `merged` is the pool's nodes).
     See the module doc for what the global summary can tell a pool with a selector."""
     if isinstance(answers.summary, SummaryRefused):
@@ -130,7 +130,7 @@ def reason_from_answers(pool: str, last: FullObservation, answers: CheapAnswers)
         if name == UNSHARDED:
             continue  # the sharded=false listing answers for the selector
         before, now = last.summary.get(name), answers.summary.get(name, 0)
-        if member_ordinal(pool, name) is not None:
+        if member_ordinal(pool_name, name) is not None:
             if now != listed[name]:
                 return ListingReason("identity_count", f"Ironic counts {now} nodes with shard {name}, an "
                                      f"identity of this pool, where the pool lists {listed[name]}")

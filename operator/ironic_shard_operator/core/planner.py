@@ -146,9 +146,9 @@ def _counts(observation: Observation, owners: _Owners, moves: Sequence[Move], id
     )
 
 
-def sorted_members(pool: str, members: Iterable[Member]) -> list[Member]:
-    """The pool's member identities by ordinal; names that are no identity of `pool` are dropped."""
-    ordinals = {m.name: member_ordinal(pool, m.name) for m in members}
+def sorted_members(pool_name: str, members: Iterable[Member]) -> list[Member]:
+    """The pool's member identities by ordinal; names that are no identity of `pool_name` are dropped."""
+    ordinals = {m.name: member_ordinal(pool_name, m.name) for m in members}
     return sorted((m for m in members if ordinals[m.name] is not None),
                   key=lambda m: ordinals[m.name])
 
@@ -164,14 +164,14 @@ def retiring_members(members: list[Member], desired: int, first: Iterable[str]) 
     return [m.name for m in order[:surplus]]
 
 
-def members_to_create(pool: str, members: list[Member], desired: int) -> tuple[str, ...]:
+def members_to_create(pool_name: str, members: list[Member], desired: int) -> tuple[str, ...]:
     """The lowest free ordinals that bring the member count up to `desired`."""
-    taken = {member_ordinal(pool, m.name) for m in members}
+    taken = {member_ordinal(pool_name, m.name) for m in members}
     created: list[str] = []
     ordinal = 0
     while len(members) + len(created) < desired:
         if ordinal not in taken:
-            created.append(member_name(pool, ordinal))
+            created.append(member_name(pool_name, ordinal))
         ordinal += 1
     return tuple(created)
 

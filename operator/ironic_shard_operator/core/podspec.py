@@ -43,15 +43,15 @@ def configmap_name(member: str) -> str:
     return f"{member}-config"
 
 
-def pool_selector(pool: str) -> str:
+def pool_selector(pool_name: str) -> str:
     """The label selector that lists a pool's pods and ConfigMaps."""
-    return f"{POOL_LABEL}={pool}"
+    return f"{POOL_LABEL}={pool_name}"
 
 
-def member_labels(pool: str) -> dict[str, str]:
-    """The labels every member pod of `pool` carries, and no handover Job's pod: what the
+def member_labels(pool_name: str) -> dict[str, str]:
+    """The labels every member pod of `pool_name` carries, and no handover Job's pod: what the
     pool's PodDisruptionBudget and its default spread select."""
-    return {APP_LABEL: APP_NAME, POOL_LABEL: pool}
+    return {APP_LABEL: APP_NAME, POOL_LABEL: pool_name}
 
 
 # The overlay's interval line, and the comment after it naming the share it was computed for.

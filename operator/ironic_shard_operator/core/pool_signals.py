@@ -72,7 +72,7 @@ def _desired(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int | None:
     return None
 
 
-def condition_changes(pool: str, before: Sequence[Mapping[str, Any]] | None,
+def condition_changes(pool_name: str, before: Sequence[Mapping[str, Any]] | None,
                       after: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per condition of `after` whose status or reason differs from `before` (None: this
     process has reported none yet, so every condition is news), for the operator's log. A message
@@ -85,7 +85,7 @@ def condition_changes(pool: str, before: Sequence[Mapping[str, Any]] | None,
         if before is not None and old.get(kind) == (status, reason):
             continue
         was = old.get(kind)
-        line = f"pool {pool}: {kind} is {status} {reason}" + (f" (was {was[0]} {was[1]})" if was is not None else "")
+        line = f"pool {pool_name}: {kind} is {status} {reason}" + (f" (was {was[0]} {was[1]})" if was is not None else "")
         message = condition.get("message") or ""
         if message in said:
             line += f" (message as for {said[message]})"

@@ -66,7 +66,7 @@ class Inputs:
     handover_nova_conf: str | None = None
     image: str | None = None
     check_image: bool = True
-    pool: str | None = None
+    pool_name: str | None = None
     may_probe: bool = True
 
 
@@ -225,13 +225,13 @@ def shard_summary_check(answer: HttpAnswer) -> Check:
                   "it every poll lists the pool in full")
 
 
-def probe_target(nodes: Sequence[Node], pool: str | None) -> str | None:
+def probe_target(nodes: Sequence[Node], pool_name: str | None) -> str | None:
     """The node the shard-update probe may address, of the pool's selection as listed: one the
-    pool may own, i.e. without a shard or with one of `pool`'s member names (`<pool>-<n>`),
+    pool may own, i.e. without a shard or with one of `pool_name`'s member names (`<pool>-<n>`),
     never a node another pool's member holds; a free one first (not `pinned`: the one rule,
     core/model.py::Node). With no pool named (the command line's --clouds-yaml mode) any node
     of the selection the person named."""
-    mine = [n for n in nodes if pool is None or not n.shard or member_ordinal(pool, n.shard) is not None]
+    mine = [n for n in nodes if pool_name is None or not n.shard or member_ordinal(pool_name, n.shard) is not None]
     free = [n for n in mine if not n.pinned]
     found = (free or mine)
     return found[0].uuid if found else None

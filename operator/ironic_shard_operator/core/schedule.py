@@ -17,7 +17,7 @@ from ironic_shard_operator.core.pods import parse_time
 
 # Retry delay after a failed cycle (Kubernetes or Ironic unreachable, a Secret unusable, a
 # write refused), at most the poll.
-RETRY_SECONDS = 10.0
+FAILED_CYCLE_RETRY_SECONDS = 10.0
 # After a grace ends, the next cycle runs this much later (so it sees the grace over).
 AFTER_GRACE_SECONDS = 0.5
 # After a time-based pod decision falls due (pending timeout, ForceAfter), this much later.
@@ -25,12 +25,12 @@ AFTER_WAKE_SECONDS = 1.0
 # After shard moves were written: confirm them and continue with what is left.
 AFTER_MOVES_SECONDS = 1.0
 # An invalid spec is fixed only by an edit (which wakes the pool): look again only rarely.
-INVALID_SPEC_RETRY_SECONDS = RETRY_SECONDS * 30
+INVALID_SPEC_RETRY_SECONDS = FAILED_CYCLE_RETRY_SECONDS * 30
 
 
 def after_failed_cycle() -> float:
     """A cycle that raised (Kubernetes or Ironic unreachable): try again soon."""
-    return RETRY_SECONDS
+    return FAILED_CYCLE_RETRY_SECONDS
 
 
 def after_invalid_spec() -> float:
@@ -53,9 +53,9 @@ def earliest_wake(pod_wake: float | None, handover: Mapping[str, Any] | None, no
     return min(wakes, default=None)
 
 
-def next_delay(*, poll_seconds: float, members: Iterable[Member], grace_seconds: float, now: float,
+def next_delay(*, poll_seconds: float, members: Iterable[Member], rebalance_after_seconds: float, now: float,
                failed: bool, wake_after: float | None, moves_applied: int,
-               retry_seconds: float = RETRY_SECONDS) -> float:
+               retry_seconds: float = FAILED_CYCLE_RETRY_SECONDS) -> float:
     """Seconds until the next cycle: the poll interval, or sooner when a member's grace ends
     (it then leaves the ring: be there), when something failed that a retry may fix (Ironic,
     a Secret, a write the API server refused), when a pod decision
@@ -63,7 +63,7 @@ def next_delay(*, poll_seconds: float, members: Iterable[Member], grace_seconds:
     `poll_seconds`."""
     delay = poll_seconds
     for member in members:
-        left = grace_left(member, now, grace_seconds)
+        left = grace_left(member, now, rebalance_after_seconds)
         if left is not None:
             delay = min(delay, left + AFTER_GRACE_SECONDS)
     if failed:

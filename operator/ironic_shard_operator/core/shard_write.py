@@ -68,17 +68,17 @@ def handover_verdict(move: Move, current: Node | None, instance: str | None) -> 
     return Verdict.WRITE
 
 
-def live_owners(members: Iterable[Member], now: float, grace_seconds: float) -> frozenset[str]:
+def live_owners(members: Iterable[Member], now: float, rebalance_after_seconds: float) -> frozenset[str]:
     """The members whose nova-compute may take a build on its nodes right now: Ready, or
     still within the grace (fencing.counts_as_ready). A free node moving away from one of
     them is a guarded move: a build may have claimed it in Placement (before Ironic shows an
     instance) or in Ironic since its batch was re-read. A node moving away from anyone else
     (a member past its grace, a retired identity, no owner at all) needs no guard: nothing
     can spawn there."""
-    return frozenset(m.name for m in members if counts_as_ready(m, now, grace_seconds))
+    return frozenset(m.name for m in members if counts_as_ready(m, now, rebalance_after_seconds))
 
 
-def guarded_owners(members: Iterable[Member], now: float, grace_seconds: float,
+def guarded_owners(members: Iterable[Member], now: float, rebalance_after_seconds: float,
                    services: Mapping[str, ServiceRecord] | None, identities: Iterable[str]) -> frozenset[str]:
     """The owners a free node leaves only by a guarded move (invariant 13): the live owners,
     and every owner whose nova-compute may still take a build whatever its pod shows: its
@@ -87,7 +87,7 @@ def guarded_owners(members: Iterable[Member], now: float, grace_seconds: float,
     placing builds there). With Nova's services unknown this cycle (`services` None: Nova
     not asked, not answering, or not configured), every member identity. A member forced down
     first, which Nova then reports down, needs no guard: that is the fast path of failover."""
-    live = live_owners(members, now, grace_seconds)
+    live = live_owners(members, now, rebalance_after_seconds)
     if services is None:
         return live | frozenset(identities)
     return live | frozenset(host for host, service in services.items() if service.up and not service.forced_down)

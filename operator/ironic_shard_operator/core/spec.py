@@ -396,7 +396,7 @@ def _ironic(raw: Mapping[str, Any]) -> IronicSettings:
     )
 
 
-def _members(value: Any, path: str, pool: str) -> tuple[str, ...]:
+def _members(value: Any, path: str, pool_name: str) -> tuple[str, ...]:
     """A list of this pool's member names (`<pool>-<ordinal>`), each once, in the order given."""
     if value is None:
         return ()
@@ -404,8 +404,8 @@ def _members(value: Any, path: str, pool: str) -> tuple[str, ...]:
         raise InvalidSpec(f"{path}: must be a list of member names, got {type(value).__name__}")
     names: list[str] = []
     for item in value:
-        if not isinstance(item, str) or model.member_ordinal(pool, item) is None:
-            raise InvalidSpec(f"{path}: {item!r} is no member of pool {pool} (members are {pool}-0, {pool}-1, ...)")
+        if not isinstance(item, str) or model.member_ordinal(pool_name, item) is None:
+            raise InvalidSpec(f"{path}: {item!r} is no member of pool {pool_name} (members are {pool_name}-0, {pool_name}-1, ...)")
         if item not in names:
             names.append(item)
     return tuple(names)

@@ -49,7 +49,7 @@ class CycleFacts:
     """
 
     generation: int
-    pool: str
+    pool_name: str
     members: Sequence[model.Member] = ()
     states: Sequence[MemberState] = ()
     plan: model.Plan | None = None
@@ -276,7 +276,7 @@ class _Condition:
     message: str
 
 
-def handover_section(step: handover.HandoverPlan | None) -> dict[str, Any]:
+def handover_section(step: handover.HandoverStep | None) -> dict[str, Any]:
     """status.handover for a handover step ({} when spec.handover is off: the section goes).
     Only facts, no clock: an unchanged handover is not rewritten."""
     if step is None:
