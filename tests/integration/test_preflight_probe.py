@@ -38,7 +38,8 @@ def test_the_probe_addresses_only_a_node_the_pool_may_own(ironic_service: Ironic
         clouds_yaml = ironic_service.clouds_yaml.replace(ironic_service.url, proxy.url(ironic_service.url))
         selector = Selector(resource_class=resource_class)
 
-        checks = {c.name: c for c in cloud_checks(clouds_yaml, ironic_service.cloud_name, selector, pool="rack-p")}
+        checks = {c.name: c for c in cloud_checks(clouds_yaml, ironic_service.cloud_name, selector,
+                                                  pool_name="rack-p")}
         unproved = checks["ironic-shard-update"]
         assert unproved.verdict.value == "warn"
         assert "every node of the pool's selection these credentials list (3) has another pool's member" \
@@ -48,7 +49,8 @@ def test_the_probe_addresses_only_a_node_the_pool_may_own(ironic_service: Ironic
         # One node of the pool's own (a member's shard), one unsharded: either may be probed.
         [own, free] = seed_nodes_directly_in_db(ironic_service, 2, resource_class=resource_class)
         assign_shards_directly_in_db(ironic_service, {own: "rack-p-1"})
-        checks = {c.name: c for c in cloud_checks(clouds_yaml, ironic_service.cloud_name, selector, pool="rack-p")}
+        checks = {c.name: c for c in cloud_checks(clouds_yaml, ironic_service.cloud_name, selector,
+                                                  pool_name="rack-p")}
         assert checks["ironic-shard-update"].verdict.value == "pass", checks["ironic-shard-update"]
         [probe] = patches(proxy)
         assert probe.split()[1].rsplit("/", 1)[-1] in (own, free), probe

@@ -312,7 +312,9 @@ def handover_cost(jobs: JobWatch, watch: NovaWatch, written: list[dict]) -> str:
         listed += [t - first_seen for t in times]
         runs += [b - a for a, b in zip(times, times[1:])]
     writes = []
-    for event in written:
+    # The handover step's writes carry their time ("...; 0.30s)"); the audit's repair of a half
+    # move finished by hand (spec.nova.repairMisplaced) may write that node first, untimed.
+    for event in (e for e in written if "after Nova moved them" in e["message"]):
         count = int(event["message"].split(" of ", 1)[1].split()[0])
         seconds = float(event["message"].rsplit("; ", 1)[1].rstrip("s)"))
         writes.append(seconds / count)

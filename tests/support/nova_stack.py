@@ -7,6 +7,8 @@ Register with `pytest_plugins = ["tests.support.nova_stack"]`. Fixtures:
   started at session end.
 - `nova_computes` (function): a `start(name, config_files)` callable; every nova-compute it started
   is stopped when the test ends.
+- every test that uses the stack has the compute hosts it registered forgotten once it ended
+  (`NovaStack.forget_hosts`): a later test's hypervisor listings only pay for its own nodes.
 
 The session summary gets one line: how long the stack took to start, and its peak memory.
 """
@@ -45,6 +47,20 @@ def nova_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
         yield stack
     finally:
         nova_starter.stop(state)
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_tests_hosts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used the session's Nova stack: the compute hosts it registered are
+    forgotten (NovaStack.forget_hosts), so a later test's hypervisor listings stay as cheap as
+    its own nodes make them. Torn down after the test's own fixtures (its computes stopped)."""
+    if "nova_stack" not in request.fixturenames:
+        yield
+        return
+    stack: NovaStack = request.getfixturevalue("nova_stack")
+    before = set(stack.compute_services())
+    yield
+    stack.forget_hosts(set(stack.compute_services()) - before)
 
 
 @pytest.fixture

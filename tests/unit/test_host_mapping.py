@@ -81,6 +81,22 @@ def test_a_new_members_host_is_mapped_by_one_job_which_goes_once_the_mapping_is_
     assert fifth.create is None and fifth.events == () and by_member(fifth)["rack-0"].state == MAPPED
 
 
+def test_a_mapping_nova_shows_before_its_job_reports_complete_is_still_the_jobs():
+    """The Job's pod ran discover_hosts and the member's nova-compute already lists its nodes,
+    but the Job object is not Complete yet (a loaded cluster): the entry says which Job mapped
+    the host, and keeps saying so once on record (the CI run that found it: the message said
+    only that Nova lists nodes, for good)."""
+    first = step(probed=answers({"rack-0": False}))
+    running = job(first.create.name, first.create.services, ACTIVE)
+    second = step(recorded=recorded(first), jobs=[running], listed=("rack-0",), now=NOW + 5)
+    entry = by_member(second)["rack-0"]
+    assert entry.state == MAPPED and f"mapped by Job {first.create.name}, still finishing" in entry.message
+    done = job(first.create.name, first.create.services, SUCCEEDED, finished=NOW + 6)
+    third = step(recorded=recorded(second), jobs=[done], listed=("rack-0",), now=NOW + 10)
+    assert f"mapped by Job {first.create.name}" in by_member(third)["rack-0"].message
+    assert third.delete == (first.create.name,) and not third.events  # on record: the Job goes
+
+
 def test_members_appearing_together_share_a_job_and_one_appearing_meanwhile_waits_for_the_next():
     first = step(hosts=("rack-0", "rack-1"), probed=answers({"rack-0": False, "rack-1": None}))
     assert first.create.services == (("rack-0", "id-rack-0"), ("rack-1", "id-rack-1"))

@@ -281,6 +281,10 @@ def _done(job: MappingJob | None) -> str | None:
 
 
 def _by(job: MappingJob | None) -> str:
+    """Which Job of ours mapped the host, when one covers it: done, or still running (its pod
+    ran discover_hosts and Nova already shows the mapping before the Job reports Complete)."""
+    if job is not None and job.state == ACTIVE:
+        return f" (mapped by Job {job.name}, still finishing)"
     return f" (mapped by Job {job.name})" if _done(job) else ""
 
 
