@@ -182,7 +182,7 @@ def test_a_counted_out_member_whose_service_is_up_stays_guarded_until_nova_lists
 def test_status_shows_why_and_where_and_posts_member_counted_out_once():
     members = (Member("rack-0", True, NOW - 900, kubernetes_node="k0"),
                Member("rack-1", False, NOW - 5, counted_out="its Kubernetes node k1 was deleted", kubernetes_node="k1"))
-    facts = CycleFacts(generation=1, pool_name="rack", members=members, now=NOW)
+    facts = CycleFacts(generation=1, members=members, now=NOW)
     status, events = build_status(facts, None)
     entry = status["members"][1]
     assert (entry["countedOut"], entry["kubernetesNode"]) == ("its Kubernetes node k1 was deleted", "k1")

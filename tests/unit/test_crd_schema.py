@@ -686,7 +686,7 @@ def _written_status(plan: model.Plan) -> dict[str, Any]:
     """The status build_status writes for a pool of two Ready members with `plan`."""
     members = (model.Member("rack-a-0", True, 1.7e9), model.Member("rack-a-1", True, 1.7e9))
     status, _ = build_status(CycleFacts(
-        generation=1, pool_name="rack-a", members=members, plan=plan, pods_existing=2, pods_ready=2,
+        generation=1, members=members, plan=plan, pods_existing=2, pods_ready=2,
         selector="ironicshards.io/pool=rack-a", now=1.8e9), None)
     return status
 
@@ -758,7 +758,7 @@ def test_no_field_of_a_status_with_members_handovers_and_guard_holds_is_pruned()
         MemberMapping("rack-a-1", "id-1", NOT_MAPPED, "Job rack-a-map-hosts-1 failed", MAPPING_FAILED,
                       "rack-a-map-hosts-1", 2, 1.8e9))))
     status, _ = build_status(CycleFacts(
-        generation=1, pool_name="rack-a", members=members, plan=_converged_plan(), pods_existing=1, pods_ready=1,
+        generation=1, members=members, plan=_converged_plan(), pods_existing=1, pods_ready=1,
         selector="ironicshards.io/pool=rack-a", now=1.8e9, handover=handover_section(step), handover_enabled=True,
         guard=guard, states=(MemberState("rack-a-0", "Ready"),
                              MemberState("rack-a-1", "HandingOver", "no pod while held: its Job runs")),
@@ -791,7 +791,7 @@ def test_kubectl_get_shows_the_ready_and_degraded_conditions_without_wide():
     (resource_type,) = custom_resource_types(crd())
     members = (model.Member("rack-a-0", True, 1.7e9), model.Member("rack-a-1", False, 1.7e9))
     status, _ = build_status(CycleFacts(
-        generation=1, pool_name="rack-a", members=members, plan=_converged_plan(), pods_existing=2, pods_ready=1,
+        generation=1, members=members, plan=_converged_plan(), pods_existing=2, pods_ready=1,
         selector="ironicshards.io/pool=rack-a", now=1.8e9, error="Ironic at http://x is not answering",
         error_reason="IronicUnavailable"), None)
     pool = {**defaulted(example_pool("minimal")), "status": status}

@@ -62,7 +62,7 @@ def test_a_retire_held_by_the_guard_says_so_in_its_handover_message():
     assert held == {"n1": True, "n2": False}
     nodes = [Node(f"n{i}", shard="rack-2") for i in (1, 2, 3)] + [Node("i", shard="rack-2", instance_uuid="x")]
     members = [Member(f"rack-{i}", ready=True, since=0.0) for i in range(3)]
-    step = decide(pool_name="rack", settings=Handover(SecretKeyRef("m", "nova.conf")), members=members,
+    step = decide(settings=Handover(SecretKeyRef("m", "nova.conf")), members=members,
                   found={"rack-2": SCALE_DOWN}, ring_members=["rack-0", "rack-1"], pods=["rack-0", "rack-1", "rack-2"],
                   nodes=nodes, nova=NovaView(services("rack-0", "rack-1", "rack-2"), {}), jobs=(), now=NOW,
                   guard_held=held)

@@ -61,7 +61,7 @@ def _decide(nodes, *, services, hosts, pods=(), jobs=(), members=ready(0, 1, 2),
     if recorded is None:
         recorded = {"sources": [{"member": r, "trigger": "ScaleDown", "phase": handover.MOVING, "held": True}
                                 for r in retiring]}
-    return decide(pool_name=POOL, settings=settings_, members=members, retiring=retiring, ring_members=ring,
+    return decide(settings=settings_, members=members, retiring=retiring, ring_members=ring,
                   pods=pods, nodes=nodes, nova=NovaView(services, hosts, instances or {}), jobs=jobs, now=NOW,
                   job_pods=job_pods, recorded=recorded)
 
@@ -295,7 +295,7 @@ def worlds(draw):
 
 def _cycle(world: World, rng: random.Random, settings_: Handover) -> handover.HandoverStep:
     ring = [x.name for x in world.members if x.name not in world.retiring]
-    step = decide(pool_name=POOL, settings=settings_, members=world.members, retiring=world.retiring, ring_members=ring,
+    step = decide(settings=settings_, members=world.members, retiring=world.retiring, ring_members=ring,
                   pods=world.pods, nodes=tuple(world.nodes.values()),
                   nova=NovaView(world.services(), dict(world.host), world.instances),
                   jobs=tuple(world.jobs.values()), now=NOW, recorded=world.recorded)
@@ -380,12 +380,12 @@ def test_a_half_move_is_reported_with_its_manual_fix_and_never_resharded_or_batc
     services = {m(0): service(m(0)), m(1): service(m(1)), m(2): service(m(2), forced_down=True)}
     hosts = {"n0": m(0), "n1": m(2)}
     running = JobView("j", m(2), (("n0", m(0)),), ACTIVE)
-    step = decide(pool_name=POOL, settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
+    step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
                   pods=(), nodes=pinned, jobs=[running], now=NOW,
                   nova=NovaView(services, hosts, {}, frozenset({"n0"})))
     assert not step.problems and not step.shard_writes  # its Job runs: the second save may follow
     for jobs in ([], [replace(running, state=FAILED, finished=NOW)]):
-        step = decide(pool_name=POOL, settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),),
+        step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),),
                       ring_members=[m(0), m(1)], pods=(), nodes=pinned, jobs=jobs, now=NOW,
                       nova=NovaView(services, hosts, {}, frozenset({"n0"})))
         (problem,) = step.problems
@@ -490,7 +490,7 @@ def test_a_retiring_pod_waits_for_its_nodes_mid_operation_and_says_since_when():
     seen = _recorded(m(2), handover.MOVING_FREE, busyNodes=[
         {"node": "d", "state": "wait call-back -> active", "since": "2025-01-01T00:00:00Z"}])
     later = 1735689600.0 + handover.BUSY_WARNING_SECONDS + 1
-    step = decide(pool_name=POOL, settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
+    step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
                   pods=[m(2)], nodes=nodes, nova=NovaView(FORCED, {}), jobs=(), now=later, recorded=seen)
     assert step.progress[0].busy[0].since == 1735689600.0
     assert [p.reason for p in step.problems] == ["HandoverWaitingForBusyNodes"]
@@ -509,7 +509,7 @@ def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_then_releases_the
     members = ready(0, 1, 2)
 
     def step(nodes, hosts, jobs=(), job_pods=()):
-        return decide(pool_name=POOL, settings=SETTINGS, members=members, retiring=(), ring_members=[m(0), m(1)],
+        return decide(settings=SETTINGS, members=members, retiring=(), ring_members=[m(0), m(1)],
                       pods=(), nodes=nodes, nova=NovaView(FORCED, hosts), jobs=jobs, job_pods=job_pods,
                       recorded=recorded, now=NOW)
 
@@ -533,7 +533,7 @@ def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_then_releases_the
 
 def test_a_half_move_keeps_a_cancelled_member_held_and_reported():
     nodes = [with_instance("n0", m(2))]
-    step = decide(pool_name=POOL, settings=SETTINGS, members=ready(0, 1, 2), retiring=(), ring_members=[m(0), m(1)],
+    step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(), ring_members=[m(0), m(1)],
                   pods=(), nodes=nodes, nova=NovaView(FORCED, {"n0": m(0)}, {}, frozenset({"n0"})), jobs=(),
                   recorded=_recorded(m(2), handover.MOVING), now=NOW)
     assert step.progress[0].phase == handover.CANCELLING and not step.shard_writes and not step.events
@@ -543,7 +543,7 @@ def test_a_half_move_keeps_a_cancelled_member_held_and_reported():
 def test_with_handover_turned_off_mid_way_what_is_in_flight_still_finishes():
     nodes = [with_instance("n0", m(2)), with_instance("n1", m(2))]
     running = JobView("j", m(2), (("n0", m(0)),), ACTIVE)
-    step = decide(pool_name=POOL, settings=None, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
+    step = decide(settings=None, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
                   pods=(), nodes=nodes, nova=NovaView(FORCED, {"n0": m(0), "n1": m(2)}), jobs=[running],
                   recorded=_recorded(m(2), handover.MOVING), now=NOW)
     assert step.progress[0].phase == handover.CANCELLING and step.shard_writes == (handover.Move("n0", m(2), m(0)),)
@@ -555,7 +555,7 @@ def test_a_failed_source_hands_over_only_novas_nodes_and_is_released_when_none_i
     members = (*ready(0, 1), Member(m(2), ready=False, since=NOW - 700))
     cleaning = Node("c", shard=m(2), provision_state="clean wait", target_provision_state="available")
     nodes = [with_instance("n0", m(2)), cleaning]
-    kw = dict(pool_name=POOL, settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(), now=NOW)
+    kw = dict(settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(), now=NOW)
     step = decide(nodes=nodes, nova=NovaView(FORCED, {"n0": m(2)}), jobs=(), **kw)
     (progress,) = step.progress
     assert progress.nodes == 1 and progress.held and "not Nova's" in progress.message
@@ -572,7 +572,7 @@ def test_a_failed_source_hands_over_only_novas_nodes_and_is_released_when_none_i
 
 def test_a_blocker_stops_new_jobs_but_keeps_every_source_held_and_its_moves_finishing():
     nodes = [with_instance("n0", m(2)), with_instance("n1", m(2))]
-    step = decide(pool_name=POOL, settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
+    step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
                   pods=(), nodes=nodes, nova=NovaView(FORCED, {"n0": m(0), "n1": m(2)}), jobs=(), now=NOW,
                   recorded=_recorded(m(2), handover.MOVING), blocker=("HandoverConfigInvalid", "no [database]"))
     assert not step.create_jobs and step.shard_writes == (handover.Move("n0", m(2), m(0)),)
@@ -600,7 +600,7 @@ def test_a_failed_source_whose_nodes_are_all_refused_is_not_kept_from_its_pod_by
     current = plan(Observation(PoolSpec(POOL, replicas=3), members, nodes, NOW))
     assert handover.kept_away(current, after, members, [m(0), m(1)], NOW, held={}, recorded=None) \
         .keys() == {m(2)}  # a failed source: no pod while its handover starts
-    step = decide(pool_name=POOL, settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(),
+    step = decide(settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(),
                   nodes=nodes, nova=NovaView(FORCED, {"two": m(2)}, {"two": 2}), jobs=(), now=NOW,
                   recorded=_recorded(m(2), handover.MOVING, trigger=handover.FAILURE, held=True))
     (progress,) = step.progress
@@ -618,7 +618,7 @@ def test_a_node_nova_has_no_compute_node_for_is_reported_and_the_failed_member_r
     after = replace(SETTINGS, after_failure_seconds=600)
     members = (*ready(0, 1), Member(m(2), ready=False, since=NOW - 700))
     lost, movable = with_instance("lost", m(2)), with_instance("n0", m(2))
-    kw = dict(pool_name=POOL, settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(), now=NOW)
+    kw = dict(settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(), now=NOW)
     held = _recorded(m(2), handover.MOVING, trigger=handover.FAILURE, held=True)
     step = decide(nodes=[lost, movable], nova=NovaView(FORCED, {"n0": m(2)}), jobs=(), recorded=held, **kw)
     (progress,) = step.progress
@@ -692,7 +692,7 @@ def test_a_member_nova_lists_a_node_under_is_not_retired_before_ironic_follows()
     nodes = [with_instance("n0", m(1))]
     nova = NovaView({m(0): service(m(0)), m(1): service(m(1), forced_down=True), m(2): service(m(2))},
                     {"n0": m(2)})
-    step = decide(pool_name=POOL, settings=SETTINGS, members=ready(0, 2), retiring=(m(1),), ring_members=[m(0)],
+    step = decide(settings=SETTINGS, members=ready(0, 2), retiring=(m(1),), ring_members=[m(0)],
                   pods=(m(0), m(2)), nodes=nodes, nova=nova, jobs=(), now=NOW)
     assert step.receiving == (m(2),)
     recorded = handover_section(step)

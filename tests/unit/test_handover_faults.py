@@ -343,7 +343,7 @@ class HandoverUnderFaults(RuleBasedStateMachine):
         nova = NovaView(w.services(), dict(w.host), {},
                         frozenset(u for u in w.nodes if w.instance_host.get(u) not in (None, w.host.get(u))
                                   and w.instance_host.get(u) == w.nodes[u].shard))
-        step = handover.decide(pool_name=POOL, settings=SETTINGS, members=members, found=found,
+        step = handover.decide(settings=SETTINGS, members=members, found=found,
                                ring_members=current.ring_members, pods=listed_pods, nodes=nodes,
                                nova=nova, jobs=jobs, job_pods=job_pods, recorded=w.recorded,
                                blocker=BLOCKER if w.blocker else None, now=w.now)

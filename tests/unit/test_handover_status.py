@@ -14,7 +14,7 @@ PLAN = plan(Observation(PoolSpec("p", replicas=1), MEMBERS, NODES, 100.0))
 
 
 def _conditions(**facts):
-    status, _ = build_status(CycleFacts(generation=1, pool_name="p", members=MEMBERS, plan=PLAN, now=100.0,
+    status, _ = build_status(CycleFacts(generation=1, members=MEMBERS, plan=PLAN, now=100.0,
                                         pods_ready=2, pods_existing=2, **facts), None)
     return status, {c["type"]: c for c in status["conditions"]}
 

@@ -118,7 +118,7 @@ def test_status_says_when_the_counts_were_listed_and_a_steady_poll_rewrites_noth
     def status_at(now: float, previous=None):
         decision = plan(Observation(PoolSpec(POOL, replicas=2), members, NODES[:3], now=now,
                                     nodes_observed_at=1000.0))
-        facts = CycleFacts(generation=1, pool_name=POOL, members=members, plan=decision, now=now,
+        facts = CycleFacts(generation=1, members=members, plan=decision, now=now,
                            pods_existing=2, pods_ready=2)
         return build_status(facts, previous)
 

@@ -469,5 +469,5 @@ def status_facts(rule, history, now):
     """The facts of a cycle whose plan carries `history` (for a status round trip)."""
     decision = model.AutoscaleDecision(settings=rule, nodes=0, by_nodes=0, recommendation=rule.min_replicas,
                                        desired=rule.min_replicas, history=history)
-    return CycleFacts(generation=1, pool_name="p", now=float(now), plan=model.Plan(
+    return CycleFacts(generation=1, now=float(now), plan=model.Plan(
         rule.min_replicas, (), (), (), (), {}, (), model.NodeCounts(), autoscale=decision))

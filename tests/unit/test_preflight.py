@@ -186,19 +186,19 @@ def test_the_preflight_condition_warns_when_it_first_fails_and_is_kept_between_v
         return next(c for c in status["conditions"] if c["type"] == "Preflight")
 
     failing = (False, "ChecksFailed", "nova-conf-driver: not Ironic's (fix: set compute_driver)")
-    status, events = build_status(CycleFacts(generation=1, pool_name="p", preflight=failing, now=10.0), None)
+    status, events = build_status(CycleFacts(generation=1, preflight=failing, now=10.0), None)
     assert preflight_of(status)["status"] == "False" and preflight_of(status)["reason"] == "ChecksFailed"
     assert [(e.reason, e.type) for e in events if e.reason.startswith("Preflight")] == [("PreflightFailed", "Warning")]
 
-    kept, events = build_status(CycleFacts(generation=1, pool_name="p", now=20.0), status)
+    kept, events = build_status(CycleFacts(generation=1, now=20.0), status)
     assert preflight_of(kept) == preflight_of(status) and not [e for e in events if "Preflight" in e.reason]
 
-    fixed, events = build_status(CycleFacts(generation=1, pool_name="p", preflight=(True, "Passed", "all 9"), now=30.0),
+    fixed, events = build_status(CycleFacts(generation=1, preflight=(True, "Passed", "all 9"), now=30.0),
                                  kept)
     assert preflight_of(fixed)["status"] == "True"
     assert [(e.reason, e.type) for e in events if e.reason.startswith("Preflight")] == [("PreflightPassed", "Normal")]
 
-    fresh, events = build_status(CycleFacts(generation=1, pool_name="q", preflight=(True, "Passed", "all 9"), now=1.0),
+    fresh, events = build_status(CycleFacts(generation=1, preflight=(True, "Passed", "all 9"), now=1.0),
                                  None)
     assert preflight_of(fresh)["status"] == "True" and not [e for e in events if "Preflight" in e.reason]
 
@@ -212,14 +212,14 @@ def test_preflight_warnings_are_a_warning_event_when_they_first_show_or_change()
         return [(e.reason, e.type, e.message) for e in events if e.reason.startswith("Preflight")]
 
     warned = (True, "PassedWithWarnings", "ironic-shard-summary: refused (HTTP 403)")
-    status, events = build_status(CycleFacts(generation=1, pool_name="p", preflight=warned, now=1.0), None)
+    status, events = build_status(CycleFacts(generation=1, preflight=warned, now=1.0), None)
     assert preflight_events(events) == [("PreflightWarnings", "Warning", warned[2])]
-    same, events = build_status(CycleFacts(generation=1, pool_name="p", preflight=warned, now=2.0), status)
+    same, events = build_status(CycleFacts(generation=1, preflight=warned, now=2.0), status)
     assert preflight_events(events) == []
     more = (True, "PassedWithWarnings", warned[2] + "; image: cannot check x from here")
-    changed, events = build_status(CycleFacts(generation=1, pool_name="p", preflight=more, now=3.0), same)
+    changed, events = build_status(CycleFacts(generation=1, preflight=more, now=3.0), same)
     assert preflight_events(events) == [("PreflightWarnings", "Warning", more[2])]
-    clean, events = build_status(CycleFacts(generation=1, pool_name="p", preflight=(True, "Passed", "all 9"), now=4.0),
+    clean, events = build_status(CycleFacts(generation=1, preflight=(True, "Passed", "all 9"), now=4.0),
                                  changed)
     assert preflight_events(events) == []  # True all along: passing cleanly is no news
     assert next(c for c in clean["conditions"] if c["type"] == "Preflight")["reason"] == "Passed"

@@ -103,7 +103,7 @@ def test_the_status_and_its_events_carry_no_credential():
     secrets = secrets_in_clouds_yaml(CLOUDS_YAML) | secrets_in_ini(NOVA_CONF)
     leaks = [f"{PW}-ironic", f"http://admin:{PW}-override@ironic.example:6385", f"password={PW}"]
     facts = CycleFacts(
-        generation=1, pool_name="p", members=(model.Member("p-0", False, 1.0),),
+        generation=1, members=(model.Member("p-0", False, 1.0),),
         states=(MemberState("p-0", "Replacing", f"pod said {leaks[0]}"),),
         error=f"Ironic at {leaks[1]} is not answering ({leaks[2]})", error_reason="IronicUnavailable",
         extra_events=(Event("Custom", f"nova.conf had {leaks[0]}", "Warning"),),

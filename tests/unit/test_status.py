@@ -20,7 +20,7 @@ def plan(**kw):
 
 def facts(**kw):
     values = dict(
-        generation=3, pool_name="p",
+        generation=3,
         members=(model.Member("p-0", True, NOW - 100), model.Member("p-1", True, NOW - 90)),
         states=(MemberState("p-0", "Ready"), MemberState("p-1", "Ready")),
         plan=plan(), pods_existing=2, pods_ready=2, selector="ironicshards.io/pool=p", now=NOW,

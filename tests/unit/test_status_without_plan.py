@@ -15,7 +15,7 @@ READY = (model.Member("p-0", True, NOW - 100), model.Member("p-1", True, NOW - 9
 
 
 def facts(**kw) -> CycleFacts:
-    values = dict(generation=3, pool_name="p", members=READY, states=(MemberState("p-0", "Ready"), MemberState("p-1", "Ready")),
+    values = dict(generation=3, members=READY, states=(MemberState("p-0", "Ready"), MemberState("p-1", "Ready")),
                   plan=PLAN, pods_existing=2, pods_ready=2, now=NOW)
     values.update(kw)
     return CycleFacts(**values)
@@ -45,6 +45,6 @@ def test_a_member_the_last_report_did_not_know_has_no_nodes_yet():
 
 def test_without_observed_members_the_last_report_stays():
     first, _ = build_status(facts(), None)
-    status, _ = build_status(CycleFacts(generation=4, pool_name="p", error="spec.image: bad", error_reason="InvalidSpec",
+    status, _ = build_status(CycleFacts(generation=4, error="spec.image: bad", error_reason="InvalidSpec",
                                         now=NOW), first)
     assert status["members"] == first["members"]

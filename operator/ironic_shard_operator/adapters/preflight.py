@@ -26,8 +26,8 @@ from collections.abc import Callable
 from urllib.parse import urlencode
 
 from ironic_shard_operator.adapters.ironic import (
-    MICROVERSION_HEADER, NODE_FIELDS, SHARD_MICROVERSION, IronicAuthError, IronicConfigError, IronicEndpointError, IronicError,
-    IronicKeystoneUnavailable, IronicReader, IronicTooOld, IronicUnavailable, node_from_api,
+    MICROVERSION_HEADER, NODE_FIELDS, SHARD_MICROVERSION, IronicAuthError, IronicConfigError, IronicEndpointError,
+    IronicError, IronicKeystoneUnavailable, IronicReader, IronicTooOld, IronicUnavailable, node_from_api,
     selector_filters,
 )
 from ironic_shard_operator.adapters.nova import (

@@ -103,7 +103,7 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
                                        2 * (settings.max_concurrent if settings else 1))
     except NovaError as error:
         return _unseen(recorded, found, "HandoverNovaUnavailable", f"Nova: {error}")
-    step = handover.decide(pool_name=pool.name, settings=settings, members=members, found=found,
+    step = handover.decide(settings=settings, members=members, found=found,
                            ring_members=plan.ring_members, pods=with_pod, nodes=nodes, nova=view,
                            jobs=jobs, job_pods=job_pods, recorded=recorded, blocker=blocker, now=now,
                            guard_held=guard_held)

@@ -218,7 +218,7 @@ async def _read_pool(cycle: _Cycle) -> Pool | _Ended:
         return read_pool(cycle.body)
     except InvalidSpec as error:
         await cycle.write(CycleFacts(generation=int(cycle.body["metadata"].get("generation") or 0),
-                                     pool_name=cycle.name, error=str(error), error_reason="InvalidSpec",
+                                     error=str(error), error_reason="InvalidSpec",
                                      now=cycle.now, selector=podspec.pool_selector(cycle.name)))
         return _Ended(after_invalid_spec())
 
@@ -251,7 +251,7 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
         pods.member_readiness(m, member_pods.get(m), recorded.get(m), cycle.now, fencing.counted_out_why(
             member_pods.get(m), nodes, pool.failover.fencing, cycle.now, fenced=m in pool.fenced_members,
             last_node=last_nodes.get(m))) for m in identities)
-    facts = dict(generation=pool.generation, pool_name=cycle.name, members=readiness, now=cycle.now,
+    facts = dict(generation=pool.generation, members=readiness, now=cycle.now,
                  paused=pool.paused, selector=selector,
                  pods_existing=sum(1 for p in member_pods.values() if not p.deleting),
                  pods_ready=sum(1 for p in member_pods.values() if p.ready and not p.deleting),

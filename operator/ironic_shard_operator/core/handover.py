@@ -445,7 +445,7 @@ def pod_side(*, identities: Sequence[str], plan: Plan | None, away: Mapping[str,
 # --- the next step of every handover ------------------------------------------------------
 
 
-def decide(*, pool_name: str, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
+def decide(*, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
            jobs: Sequence[JobView], now: float, job_pods: Sequence[JobPod] = (),
            recorded: Mapping | None = None, blocker: tuple[str, str] | None = None,
@@ -469,7 +469,7 @@ def decide(*, pool_name: str, settings: Handover | None, members: Sequence[Membe
     at most `settings.max_concurrent` nodes are in flight; a member stays in the result (held)
     while anything of it is in flight, and leaves it only with an Event.
     """
-    ctx = _Context.of(pool_name=pool_name, settings=settings, members=members, found=found, ring_members=ring_members,
+    ctx = _Context.of(settings=settings, members=members, found=found, ring_members=ring_members,
                       pods=pods, nodes=nodes, nova=nova, jobs=jobs, job_pods=job_pods, recorded=recorded,
                       blocker=blocker, now=now, guard_held=guard_held or {})
     steps = _Steps()
@@ -642,7 +642,6 @@ class _Context:
     for every node a running Job or a pod that may still run carries; `opaque`: sources with
     such a pod whose batch is unknown; `destinations`: who may receive nodes."""
 
-    pool_name: str
     settings: Handover | None
     members: Sequence[Member]
     identities: frozenset[str]
@@ -666,7 +665,7 @@ class _Context:
     guard_held: Mapping[str, bool]
 
     @classmethod
-    def of(cls, *, pool_name: str, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
+    def of(cls, *, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
            jobs: Sequence[JobView], job_pods: Sequence[JobPod], recorded: Mapping | None,
            blocker: tuple[str, str] | None, now: float, guard_held: Mapping[str, bool]) -> _Context:
@@ -683,7 +682,7 @@ class _Context:
         ready_now = frozenset(m.name for m in members if m.ready)
         destinations = tuple(sorted(m for m in ring if m in ready_now and m not in found
                                     and _usable(nova.services.get(m))))
-        return cls(pool_name, settings, members, frozenset(m.name for m in members), ring, ready_now, with_pod, nodes,
+        return cls(settings, members, frozenset(m.name for m in members), ring, ready_now, with_pod, nodes,
                    nova, jobs, job_pods, before, blocker, now, found, frozenset(held - set(found)), holding,
                    frozenset(p.source for p in job_pods if p.alive and p.moves is None), destinations,
                    blocked({"handover": recorded}) or blocker is not None,

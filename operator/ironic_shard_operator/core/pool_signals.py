@@ -85,7 +85,8 @@ def condition_changes(pool_name: str, before: Sequence[Mapping[str, Any]] | None
         if before is not None and old.get(kind) == (status, reason):
             continue
         was = old.get(kind)
-        line = f"pool {pool_name}: {kind} is {status} {reason}" + (f" (was {was[0]} {was[1]})" if was is not None else "")
+        line = f"pool {pool_name}: {kind} is {status} {reason}" + (
+            f" (was {was[0]} {was[1]})" if was is not None else "")
         message = condition.get("message") or ""
         if message in said:
             line += f" (message as for {said[message]})"

@@ -233,7 +233,7 @@ def probe_target(nodes: Sequence[Node], pool_name: str | None) -> str | None:
     of the selection the person named."""
     mine = [n for n in nodes if pool_name is None or not n.shard or member_ordinal(pool_name, n.shard) is not None]
     free = [n for n in mine if not n.pinned]
-    found = (free or mine)
+    found = free or mine
     return found[0].uuid if found else None
 
 

@@ -405,7 +405,8 @@ def _members(value: Any, path: str, pool_name: str) -> tuple[str, ...]:
     names: list[str] = []
     for item in value:
         if not isinstance(item, str) or model.member_ordinal(pool_name, item) is None:
-            raise InvalidSpec(f"{path}: {item!r} is no member of pool {pool_name} (members are {pool_name}-0, {pool_name}-1, ...)")
+            raise InvalidSpec(f"{path}: {item!r} is no member of pool {pool_name} "
+                              f"(members are {pool_name}-0, {pool_name}-1, ...)")
         if item not in names:
             names.append(item)
     return tuple(names)

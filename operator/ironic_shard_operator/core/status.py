@@ -49,7 +49,6 @@ class CycleFacts:
     """
 
     generation: int
-    pool_name: str
     members: Sequence[model.Member] = ()
     states: Sequence[MemberState] = ()
     plan: model.Plan | None = None
