@@ -67,8 +67,8 @@ class CloudWork:
     `kube` the Kubernetes client the handover task uses (None: no handover step);
     `previous_handover` the last status.handover; `held` the members a handover holds
     (core/handover.py::holds, as the cycle read it); `previous_host_mapping` the last
-    status.hostMapping; `previous_guard` the last status.guard; `member_confs` the members' nova.conf
-    member_confs as their ConfigMaps hold them (their resource-tracker intervals pace the audit)."""
+    status.hostMapping; `previous_guard` the last status.guard; `member_confs` the members' own
+    nova.conf files (podspec.member_conf) as their ConfigMaps hold them (their resource-tracker intervals pace the audit)."""
 
     key: str
     pool: Pool

@@ -92,7 +92,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     after, and only once Nova has answered before); `previous`: the last status.nova;
     `may_write`: asked right before the writes (the leader's Lease check), none made if False;
     `held`: members a handover holds (their forced_down is never cleared); `member_confs`: the
-    members' nova.conf member_confs (with `nova_conf`, their update interval paces the audit).
+    members' own nova.conf files (podspec.member_conf; with `nova_conf`, their update interval paces the audit).
     Never raises for Nova's sake: failures become the section's state.
     """
     cycle = _NovaCycle(pool, tuple(members), identities, deleting, nova_conf, nodes, previous, now, metrics,

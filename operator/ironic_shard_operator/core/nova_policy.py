@@ -147,8 +147,8 @@ class AuditReport:
 
 def update_interval(nova_conf: str | None, member_confs: Iterable[str | None] = ()) -> float:
     """Seconds between two resource-tracker cycles of the slowest member, read from the files
-    they run: `[DEFAULT]update_resources_interval` of a member's own file (`member_confs`, podspec.member_conf: it wins
-    as the later config file), else of the base nova.conf, when positive, else Nova's default
+    they run: `[DEFAULT]update_resources_interval` of a member's own file (`member_confs`,
+    podspec.member_conf: it wins as the later config file), else of the base nova.conf, when positive, else Nova's default
     periodic spacing (60 s). An unreadable file counts as one without the option."""
     base = _positive_interval(nova_conf)
     members = [_positive_interval(conf) or base for conf in member_confs] or [base]
