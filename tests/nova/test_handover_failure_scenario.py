@@ -43,7 +43,8 @@ from tests.nova.test_failover_scenario import CLOUD, clouds_yaml
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_rbac import is_handover_grant
 from tests.support.operator_harness import (
-    POOLS, OperatorProcess, condition, events, get_pool, member_pods, pool_manifest, ready_members,
+    POOLS, OperatorProcess, condition, events, get_pool, member_pods, pool_manifest, posted_events,
+    ready_members,
 )
 
 pytestmark = pytest.mark.nova
@@ -140,7 +141,7 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                                     timeout=6 * POLL, interval=0.5, what="Degraded HandoverConfigInvalid")
                 assert refused_conf["status"] == "True"
                 assert SECRET in refused_conf["message"] and "[database] connection" in refused_conf["message"]
-                assert events(client, ns, "HandoverConfigInvalid")
+                assert posted_events(client, ns, "HandoverConfigInvalid")
                 wait(lambda: m1 in ready_members(client, ns, pool), timeout=120, interval=1,
                      what="member 1 back and Ready (no handover can run)")
                 returned_at = time.monotonic()
@@ -160,7 +161,7 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                               timeout=AFTER + 120, interval=0.5, what="Degraded HandoverFailed")
                 # Led by the error its traceback ends in, so the Event (cut to 1 KiB) carries it.
                 assert "Can't connect to MySQL server" in failed["message"].split("(log tail:")[0], failed
-                assert "Can't connect to MySQL server" in events(client, ns, "HandoverFailed")[-1]["message"]
+                assert "Can't connect to MySQL server" in posted_events(client, ns, "HandoverFailed")[-1]["message"]
                 (failed_job,) = [j["metadata"]["name"] for j in jobs()]
                 assert m1 not in member_pods(client, ns, pool)  # held while its handover has a Job
                 assert {n: shards()[n] for n in instance_nodes} == {n: m1 for n in instance_nodes}

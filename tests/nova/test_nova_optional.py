@@ -20,7 +20,7 @@ from testbed.nova_stack import NovaStack
 from testbed.operator_objects import create_secrets, install_crd
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    POOLS, OperatorProcess, events, get_pool, pool_manifest, ready_members,
+    POOLS, OperatorProcess, get_pool, pool_manifest, posted_events, ready_members,
 )
 
 pytestmark = pytest.mark.nova
@@ -66,7 +66,7 @@ def test_without_a_usable_nova_the_pool_runs_with_nova_features_off(
             assert refused["state"] == "Disabled"
             assert "refused the credentials of cloud 'basic-to-nova'" in refused["message"]
             assert all(count == 0 for count in off["findings"].values())
-            disabled = events(client, ns, "NovaDisabled")
+            disabled = posted_events(client, ns, "NovaDisabled", count=2)
             assert {e["involvedObject"]["name"] for e in disabled} == set(classes)
             assert len(disabled) == 2  # one Event per pool, not one per cycle
             (plainly,) = [e["message"] for e in disabled if e["involvedObject"]["name"] == "ironic-only"]
