@@ -16,7 +16,7 @@ from ironic_shard_operator.core import handover
 from ironic_shard_operator.core.handover import (
     ACTIVE, FAILED, SUCCEEDED, JobView, NovaView, pods_to_stop, sources,
 )
-from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec
+from ironic_shard_operator.core.model import Member, Node, Observation, PinnedCounts, PoolSpec, pinned_by_owner
 from ironic_shard_operator.core.planner import plan
 from ironic_shard_operator.core.schedule import AFTER_WAKE_SECONDS, handover_retry_in, next_delay
 from ironic_shard_operator.core.shard_write import Verdict, handover_verdict
@@ -42,11 +42,12 @@ def with_instance(uuid: str, shard: str) -> Node:
 
 
 def decide(*, retiring, **kw) -> handover.HandoverStep:
-    """One handover step as the controller runs it: the sources found in the same listing
-    (`handover.sources_listed`), then the step."""
-    found = handover.sources_listed(kw["nodes"], settings=kw["settings"], members=kw["members"],
-                                    retiring=retiring, pods=kw["pods"], now=kw["now"])
-    return handover.decide(found=found, **kw)
+    """One handover step as the controller runs it: the sources found from the listing's pinned
+    counts (`pinned_by_owner`, what the plan carries), then the step."""
+    owned = pinned_by_owner(kw["nodes"])
+    found = handover.sources(settings=kw["settings"], members=kw["members"], retiring=retiring, owned=owned,
+                             pods=kw["pods"], now=kw["now"])
+    return handover.decide(found=found, owned=owned, **kw)
 
 
 # --- examples, one per step ---------------------------------------------------------------
@@ -204,7 +205,8 @@ def test_refusals_change_nothing_and_say_why():
 
 def test_without_handover_settings_or_with_on_scale_down_off_nothing_hands_over():
     members = ready(0, 1)
-    kw = dict(members=members, retiring={m(1)}, pods=(), pinned={m(1): 3}, instances={m(1): 3}, now=NOW)
+    kw = dict(members=members, retiring={m(1)}, pods=(), owned=PinnedCounts(Counter({m(1): 3}), Counter({m(1): 3})),
+              now=NOW)
     assert sources(settings=None, **kw) == {}
     off = replace(SETTINGS, on_scale_down=False, after_failure_seconds=600)
     assert sources(settings=off, **kw) == {}
@@ -213,13 +215,14 @@ def test_without_handover_settings_or_with_on_scale_down_off_nothing_hands_over(
 def test_a_failed_member_hands_over_only_after_the_delay_and_once_its_pod_is_gone():
     after = replace(SETTINGS, after_failure_seconds=600)
     failed = (*ready(0), Member(m(1), ready=False, since=NOW - 601))
-    kw = dict(settings=after, members=failed, retiring=(), pinned={m(1): 2}, instances={m(1): 1}, now=NOW)
+    kw = dict(settings=after, members=failed, retiring=(), owned=PinnedCounts(Counter({m(1): 2}), Counter({m(1): 1})),
+              now=NOW)
     assert sources(pods=[m(1)], **kw) == {}
     assert sources(pods=[], **kw) == {m(1): handover.FAILURE}
     recent = (*ready(0), Member(m(1), ready=False, since=NOW - 599))
     assert sources(**{**kw, "members": recent}, pods=[]) == {}
     # a failed member hands over only Nova's nodes: pinned nodes without an instance stay with it
-    assert sources(pods=[], **{**kw, "instances": {}}) == {}
+    assert sources(pods=[], **{**kw, "owned": PinnedCounts(Counter({m(1): 2}))}) == {}
 
 
 def test_the_pod_side_stops_a_retiring_source_only_once_its_free_nodes_are_gone_and_holds_a_failed_one():

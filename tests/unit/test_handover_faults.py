@@ -50,7 +50,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from ironic_shard_operator.core import fencing, handover
 from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobPod, JobView, NovaView
-from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec
+from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec, pinned_by_owner
 from ironic_shard_operator.core.planner import plan
 from ironic_shard_operator.core.shard_write import Verdict, handover_verdict, move_verdict
 from ironic_shard_operator.core.spec import Handover, SecretKeyRef
@@ -334,8 +334,9 @@ class HandoverUnderFaults(RuleBasedStateMachine):
     def handover_step(self, current, members, jobs, job_pods, listed_pods):
         w = self.world
         nodes = tuple(w.nodes.values())
-        found = handover.sources_listed(nodes, settings=SETTINGS, members=members, retiring=current.retiring,
-                                        pods=listed_pods, now=w.now)
+        owned = pinned_by_owner(nodes)
+        found = handover.sources(settings=SETTINGS, members=members, retiring=current.retiring, owned=owned,
+                                 pods=listed_pods, now=w.now)
         if w.nova_down:  # the step sees nothing of Nova: the recorded sources stay
             w.recorded = handover_section_unseen(w.recorded, handover.unseen_problems(
                 w.recorded, found, "HandoverNovaUnavailable", "Nova: not answering"))
@@ -345,7 +346,7 @@ class HandoverUnderFaults(RuleBasedStateMachine):
                                   and w.instance_host.get(u) == w.nodes[u].shard))
         step = handover.decide(settings=SETTINGS, members=members, found=found,
                                ring_members=current.ring_members, pods=listed_pods, nodes=nodes,
-                               nova=nova, jobs=jobs, job_pods=job_pods, recorded=w.recorded,
+                               owned=owned, nova=nova, jobs=jobs, job_pods=job_pods, recorded=w.recorded,
                                blocker=BLOCKER if w.blocker else None, now=w.now)
         for source in step.force_down:
             w.forced.add(source)

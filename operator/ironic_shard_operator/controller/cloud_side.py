@@ -227,7 +227,7 @@ class CloudSide:
         if work.kube is not None:  # 5. handovers of nodes with instances (controller/handover.py)
             handover_outcome = await run_handover(
                 HandoverWork(work.kube, work.may_write, metrics), pool, ironic=work.adapter,
-                nova=_usable_nova(work.nova, nova), members=work.members, plan=plan,
+                nova=_usable_nova(work.nova, nova), members=work.members, plan=result.plan,
                 nodes=result.report.nodes if result.report is not None else None,
                 now=work.now, recorded=work.previous_handover,
                 guard_held=held_by_guard(work.previous_guard, result.report.applied.held

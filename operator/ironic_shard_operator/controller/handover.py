@@ -72,7 +72,8 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
                        members: Sequence[Member], plan: Plan | None, nodes: Sequence[Node] | None,
                        now: float, recorded: Mapping[str, Any] | None = None,
                        guard_held: Mapping[str, bool] | None = None) -> HandoverOutcome:
-    """One step of every handover of `pool` (the module doc); `recorded` is the last
+    """One step of every handover of `pool` (the module doc), from one listing: `nodes` and the
+    `plan` made from them (who retires, the pinned nodes per owner); `recorded` is the last
     status.handover, `guard_held` the free nodes the shard-write guard holds (core/handover.py's
     `decide`). Never raises for Kubernetes, Nova or Ironic failures (they are reported):
     what cannot be seen keeps the recorded sources as they were, so no hold is lost."""
@@ -88,8 +89,8 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
     pods = [read_pod(p) for p in raw_pods]
     with_pod = {p.member for p in pods if p.name == p.member}
     job_pods = [view for view in map(handover_job.read_job_pod, raw_pods) if view is not None]
-    found = handover.sources_listed(nodes, settings=settings, members=members, retiring=plan.retiring,
-                                    pods=with_pod, now=now)
+    found = handover.sources(settings=settings, members=members, retiring=plan.retiring, owned=plan.owned,
+                             pods=with_pod, now=now)
     jobs = [j for j in [await _job_view(kube, pool, raw) for raw in jobs_raw] if j is not None]
     held = handover.holds(recorded=recorded, jobs=jobs, job_pods=job_pods)
     if not found and not held and not jobs_raw:
@@ -104,7 +105,8 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
     except NovaError as error:
         return _unseen(recorded, found, "HandoverNovaUnavailable", f"Nova: {error}")
     step = handover.decide(settings=settings, members=members, found=found,
-                           ring_members=plan.ring_members, pods=with_pod, nodes=nodes, nova=view,
+                           ring_members=plan.ring_members, pods=with_pod, nodes=nodes, owned=plan.owned,
+                           nova=view,
                            jobs=jobs, job_pods=job_pods, recorded=recorded, blocker=blocker, now=now,
                            guard_held=guard_held)
     events = [Event(p.reason, p.message, "Warning") for p in step.problems] + list(step.events)

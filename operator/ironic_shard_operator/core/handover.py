@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.fencing import not_ready_for
-from ironic_shard_operator.core.model import Member, Move, Node, Plan, mid_operation
+from ironic_shard_operator.core.model import Member, Move, Node, PinnedCounts, Plan, mid_operation
 from ironic_shard_operator.core.nova_policy import ServiceRecord, half_move_message
 from ironic_shard_operator.core.nova_schedule import backoff
 from ironic_shard_operator.core.planner import fair_quotas
@@ -246,39 +246,20 @@ def trigger_of(member: Member, *, settings: Handover | None, retiring: Iterable[
 
 
 def sources(*, settings: Handover | None, members: Iterable[Member], retiring: Iterable[str],
-            pods: Iterable[str], pinned: Mapping[str | None, int], instances: Mapping[str | None, int],
-            now: float) -> dict[str, str]:
+            owned: PinnedCounts, pods: Iterable[str], now: float) -> dict[str, str]:
     """Source member -> trigger of every handover that applies (`trigger_of`): a SCALE_DOWN
     source owns pinned nodes (its nodes mid-operation or locked wait with it), a FAILURE
     source owns nodes with an instance (Nova's: a node pinned otherwise, a clean or a lock,
-    stays with the member, which comes back). `pinned` and `instances`: counts by owner."""
+    stays with the member, which comes back). `retiring` and `owned` are the plan's
+    (`Plan.retiring`, `Plan.owned`): the pod side and the handover step read the same."""
     leaving, with_pod = set(retiring), set(pods)
     found = {}
     for member in members:
         trigger = trigger_of(member, settings=settings, retiring=leaving, pods=with_pod, now=now)
-        owned = pinned if trigger == SCALE_DOWN else instances
-        if trigger is not None and owned.get(member.name):
+        counted = owned.pinned if trigger == SCALE_DOWN else owned.with_instance
+        if trigger is not None and counted.get(member.name):
             found[member.name] = trigger
     return found
-
-
-def sources_listed(nodes: Iterable[Node], *, settings: Handover | None, members: Iterable[Member],
-                   retiring: Iterable[str], pods: Iterable[str], now: float) -> dict[str, str]:
-    """`sources`, what each member owns counted off Ironic's listing `nodes` (the handover
-    step's view: computed once per step and handed to `decide`)."""
-    nodes = tuple(nodes)
-    return sources(settings=settings, members=members, retiring=retiring, pods=pods,
-                   pinned=Counter(n.shard for n in nodes if n.pinned),
-                   instances=Counter(n.shard for n in nodes if n.instance_uuid), now=now)
-
-
-def sources_planned(plan: Plan, *, settings: Handover | None, members: Iterable[Member], pods: Iterable[str],
-                    now: float) -> dict[str, str]:
-    """`sources`, who retires and what each member owns as the plan counted them
-    (`plan.retiring`, `plan.loads`: the pod side's view, which has no listing of its own)."""
-    return sources(settings=settings, members=members, retiring=plan.retiring, pods=pods,
-                   pinned={load.name: load.pinned for load in plan.loads},
-                   instances={load.name: load.with_instance for load in plan.loads}, now=now)
 
 
 def holds(*, recorded: Mapping | None, jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> dict[str, str]:
@@ -365,7 +346,8 @@ def pods_to_stop(plan: Plan | None, settings: Handover | None, members: Iterable
     if plan is None or settings is None:
         return frozenset(), frozenset()
     loads = {load.name: load for load in plan.loads}
-    found = sources_planned(plan, settings=settings, members=members, pods=pods, now=now)
+    found = sources(settings=settings, members=members, retiring=plan.retiring, owned=plan.owned, pods=pods,
+                    now=now)
     moving_from = {move.source for move in plan.moves}
     stop = frozenset(m for m, trigger in found.items() if trigger == SCALE_DOWN and m not in moving_from
                      and why_pod_stays(free=loads[m].nodes - loads[m].pinned, busy=plan.busy.get(m, ()),
@@ -446,13 +428,14 @@ def pod_side(*, identities: Sequence[str], plan: Plan | None, away: Mapping[str,
 
 
 def decide(*, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
-           ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
+           ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], owned: PinnedCounts,
+           nova: NovaView,
            jobs: Sequence[JobView], now: float, job_pods: Sequence[JobPod] = (),
            recorded: Mapping | None = None, blocker: tuple[str, str] | None = None,
            guard_held: Mapping[str, bool] | None = None) -> HandoverStep:
     """The next step of each handover (module doc). `found`: this step's sources and their
-    triggers (`sources_listed`, over the same `nodes`); `ring_members`: the plan's ring (ready
-    by the grace rule, not retiring); `pods`: members with a pod object; `jobs`: the pool's
+    triggers (`sources`); `ring_members`: the plan's ring (ready by the grace rule, not
+    retiring); `owned`: the pinned nodes per owner in `nodes` (the plan's, `Plan.owned`); `pods`: members with a pod object; `jobs`: the pool's
     handover Jobs, `job_pods` their pods (those of deleted Jobs too); `recorded`: the last
     status.handover; `blocker`: (reason, message) of what stops every new Job (no usable
     nova.conf), the rest of each step goes on; `guard_held`: the free nodes the shard-write
@@ -482,7 +465,7 @@ def decide(*, settings: Handover | None, members: Sequence[Member], found: Mappi
         steps.problems.extend(Problem(t, blocker[0], blocker[1]) for t in sorted(set(ctx.found.values())))
     found = {source: _source_step(source, trigger, ctx, steps) for source, trigger in sorted(ctx.found.items())}
     to_place = [(source, node) for source, step in found.items() if step.may_batch for node in step.candidates]
-    placed = _place(to_place, ctx.destinations, nodes, nova, ctx.holding, ctx.found)
+    placed = _place(to_place, ctx.destinations, nodes, owned, nova, ctx.holding, ctx.found)
     budget = max(0, (settings.max_concurrent if settings else 0) - len(ctx.holding))
     for source, step in found.items():
         progress = step.progress
@@ -992,14 +975,15 @@ def _why_cancelled(member: str, ctx: _Context) -> str:
 
 
 def _place(to_place: Sequence[tuple[str, Node]], destinations: Sequence[str], nodes: Sequence[Node],
-           nova: NovaView, holding: Mapping[str, tuple[str, str]], found: Mapping[str, str]) -> dict[str, str]:
+           owned: PinnedCounts, nova: NovaView, holding: Mapping[str, tuple[str, str]],
+           found: Mapping[str, str]) -> dict[str, str]:
     """node uuid -> destination for every node ready to move, in the ring's preference order
     with bounded loads (planner.fair_quotas): a destination's load is its pinned nodes in
     Ironic plus those already on their way to it (in a Job, or moved in Nova and not yet
     re-sharded), so pinned nodes end up spread as evenly as the members already allow."""
     if not destinations or not to_place:
         return {}
-    load: Counter[str | None] = Counter(n.shard for n in nodes if n.pinned and n.shard in destinations)
+    load: Counter[str | None] = Counter({m: owned.pinned[m] for m in destinations})
     for node in nodes:
         if node.shard in found and node.pinned:
             host = nova.compute_host.get(node.uuid)

@@ -8,6 +8,8 @@ shell carries decisions out. Nothing here does I/O.
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # Ironic provision states in which a node is busy or owned by a running workflow.
@@ -63,6 +65,28 @@ class Node:
             or self.reservation
             or self.provision_state in TRANSITIONAL_PROVISION_STATES
         ))
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedCounts:
+    """Per owner (a node's shard; None: unassigned): its pinned nodes, and how many of those
+    carry an instance (a node with an instance is always pinned)."""
+
+    pinned: Counter[str | None] = field(default_factory=Counter)
+    with_instance: Counter[str | None] = field(default_factory=Counter)
+
+
+def pinned_by_owner(nodes: Iterable[Node]) -> PinnedCounts:
+    """The one count of pinned nodes per owner: the planner makes it (`Plan.owned`), and the
+    handover's sources and destinations read it from there."""
+    pinned: Counter[str | None] = Counter()
+    with_instance: Counter[str | None] = Counter()
+    for node in nodes:
+        if node.pinned:
+            pinned[node.shard] += 1
+            if node.instance_uuid:
+                with_instance[node.shard] += 1
+    return PinnedCounts(pinned, with_instance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +243,8 @@ class Plan:
     a retiring member to its nodes in the middle of an operation (uuid, provision state ->
     target), which its nova-compute may be driving: its pod stays until they settle.
     `autoscale` says how autoscale chose `desired_replicas`; None: spec.replicas did.
-    `retiring`: every member chosen to retire (owning nodes or not), by ordinal.
+    `retiring`: every member chosen to retire (owning nodes or not), by ordinal. `owned`: the
+    pinned nodes per owner in the observation planned from (`pinned_by_owner`).
     """
 
     desired_replicas: int
@@ -233,6 +258,7 @@ class Plan:
     autoscale: AutoscaleDecision | None = None
     busy: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     retiring: tuple[str, ...] = ()
+    owned: PinnedCounts = field(default_factory=PinnedCounts)
 
 
 def mid_operation(node: Node) -> str | None:

@@ -34,10 +34,12 @@ from ironic_shard_operator.core.model import (
     Node,
     NodeCounts,
     Observation,
+    PinnedCounts,
     mid_operation,
     Plan,
     member_name,
     member_ordinal,
+    pinned_by_owner,
 )
 from ironic_shard_operator.core.ring import HashRing
 
@@ -82,34 +84,33 @@ def plan(observation: Observation) -> Plan:
         autoscale=scale,
         busy={owner: tuple(sorted(found)) for owner, found in owners.busy.items()},
         retiring=tuple(m.name for m in members if m.name in retiring),
+        owned=owners.counts,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class _Owners:
-    """The nodes by owner (None: unsharded): pinned ones counted, those of them with an
-    instance counted, free ones listed, and the retiring members' nodes mid-operation."""
+    """The nodes by owner (None: unsharded): pinned ones counted (`pinned_by_owner`), free ones
+    listed, and the retiring members' nodes mid-operation."""
 
-    pinned: Counter[str | None]
-    instances: Counter[str | None]
+    counts: PinnedCounts
     free: dict[str | None, list[str]]
     busy: dict[str, list[tuple[str, str]]]
 
+    @property
+    def pinned(self) -> Counter[str | None]:
+        return self.counts.pinned
 
-def _by_owner(nodes: Iterable[Node], retiring: set[str]) -> _Owners:
-    pinned: Counter[str | None] = Counter()
-    instances: Counter[str | None] = Counter()
+
+def _by_owner(nodes: Sequence[Node], retiring: set[str]) -> _Owners:
     free: defaultdict[str | None, list[str]] = defaultdict(list)
     busy: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
     for node in nodes:
-        if node.pinned:
-            pinned[node.shard] += 1
-            instances[node.shard] += bool(node.instance_uuid)
-            if node.shard in retiring and (state := mid_operation(node)) is not None:
-                busy[node.shard].append((node.uuid, state))
-        else:
+        if not node.pinned:
             free[node.shard].append(node.uuid)
-    return _Owners(pinned, instances, free, busy)
+        elif node.shard in retiring and (state := mid_operation(node)) is not None:
+            busy[node.shard].append((node.uuid, state))
+    return _Owners(pinned_by_owner(nodes), free, busy)
 
 
 def _loads(members: Iterable[Member], owners: _Owners, free_now: Counter[str | None], moves: Iterable[Move],
@@ -125,7 +126,7 @@ def _loads(members: Iterable[Member], owners: _Owners, free_now: Counter[str | N
             nodes=owners.pinned[m.name] + free_after[m.name],
             pinned=owners.pinned[m.name],
             in_ring=m.name in ring_set,
-            with_instance=owners.instances[m.name],
+            with_instance=owners.counts.with_instance[m.name],
         )
         for m in members
     )
