@@ -27,7 +27,9 @@ about every second) and nova-compute's own log:
    GET /allocation_candidates for its resource class. (a) is restarted at once (the time a human
    or a supervisor takes is not ours to invent); (c) is left to the operator (its pod is replaced,
    as a kubelet restarts a container), and again with the replacement held (a lost Kubernetes
-   node: the operator re-owns the free nodes after spec.failover.rebalanceAfterSeconds);
+   node: the operator re-owns the free nodes after spec.failover.rebalanceAfterSeconds); at the
+   end of (c), twice more: the node declared out of service (a certain failure: no grace), and
+   the grace set equal to Nova's service_down_time (equal settings);
 3. join of one compute (k -> k+1): nodes that changed hypervisor against the ideal N/(k+1), how
    often they changed, windows in which a node was listed under two hypervisors or none, and
    resource providers deleted (or created again) in Placement; the new host is mapped to the cell
@@ -87,6 +89,7 @@ POOL = "ours"
 NOVA_DEFAULTS = {"service_down_time": 60, "report_interval": 10, "update_resources_interval": 60}
 # The operator's defaults (the CRD): spec.failover.rebalanceAfterSeconds, spec.ironic.pollIntervalSeconds.
 OPERATOR_DEFAULTS = {"grace": 120, "poll": 30}
+OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
 
 
 @dataclass
@@ -373,7 +376,9 @@ def operator(run: Run, workdir: Path) -> dict:
     from tests.nova import handover_pool
     from tests.nova.test_failover_scenario import CLOUD, clouds_yaml
     from tests.support.kube_api import KubeAPI
-    from tests.support.operator_harness import POOLS, OperatorProcess, get_pool, patch_spec, pool_manifest, ready_members
+    from tests.support.operator_harness import (
+        POOLS, OperatorProcess, get_pool, member_pods, patch_spec, pool_manifest, ready_members,
+    )
 
     stack, settings, k, out = run.stack, run.settings, run.settings.members, {}
     members = [f"{POOL}-{i}" for i in range(k)]
@@ -389,7 +394,8 @@ def operator(run: Run, workdir: Path) -> dict:
         cloud["clouds"][CLOUD]["placement_endpoint_override"] = stack.placement_url  # the guard asks it
         create_secrets(client, ns, yaml.safe_dump(cloud), nova_conf=stack.compute_conf(run.ironic.cloud))
         handover_pool.create_manage_secret(client, ns, "nova-manage", stack.nova_conf.read_text())
-        kubelet = cleanup.enter_context(ProcessKubelet(client, ns, stack, workdir / "kubelet"))
+        # A Kubernetes node per member (and the joining one): fencing one node fences one member.
+        kubelet = cleanup.enter_context(ProcessKubelet(client, ns, stack, workdir / "kubelet", nodes=k + 2))
         operator_process = cleanup.enter_context(OperatorProcess(api, ns, "op-bench", workdir))
 
         def delete_pool() -> None:
@@ -435,10 +441,55 @@ def operator(run: Run, workdir: Path) -> dict:
         out["instance_moves"] = run.instance_moves()
 
         out["handover"] = handover(run, new, members, lambda: patch_spec(client, ns, POOL, {"replicas": k}))
+
+        # Issue 23's two other recoveries, after every measure above (taken as before):
+        # a certain failure (its Kubernetes node declared out of service, as a fencing agent
+        # does), and the ambiguous one again with the grace equal to Nova's service_down_time.
+        fenced: list[str] = []  # the Kubernetes node taken away, given back by after_held
+
+        def kill_on_fenced_node() -> None:
+            node = member_pods(client, ns, POOL)[victim]["spec"]["nodeName"]
+            kubelet.kill(victim)
+            kubelet.set_node_reachable(node, False)
+            taints = client.get(f"/api/v1/nodes/{node}")["spec"].get("taints") or []
+            client.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": [*taints, OUT_OF_SERVICE]}})
+            fenced.append(node)
+
+        def after_held() -> None:
+            while fenced:
+                kubelet.set_node_reachable(fenced.pop(), True)  # its taints back to the kubelet's own
+            kubelet.release(victim)
+            wait_for(lambda: ready_members(client, ns, POOL) == members, timeout=settings.slow + 300,
+                     interval=1, what="the held member Ready again")
+            run.wait_settled(members, f"the pool of {k} settled after the held member's return")
+
+        if settings.held:
+            run.say(f"(c) SIGKILL of {victim}'s nova-compute, its node declared out of service (a certain failure)")
+            kubelet.hold(victim)
+            out["recovery_counted_out"] = recorded(lambda: run.recovery(
+                victim, kill_on_fenced_node, timeout=settings.poll + 6 * settings.slow + 300))
+            recorded(after_held)
+            equal = settings.timings["service_down_time"]
+            run.say(f"(c) SIGKILL of {victim}'s nova-compute, replacement held, grace {equal} s = Nova's service_down_time")
+            patch_spec(client, ns, POOL, {"failover": {"rebalanceAfterSeconds": equal}})
+            kubelet.hold(victim)
+            out["recovery_held_equal"] = {"grace": equal, **recorded(lambda: run.recovery(
+                victim, lambda: kubelet.kill(victim), timeout=equal + settings.poll + 6 * settings.slow + 300))}
+            recorded(after_held)
         out["operator_status"] = {key: (get_pool(client, ns, POOL).get("status") or {}).get(key)
                                   for key in ("nodes", "handover")}
         out["operator_log"] = str(operator_process.log_path)
     return out
+
+
+def recorded(measure: Callable[[], dict | None]) -> dict:
+    """`measure()`'s result, or the error it ended in: a measure added at the end of a setup
+    must not cost the run the measures taken before it."""
+    try:
+        return measure() or {}
+    except Exception as exc:  # noqa: BLE001 - reported in the table and the JSON
+        print(f"measure failed: {exc!r}", flush=True)
+        return {"error": repr(exc)[:500]}
 
 
 def handover(run: Run, retiring: str, kept: list[str], retire: Callable[[], None]) -> dict:
@@ -624,6 +675,10 @@ def table(results: dict) -> str:
         row("recovery after SIGKILL of one compute, s", lambda r: seconds(r["recovery"]["seconds"])),
         row("recovery, the replacement held (a lost node), s", lambda r: seconds(_get(r, "recovery_held", "seconds")),
             {"a": "n/a", "b": "(as above: nothing restarts it)"}),
+        row("recovery, the replacement held, its node declared out of service (certain), s",
+            lambda r: seconds(_get(r, "recovery_counted_out", "seconds")), {"a": "n/a", "b": "n/a"}),
+        row("recovery, the replacement held, grace = Nova's service_down_time, s",
+            lambda r: seconds(_get(r, "recovery_held_equal", "seconds")), {"a": "n/a", "b": "(equal: as above)"}),
         row(f"join ({k} -> {k + 1}): nodes that changed hypervisor / ideal N/(k+1)",
             lambda r: f"{r['join']['moved']} / {r['join']['ideal']} ({r['join']['moved'] / r['join']['ideal']:.2f}x)"),
         row("join: hypervisor changes (a node moved once changes once)", lambda r: f"{r['join']['changes']}"),
@@ -671,6 +726,11 @@ def claims(results: dict) -> list[str]:
         held = _get(s, "c", "recovery_held", "seconds")
         out.append(f"recovery: (c) {c_rec:.0f} s = {c_rec / b_rec:.2f}x the ring's {b_rec:.0f} s (goal <= 0.5x)"
                    + (f"; with the replacement held {held:.0f} s = {held / b_rec:.2f}x" if held else ""))
+        for key, what in (("recovery_counted_out", "held, its node out of service (certain)"),
+                          ("recovery_held_equal", "held, grace = service_down_time (equal settings)")):
+            value = _get(s, "c", key, "seconds")
+            if value:
+                out.append(f"recovery {what}: (c) {value:.0f} s = {value / b_rec:.2f}x the ring's {b_rec:.0f} s")
     for key in "bc":
         join = _get(s, key, "join")
         if join:
