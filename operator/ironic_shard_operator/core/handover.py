@@ -468,27 +468,35 @@ def decide(*, settings: Handover | None, members: Sequence[Member], found: Mappi
     placed = _place(to_place, ctx.destinations, nodes, owned, nova, ctx.holding, ctx.found)
     budget = max(0, (settings.max_concurrent if settings else 0) - len(ctx.holding))
     for source, step in found.items():
-        progress = step.progress
-        candidates = [n for n in step.candidates if n.uuid in placed]
-        unplaced = len(step.candidates) - len(candidates)
-        if step.may_batch and candidates and budget:
-            batch = tuple(Move(n.uuid, source, placed[n.uuid]) for n in candidates[:budget])
-            budget -= len(batch)
-            attempt = 1 + max(step.attempts.get(mv.node_uuid, 0) for mv in batch)
-            name = job_name(source, batch, attempt)
-            steps.create_jobs.append(JobBatch(source, name, batch, attempt))
-            progress = replace(progress, in_flight=progress.in_flight + len(batch), job=name,
-                               waiting=progress.waiting - len(batch), next_retry_at=None,
-                               attempts=attempt if attempt > 1 else None)
-        if step.may_batch and unplaced:
-            message = _no_destination(ctx.ring_members, ctx.ready_now, ctx.found, nova)
-            steps.problems.append(Problem(ctx.found[source], "HandoverNoDestination",
-                                          f"{source}: {unplaced} nodes with instances wait: {message}"))
-            progress = replace(progress, message=_join(progress.message, message))
-        steps.progress.append(progress)
+        budget = _batch(source, step, placed, budget, ctx, steps)
     for member in sorted(ctx.cancelled):
         _cancel_step(member, ctx, steps)
     return replace(steps.build(), receiving=receiving)
+
+
+def _batch(source: str, step: _SourceStep, placed: Mapping[str, str], budget: int, ctx: _Context,
+           steps: _Steps) -> int:
+    """`source`'s Job of this step (its placed candidates, within `budget` nodes) and its
+    progress; what is left of the budget. Candidates no destination takes are reported."""
+    progress = step.progress
+    candidates = [n for n in step.candidates if n.uuid in placed]
+    unplaced = len(step.candidates) - len(candidates)
+    if step.may_batch and candidates and budget:
+        batch = tuple(Move(n.uuid, source, placed[n.uuid]) for n in candidates[:budget])
+        budget -= len(batch)
+        attempt = 1 + max(step.attempts.get(mv.node_uuid, 0) for mv in batch)
+        name = job_name(source, batch, attempt)
+        steps.create_jobs.append(JobBatch(source, name, batch, attempt))
+        progress = replace(progress, in_flight=progress.in_flight + len(batch), job=name,
+                           waiting=progress.waiting - len(batch), next_retry_at=None,
+                           attempts=attempt if attempt > 1 else None)
+    if step.may_batch and unplaced:
+        message = _no_destination(ctx.ring_members, ctx.ready_now, ctx.found, ctx.nova)
+        steps.problems.append(Problem(ctx.found[source], "HandoverNoDestination",
+                                      f"{source}: {unplaced} nodes with instances wait: {message}"))
+        progress = replace(progress, message=_join(progress.message, message))
+    steps.progress.append(progress)
+    return budget
 
 
 def receivers(nodes: Sequence[Node], nova: NovaView, jobs: Iterable[JobView],
