@@ -14,6 +14,7 @@ the command that removes it. The operator never deletes an allocation: it is not
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set as AbstractSet
+from dataclasses import dataclass
 from typing import Any
 
 from ironic_shard_operator.core.events import Event
@@ -26,24 +27,43 @@ from ironic_shard_operator.core.status import format_time
 LISTED = 20
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedHold:
+    """A status.guard.nodes entry as the last status recorded it."""
+
+    consumers: tuple[str, ...]
+    since: float | None
+    leaked: bool
+
+
+def recorded_holds(previous: Mapping[str, Any] | None) -> dict[str, RecordedHold]:
+    """The last status.guard's held nodes by uuid (entries the operator would not write are dropped)."""
+    found = {}
+    for entry in (previous or {}).get("nodes") or ():
+        if isinstance(entry, Mapping) and isinstance(entry.get("node"), str):
+            since = entry.get("since")
+            found[entry["node"]] = RecordedHold(tuple(entry.get("consumers") or ()),
+                                                parse_time(since) if isinstance(since, str) else None,
+                                                bool(entry.get("leaked")))
+    return found
+
+
 def guard_section(previous: Mapping[str, Any] | None, held: Sequence[GuardHold], still_moving: AbstractSet[str],
                   now: float, leaked_after: float) -> tuple[dict[str, Any], list[Event]]:
     """status.guard after a cycle's writes held `held`, and the Events of the nodes newly found
     leaked. A node keeps its `since` while it stays held; one the cycle did not get to (its
     writes stopped early) stays as it was while its move is still planned (`still_moving`:
     the plan's moves); any other leaves."""
-    before = {entry.get("node"): entry for entry in (previous or {}).get("nodes") or ()
-              if isinstance(entry, Mapping) and isinstance(entry.get("node"), str)}
+    before = recorded_holds(previous)
     now_held = {hold.node_uuid: hold for hold in held}
     entries, events = [], []
     for node in sorted(set(now_held) | {n for n in before if n in still_moving}):
-        seen = before.get(node) or {}
+        seen = before.get(node)
         hold = now_held.get(node)
-        consumers = list(hold.consumers) if hold is not None else list(seen.get("consumers") or ())
-        since = parse_time(seen.get("since")) if isinstance(seen.get("since"), str) else None
-        since = now if since is None else min(since, now)
+        consumers = list(hold.consumers) if hold is not None else list(seen.consumers if seen else ())
+        since = now if seen is None or seen.since is None else min(seen.since, now)
         leaked = now - since >= leaked_after
-        if leaked and not seen.get("leaked"):
+        if leaked and not (seen and seen.leaked):
             events.append(Event("LeakedAllocation", (
                 f"Free node {node} has had Placement allocations of {', '.join(consumers)} for "
                 f"{now - since:.0f}s (spec.nova.leakedAllocationSeconds {leaked_after:g}) while Ironic shows no "
@@ -60,8 +80,7 @@ def held_by_guard(previous: Mapping[str, Any] | None, held: Sequence[GuardHold])
     holds: those this cycle's writes held, and those the last status.guard listed (a cycle whose
     writes stopped early did not get to them). What a retiring source's handover message names
     (core/handover.py::why_pod_stays), so a retire held by Placement says why."""
-    found = {entry["node"]: bool(entry.get("leaked")) for entry in (previous or {}).get("nodes") or ()
-             if isinstance(entry, Mapping) and isinstance(entry.get("node"), str)}
+    found = {node: record.leaked for node, record in recorded_holds(previous).items()}
     for hold in held:
         found.setdefault(hold.node_uuid, False)
     return found

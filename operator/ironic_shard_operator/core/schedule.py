@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ironic_shard_operator.core.fencing import grace_left
+from ironic_shard_operator.core.handover import recorded_sources
 from ironic_shard_operator.core.model import Member
 from ironic_shard_operator.core.pods import parse_time
 
@@ -79,6 +80,6 @@ def handover_retry_in(section: Mapping[str, Any] | None, now: float) -> float | 
     """Seconds until the earliest `nextRetryAt` of a status.handover section (a failed Job's
     batch is tried again then), 0 when one is past; None when none is set. As a `wake_after`
     for next_delay, so a retry is not up to a poll late."""
-    due = [parse_time(source.get("nextRetryAt")) for source in (section or {}).get("sources") or ()
+    due = [parse_time(source.get("nextRetryAt")) for source in recorded_sources(section).values()
            if source.get("nextRetryAt")]
     return max(0.0, min(due) - now) if due else None

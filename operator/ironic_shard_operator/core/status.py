@@ -239,7 +239,7 @@ def _members(facts: CycleFacts, loads: Mapping[str, tuple[int, int]],
 
 def counted_out_events(members: Sequence[model.Member], previous: Mapping[str, Any]) -> list[Event]:
     """A Warning for each member counted out this cycle that the last status did not show counted out."""
-    before = {m.get("name") for m in previous.get("members") or () if isinstance(m, Mapping) and m.get("countedOut")}
+    before = {name for name, member in since_of(previous).items() if member.counted_out}
     return [Event("MemberCountedOut", (
         f"Member {m.name} is counted out at once: {m.counted_out}. Its Nova service is forced down and its free "
         "nodes move now, without waiting for failover.rebalanceAfterSeconds (nodes with instances move only "
