@@ -19,7 +19,7 @@ from ironic_shard_operator.controller.ironic_cycle import run_cycle
 from ironic_shard_operator.controller.metrics import OperatorMetrics
 from ironic_shard_operator.controller.nova_cycle import NovaRuntime
 from ironic_shard_operator.core.guard_holds import revert_failed_event
-from ironic_shard_operator.core.model import AutoscaleHistory
+from ironic_shard_operator.core.pool_memory import PoolMemory
 from ironic_shard_operator.core.spec import read_pool
 from ironic_shard_operator.core.model import Member, Observation, PoolSpec
 from ironic_shard_operator.core.planner import plan
@@ -136,7 +136,7 @@ async def test_a_claimed_move_put_back_is_counted_and_one_whose_put_back_fails_i
         side = CloudSide(CloudWork(
             key="ns/pool", pool=pool, adapter=adapter, identities=frozenset({"pool-0", "pool-1"}),
             members=(Member("pool-0", ready=True, since=now - 600), Member("pool-1", ready=True, since=now - 600)),
-            nova_conf=None, previous_nova=None, autoscale_history=AutoscaleHistory(), now=now, nova=NovaRuntime(),
+            nova_conf=None, pool_memory=PoolMemory(), now=now, nova=NovaRuntime(),
             metrics=metrics, may_write=lambda: True), threading.Event())
         result = await side.task
         assert result.error is None, result.error

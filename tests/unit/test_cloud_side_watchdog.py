@@ -11,7 +11,7 @@ import time
 
 from ironic_shard_operator.controller.cloud_side import CloudSide, CloudWork
 from ironic_shard_operator.controller.nova_cycle import NovaRuntime
-from ironic_shard_operator.core.model import AutoscaleHistory
+from ironic_shard_operator.core.pool_memory import PoolMemory
 from ironic_shard_operator.core.spec import read_pool
 
 POOL = read_pool({"metadata": {"name": "rack", "namespace": "ns", "uid": "u", "generation": 1},
@@ -36,7 +36,7 @@ class HungAdapter:
 async def test_a_side_that_sends_no_request_for_long_is_abandoned_and_may_write_nothing_more() -> None:
     adapter, interrupt = HungAdapter(), threading.Event()
     work = CloudWork(key="ns/rack", pool=POOL, adapter=adapter, members=(), identities=frozenset(), nova_conf=None,
-                     previous_nova=None, autoscale_history=AutoscaleHistory(), now=time.time(), nova=NovaRuntime(),
+                     pool_memory=PoolMemory(), now=time.time(), nova=NovaRuntime(),
                      metrics=None, may_write=lambda: True)
     side = CloudSide(work, interrupt, requests_made=lambda: adapter.requests_made, hung_after=300.0)
     try:
@@ -85,12 +85,13 @@ async def test_a_hung_side_is_abandoned_and_the_next_cycle_starts_a_new_side_on_
     runtime = op.runtime("ns/rack")
     hung_adapter, old_interrupt = HungAdapter(), threading.Event()
     work = CloudWork(key="ns/rack", pool=pool, adapter=hung_adapter, members=(), identities=frozenset(),
-                     nova_conf=None, previous_nova=None, autoscale_history=AutoscaleHistory(), now=time.time(),
+                     nova_conf=None, pool_memory=PoolMemory(), now=time.time(),
                      nova=runtime.nova, metrics=None, may_write=op.may_write)
     hung = runtime.cloud_side = CloudSide(work, old_interrupt, requests_made=lambda: hung_adapter.requests_made,
                                           hung_after=0.05)
     old_cache, runtime.nova.adapter = runtime.ironic, object()  # the Nova adapter of the hung connection
-    cycle = _Cycle(op, {"metadata": {"name": "rack", "namespace": "ns"}}, "ns", "rack", runtime, time.time(), {})
+    cycle = _Cycle(op, {"metadata": {"name": "rack", "namespace": "ns"}}, "ns", "rack", runtime, time.time(), {},
+                   PoolMemory())
     members = _Members(pods={}, member_confs={}, identities=[], readiness=(), facts={})
     new = None
     try:

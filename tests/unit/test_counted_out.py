@@ -19,7 +19,8 @@ from ironic_shard_operator.core.planner import owners_after, plan
 from ironic_shard_operator.core.pods import PodView, member_readiness, read_node
 from ironic_shard_operator.core.shard_write import guarded_owners
 from ironic_shard_operator.core.spec import Fencing
-from ironic_shard_operator.core.status import CycleFacts, build_status, since_of
+from ironic_shard_operator.core.pool_memory import since_of
+from ironic_shard_operator.core.status import CycleFacts, build_status
 from tests.unit.nova_records import service, services
 
 NOW = 1_800_000_000.0

@@ -752,7 +752,7 @@ def test_no_field_of_a_status_with_members_handovers_and_guard_holds_is_pruned()
         "rack-a-1", handover.SCALE_DOWN, handover.MOVING_FREE, nodes=3, waiting=3, message="busy", held=False,
         busy=(handover.BusyNode("n-1", "deploying -> active", 1.7e9),)),),
         problems=(handover.Problem(handover.SCALE_DOWN, "HandoverWaitingForBusyNodes", "n-1"),))
-    guard, _ = guard_section(None, [GuardHold("n-2", ("consumer-1",))], {"n-2"}, 1.8e9, 600)
+    guard, _ = guard_section({}, [GuardHold("n-2", ("consumer-1",))], {"n-2"}, 1.8e9, 600)
     mapping = host_mapping_section(MappingStep(entries=(
         MemberMapping("rack-a-0", "id-0", MAPPED, "Nova lists nodes under rack-a-0"),
         MemberMapping("rack-a-1", "id-1", NOT_MAPPED, "Job rack-a-map-hosts-1 failed", MAPPING_FAILED,

@@ -3,12 +3,18 @@ Placement allocations are listed with since when, and one held longer than
 spec.nova.leakedAllocationSeconds is reported once as a leaked allocation, never waited on
 silently."""
 
-from ironic_shard_operator.core.guard_holds import LISTED, guard_section, held_by_guard
+from ironic_shard_operator.core.guard_holds import LISTED, guard_section as guard_section_from_memory, held_by_guard
+from ironic_shard_operator.core.pool_memory import memory_of
 from ironic_shard_operator.core.shard_write import GuardHold
 from ironic_shard_operator.core.status import format_time
 
 NOW = 1_800_000_000.0
 BOUND = 600.0
+
+
+def guard_section(previous, *args):
+    """guard_section from the last status.guard `previous`, read back as a cycle reads it."""
+    return guard_section_from_memory(memory_of({"guard": previous}).guard, *args)
 
 
 def test_a_held_node_is_listed_with_its_consumers_and_keeps_its_clock_while_held():
@@ -58,7 +64,7 @@ def test_a_retire_held_by_the_guard_says_so_in_its_handover_message():
 
     leaked, _ = guard_section(None, [GuardHold("n1", ("build-1",))], {"n1"}, NOW - BOUND, BOUND)
     leaked, _ = guard_section(leaked, [GuardHold("n1", ("build-1",))], {"n1"}, NOW, BOUND)
-    held = held_by_guard(leaked, [GuardHold("n2", ("build-2",))])
+    held = held_by_guard(memory_of({"guard": leaked}).guard, [GuardHold("n2", ("build-2",))])
     assert held == {"n1": True, "n2": False}
     nodes = [Node(f"n{i}", shard="rack-2") for i in (1, 2, 3)] + [Node("i", shard="rack-2", instance_uuid="x")]
     members = [Member(f"rack-{i}", ready=True, since=0.0) for i in range(3)]

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from ironic_shard_operator.core import autoscale, model
 from ironic_shard_operator.core.model import Autoscale, AutoscaleHistory, Member, Node, Observation, PoolSpec
 from ironic_shard_operator.core.planner import owners_after, plan
-from ironic_shard_operator.core.status import CycleFacts, autoscale_history_of, build_status
+from ironic_shard_operator.core.pool_memory import autoscale_history_of
+from ironic_shard_operator.core.status import CycleFacts, build_status
 
 NOW = 10_000.0
 GRACE = 120.0

@@ -3,13 +3,16 @@ message, and posted as a Warning Event once, not every cycle it is refused again
 
 from __future__ import annotations
 
+from ironic_shard_operator.core.pool_memory import memory_of
 from ironic_shard_operator.core.refusals import news, refused
 
 QUOTA = 'pods "rack-2" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2'
 
 
-def degraded(message: str, status: str = "True") -> dict:
-    return {"conditions": [{"type": "Degraded", "status": status, "reason": "PodCreateRefused", "message": message}]}
+def degraded(message: str, status: str = "True") -> str:
+    """What the pool's memory keeps of a last status whose Degraded condition says `message`."""
+    return memory_of({"conditions": [{"type": "Degraded", "status": status, "reason": "PodCreateRefused",
+                                      "message": message}]}).degraded
 
 
 def test_a_refusal_names_the_request_the_status_and_the_api_message():
@@ -22,7 +25,7 @@ def test_a_refusal_names_the_request_the_status_and_the_api_message():
 
 def test_a_refusal_is_news_once():
     refusal = refused("create", "Pod", "rack-2", 403, QUOTA, "member rack-2 has no pod until this is fixed")
-    (event,) = news([refusal], None)
+    (event,) = news([refusal], memory_of(None).degraded)
     assert (event.reason, event.type, event.message) == ("PodCreateRefused", "Warning", refusal.message)
     assert news([refusal], degraded(refusal.message)) == []
     # Reported with other problems, or with another API message (quota usage changed): not news.

@@ -2,7 +2,8 @@
 
 from ironic_shard_operator.core import autoscale, model, nova_policy
 from ironic_shard_operator.core.pods import MemberState
-from ironic_shard_operator.core.status import CycleFacts, autoscale_history_of, build_status, moves_event, since_of
+from ironic_shard_operator.core.pool_memory import autoscale_history_of, since_of
+from ironic_shard_operator.core.status import CycleFacts, build_status, moves_event
 
 NOW = 1_800_000_000.0
 

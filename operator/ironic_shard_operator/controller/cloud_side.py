@@ -24,6 +24,7 @@ from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
 from ironic_shard_operator.core import model, nova_policy
 from ironic_shard_operator.core.guard_holds import held_by_guard
+from ironic_shard_operator.core.pool_memory import PoolMemory
 from ironic_shard_operator.core.shard_write import guarded_owners
 from ironic_shard_operator.core.spec import Pool
 
@@ -61,14 +62,13 @@ class CloudResult:
 @dataclass(frozen=True, slots=True)
 class CloudWork:
     """What a side works from: the cycle that starts it observed `members` (readiness) and
-    `identities` (every member with a pod or a ConfigMap) at `now`; `previous_nova` is the
-    last status.nova, `autoscale_history` autoscale's memory from the last status; `memory`
-    the pool's last full listing (ironic_cycle.ObservationMemory; None: list every time);
-    `kube` the Kubernetes client the handover task uses (None: no handover step);
-    `previous_handover` the last status.handover; `held` the members a handover holds
-    (core/handover.py::holds, as the cycle read it); `previous_host_mapping` the last
-    status.hostMapping; `previous_guard` the last status.guard; `member_confs` the members' own
-    nova.conf files (podspec.member_conf) as their ConfigMaps hold them (their resource-tracker intervals pace the audit)."""
+    `identities` (every member with a pod or a ConfigMap) at `now`; `pool_memory` is what the
+    last status recorded (autoscale's window, status.nova, .handover, .hostMapping, .guard);
+    `memory` the pool's last full listing (ironic_cycle.ObservationMemory; None: list every
+    time); `kube` the Kubernetes client the handover task uses (None: no handover step);
+    `held` the members a handover holds (core/handover.py::holds, as the cycle read it);
+    `member_confs` the members' own nova.conf files (podspec.member_conf) as their ConfigMaps
+    hold them (their resource-tracker intervals pace the audit)."""
 
     key: str
     pool: Pool
@@ -76,18 +76,14 @@ class CloudWork:
     members: tuple[model.Member, ...]
     identities: AbstractSet[str]
     nova_conf: str | None
-    previous_nova: Mapping[str, Any] | None
-    autoscale_history: model.AutoscaleHistory
+    pool_memory: PoolMemory
     now: float
     nova: NovaRuntime
     metrics: Any
     may_write: Callable[[], bool]
     memory: ObservationMemory | None = None
     kube: Any = None
-    previous_handover: Mapping[str, Any] | None = None
     held: AbstractSet[str] = frozenset()
-    previous_host_mapping: Mapping[str, Any] | None = None
-    previous_guard: Mapping[str, Any] | None = None
     member_confs: tuple[str | None, ...] = ()
 
 
@@ -185,7 +181,7 @@ class CloudSide:
         pool, metrics = work.pool, work.metrics
         try:
             report = await asyncio.to_thread(run_cycle, work.adapter, pool.spec, work.members, now=work.now,
-                                             paused=True, autoscale_history=work.autoscale_history,
+                                             paused=True, autoscale_history=work.pool_memory.autoscale,
                                              memory=work.memory,
                                              full_resync_seconds=pool.ironic.full_resync_seconds)
             result = CloudResult(report)
@@ -201,7 +197,7 @@ class CloudSide:
             identities=set(work.identities) | set(plan.members_to_create if plan else ()),
             deleting=set(plan.members_to_delete if plan else ()), nova_conf=work.nova_conf,
             nodes=result.report.nodes if result.report is not None else None,
-            previous=work.previous_nova, now=work.now, metrics=metrics, may_write=work.may_write,
+            previous=work.pool_memory.nova, now=work.now, metrics=metrics, may_write=work.may_write,
             held=work.held, member_confs=work.member_confs)
         if plan is not None and plan.moves and not pool.paused:
             guarded = guarded_owners(work.members, work.now, pool.spec.rebalance_after_seconds, nova.services,
@@ -209,7 +205,7 @@ class CloudSide:
             try:
                 report = await asyncio.to_thread(
                     run_cycle, work.adapter, pool.spec, work.members, now=work.now,
-                    stop=WriteStop(interrupt, work.may_write), autoscale_history=work.autoscale_history,
+                    stop=WriteStop(interrupt, work.may_write), autoscale_history=work.pool_memory.autoscale,
                     memory=work.memory, full_resync_seconds=pool.ironic.full_resync_seconds, guarded=guarded)
                 result = CloudResult(report, applied=report.moves_applied)
                 _record_listing(metrics, work.key, report)
@@ -229,8 +225,8 @@ class CloudSide:
                 HandoverWork(work.kube, work.may_write, metrics), pool, ironic=work.adapter,
                 nova=_usable_nova(work.nova, nova), members=work.members, plan=result.plan,
                 nodes=result.report.nodes if result.report is not None else None,
-                now=work.now, recorded=work.previous_handover,
-                guard_held=held_by_guard(work.previous_guard, result.report.applied.held
+                now=work.now, recorded=work.pool_memory.handover,
+                guard_held=held_by_guard(work.pool_memory.guard, result.report.applied.held
                                          if result.report is not None else ()))
             if handover_outcome.resharded and work.memory is not None:
                 work.memory.last = None  # shards written outside run_cycle: list in full next time
@@ -245,7 +241,7 @@ async def _host_mapping(work: CloudWork, nova: NovaOutcome, deleting: AbstractSe
         return None
     services = {host: s for host, s in nova.services.items() if host in work.identities and host not in deleting}
     seen = MappingSeen(services, nova.listed, nova_policy.update_interval(work.nova_conf, work.member_confs),
-                       work.previous_host_mapping)
+                       work.pool_memory.host_mapping)
     return await run_host_mapping(HandoverWork(work.kube, work.may_write, work.metrics), work.pool, nova=adapter,
                                   runtime=work.nova, seen=seen, now=work.now)
 

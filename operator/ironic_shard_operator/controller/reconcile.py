@@ -32,13 +32,12 @@ from ironic_shard_operator.core import fencing, handover, handover_job, model, p
 from ironic_shard_operator.core.claims import Conflict, PoolClaim, cloud_identity, find_conflict
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.guard_holds import guard_section, revert_failed_event
+from ironic_shard_operator.core.pool_memory import PoolMemory, memory_of
 from ironic_shard_operator.core.redact import secrets_in_clouds_yaml, secrets_in_ini
 from ironic_shard_operator.core.refusals import Refusal, news, refused
 from ironic_shard_operator.core.schedule import after_conflict, after_invalid_spec, earliest_wake, next_delay
 from ironic_shard_operator.core.spec import InvalidSpec, Pool, SecretKeyRef, read_pool
-from ironic_shard_operator.core.status import (
-    CycleFacts, autoscale_history_of, build_status, format_time, moves_event, since_of,
-)
+from ironic_shard_operator.core.status import CycleFacts, build_status, format_time, moves_event
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     failed = await _report(cycle, pool, members, secrets, chosen, acted, cloud)
     outcome = cloud.result.handover if cloud.result is not None else None  # the handover step's
     handover_status = outcome.section if outcome is not None and outcome.section is not None else \
-        (cycle.previous or {}).get("handover")
+        cycle.memory.handover
     wake_after = earliest_wake(chosen.decision.wake_after, handover_status, cycle.now,
                                outcome is not None and outcome.next_step_soon)
     return next_delay(poll_seconds=pool.ironic.poll_interval_seconds, members=members.readiness,
@@ -82,7 +81,9 @@ class _Ended:
 
 @dataclass(frozen=True, slots=True)
 class _Cycle:
-    """One cycle's context: the pool's CR and runtime, the clock, the status it starts from."""
+    """One cycle's context: the pool's CR and runtime, the clock, the status it starts from
+    (`previous`, what the status write compares with) and that status read back once
+    (`memory`, what every decision reads)."""
 
     op: Operator
     body: Mapping[str, Any]
@@ -91,6 +92,7 @@ class _Cycle:
     runtime: PoolRuntime
     now: float
     previous: Mapping[str, Any]
+    memory: PoolMemory
 
     @property
     def key(self) -> str:
@@ -209,7 +211,7 @@ def _begin(op: Operator, body: Mapping[str, Any]) -> _Cycle:
     previous = runtime.last_status if runtime.generation is not None else None
     if previous is None:
         previous = dict(body.get("status") or {})
-    return _Cycle(op, body, namespace, name, runtime, now, previous)
+    return _Cycle(op, body, namespace, name, runtime, now, previous, memory_of(previous))
 
 
 async def _read_pool(cycle: _Cycle) -> Pool | _Ended:
@@ -244,7 +246,7 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
         if member and model.member_ordinal(cycle.name, member) is not None:
             member_confs[member] = (raw.get("data") or {}).get(podspec.MEMBER_CONF_KEY)
     identities = sorted(set(member_pods) | set(member_confs), key=lambda m: model.member_ordinal(cycle.name, m))
-    recorded = since_of(cycle.previous)
+    recorded = cycle.memory.members
     last_nodes = {m: recorded[m].kubernetes_node for m in identities if m in recorded}
     nodes = await _kubernetes_nodes(cycle, member_pods, last_nodes)
     readiness = tuple(
@@ -259,7 +261,7 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
                                          if p.created and not p.deleting), default=None),
                  start_timeout_seconds=pool.failover.pod_pending_timeout_seconds)
     jobs = [j for j in map(handover_job.read_job, jobs_raw) if j is not None]
-    held = handover.holds(recorded=cycle.previous.get("handover"), jobs=jobs, job_pods=job_pods)
+    held = handover.holds(recorded=cycle.memory.handover, jobs=jobs, job_pods=job_pods)
     return _Members(member_pods, member_confs, identities, readiness, facts, held, tuple(jobs), tuple(job_pods), nodes)
 
 
@@ -333,11 +335,9 @@ async def _start_cloud_side(cycle: _Cycle, pool: Pool, members: _Members, secret
             key=cycle.key, pool=pool, adapter=adapter, members=members.readiness,
             identities=frozenset(members.identities),
             nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key),
-            previous_nova=cycle.previous.get("nova"), autoscale_history=autoscale_history_of(cycle.previous),
-            now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
-            memory=runtime.ironic.memory, kube=cycle.op.kube, previous_handover=cycle.previous.get("handover"),
-            held=frozenset(members.held), previous_host_mapping=cycle.previous.get("hostMapping"),
-            previous_guard=cycle.previous.get("guard"), member_confs=tuple(members.member_confs.values())),
+            pool_memory=cycle.memory, now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
+            memory=runtime.ironic.memory, kube=cycle.op.kube, held=frozenset(members.held),
+            member_confs=tuple(members.member_confs.values())),
             runtime.interrupt, requests_made=lambda: adapter.requests_made + _nova_requests(runtime))
     _remember(runtime, await cloud_side.plan_by(cloud_side.deadline))
     return _CloudSideView(cloud_side, runtime.ironic_plan, runtime.ironic_error,
@@ -352,10 +352,10 @@ async def _decide_pods(cycle: _Cycle, pool: Pool, members: _Members, secrets: _S
     resource-tracker interval (member_intervals)."""
     plan = cloud.plan
     away = handover.kept_away(plan, pool.handover, members.readiness, members.pods.keys(), cycle.now,
-                              held=members.held, recorded=cycle.previous.get("handover"))
+                              held=members.held, recorded=cycle.memory.handover)
     side = handover.pod_side(identities=members.identities, plan=plan, away=away,
                              fenced_members=pool.fenced_members, jobs=members.jobs, job_pods=members.job_pods,
-                             recorded=cycle.previous.get("handover"))
+                             recorded=cycle.memory.handover)
     keep, retire, stop, fenced = list(side.keep), set(side.retire), side.stop, side.fenced
     intervals = tracker_interval.member_intervals(
         pool.tracker, keep, plan, {m: podspec.running_interval(members.member_confs.get(m)) for m in keep})
@@ -473,7 +473,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
         metrics.record_refusals(cycle.key, (r.reason for r in refusals))
     problems = _problems(secrets, refusals, cloud)
     events = [] if pool.paused else [*acted.events, *decision.events]
-    events.extend(news(refusals, cycle.previous))
+    events.extend(news(refusals, cycle.memory.degraded))
     if cloud.applied and plan is not None:
         events.append(moves_event(plan.moves, cloud.applied))
     if report is not None and (failed_back := revert_failed_event(report.applied.revert_failed)) is not None:
@@ -483,7 +483,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
     events.extend(mapping.events if mapping is not None else ())
     guard = None
     if report is not None and plan is not None:
-        guard, leaks = guard_section(cycle.previous.get("guard"), report.applied.held,
+        guard, leaks = guard_section(cycle.memory.guard, report.applied.held,
                                      {move.node_uuid for move in plan.moves}, cycle.now, pool.leaked_allocation_seconds)
         events.extend(leaks)
     await cycle.write(CycleFacts(

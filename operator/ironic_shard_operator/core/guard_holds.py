@@ -14,11 +14,10 @@ the command that removes it. The operator never deletes an allocation: it is not
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set as AbstractSet
-from dataclasses import dataclass
 from typing import Any
 
 from ironic_shard_operator.core.events import Event
-from ironic_shard_operator.core.pods import parse_time
+from ironic_shard_operator.core.pool_memory import RecordedHold
 from ironic_shard_operator.core.model import Move
 from ironic_shard_operator.core.shard_write import GuardHold
 from ironic_shard_operator.core.status import format_time
@@ -27,34 +26,12 @@ from ironic_shard_operator.core.status import format_time
 LISTED = 20
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedHold:
-    """A status.guard.nodes entry as the last status recorded it."""
-
-    consumers: tuple[str, ...]
-    since: float | None
-    leaked: bool
-
-
-def recorded_holds(previous: Mapping[str, Any] | None) -> dict[str, RecordedHold]:
-    """The last status.guard's held nodes by uuid (entries the operator would not write are dropped)."""
-    found = {}
-    for entry in (previous or {}).get("nodes") or ():
-        if isinstance(entry, Mapping) and isinstance(entry.get("node"), str):
-            since = entry.get("since")
-            found[entry["node"]] = RecordedHold(tuple(entry.get("consumers") or ()),
-                                                parse_time(since) if isinstance(since, str) else None,
-                                                bool(entry.get("leaked")))
-    return found
-
-
-def guard_section(previous: Mapping[str, Any] | None, held: Sequence[GuardHold], still_moving: AbstractSet[str],
+def guard_section(before: Mapping[str, RecordedHold], held: Sequence[GuardHold], still_moving: AbstractSet[str],
                   now: float, leaked_after: float) -> tuple[dict[str, Any], list[Event]]:
     """status.guard after a cycle's writes held `held`, and the Events of the nodes newly found
     leaked. A node keeps its `since` while it stays held; one the cycle did not get to (its
     writes stopped early) stays as it was while its move is still planned (`still_moving`:
-    the plan's moves); any other leaves."""
-    before = recorded_holds(previous)
+    the plan's moves); any other leaves. `before`: the last status.guard (PoolMemory.guard)."""
     now_held = {hold.node_uuid: hold for hold in held}
     entries, events = [], []
     for node in sorted(set(now_held) | {n for n in before if n in still_moving}):
@@ -75,12 +52,12 @@ def guard_section(previous: Mapping[str, Any] | None, held: Sequence[GuardHold],
     return {"held": len(entries), "leaked": sum(e["leaked"] for e in entries), "nodes": entries[:LISTED]}, events
 
 
-def held_by_guard(previous: Mapping[str, Any] | None, held: Sequence[GuardHold]) -> dict[str, bool]:
+def held_by_guard(before: Mapping[str, RecordedHold], held: Sequence[GuardHold]) -> dict[str, bool]:
     """node uuid -> whether it is reported as a leaked allocation, for every free node the guard
     holds: those this cycle's writes held, and those the last status.guard listed (a cycle whose
     writes stopped early did not get to them). What a retiring source's handover message names
     (core/handover.py::why_pod_stays), so a retire held by Placement says why."""
-    found = {node: record.leaked for node, record in recorded_holds(previous).items()}
+    found = {node: record.leaked for node, record in before.items()}
     for hold in held:
         found.setdefault(hold.node_uuid, False)
     return found

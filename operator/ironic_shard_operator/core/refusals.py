@@ -12,9 +12,8 @@ last status did not report it already.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from ironic_shard_operator.core.events import Event
 
@@ -62,9 +61,7 @@ def grant_hint(kind: str, namespace: str) -> str:
             "or to watchNamespaces")
 
 
-def news(refusals: Iterable[Refusal], previous_status: Mapping[str, Any] | None) -> list[Event]:
-    """A Warning Event for each refusal the last status's Degraded condition did not report."""
-    degraded = next((c for c in (previous_status or {}).get("conditions") or () if c.get("type") == "Degraded"),
-                    {})
-    reported = str(degraded.get("message") or "") if degraded.get("status") == "True" else ""
-    return [Event(r.reason, r.message, "Warning") for r in refusals if f"refused to {r.subject} " not in reported]
+def news(refusals: Iterable[Refusal], degraded: str) -> list[Event]:
+    """A Warning Event for each refusal the last status's Degraded condition (`degraded`, its
+    message while True: PoolMemory.degraded) did not report."""
+    return [Event(r.reason, r.message, "Warning") for r in refusals if f"refused to {r.subject} " not in degraded]

@@ -20,7 +20,8 @@ from typing import Any, Mapping, Sequence
 
 from ironic_shard_operator.core import handover, host_mapping, model, nova_policy
 from ironic_shard_operator.core.events import Event
-from ironic_shard_operator.core.pods import MemberState, parse_time
+from ironic_shard_operator.core.pods import MemberState
+from ironic_shard_operator.core.pool_memory import since_of
 from ironic_shard_operator.core.redact import redact
 from ironic_shard_operator.core.tracker_interval import IntervalSettings
 
@@ -167,25 +168,10 @@ def desired_reason(plan: model.Plan) -> str:
 
 
 def _autoscale(history: model.AutoscaleHistory) -> dict[str, Any]:
-    """status.autoscale: what the scale-down stabilization keeps (autoscale_history_of reads it).
+    """status.autoscale: what the scale-down stabilization keeps (pool_memory.autoscale_history_of reads it).
     Times are rounded up to the second, so a round trip never shortens the window."""
     return {"recommendation": history.recommendation,
             "peaks": [{"replicas": p.replicas, "lastWanted": _time_up(p.last_wanted)} for p in history.peaks]}
-
-
-def autoscale_history_of(previous_status: Mapping[str, Any] | None) -> model.AutoscaleHistory:
-    """The scale-down stabilization's history as the last status recorded it (empty when there
-    is none, or it is not what the operator writes)."""
-    section = (previous_status or {}).get("autoscale")
-    try:
-        recommendation = section.get("recommendation")
-        peaks = tuple(model.AutoscalePeak(int(p["replicas"]), parse_time(p["lastWanted"]))
-                      for p in section.get("peaks") or ())
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return model.AutoscaleHistory()
-    if not isinstance(recommendation, int) or any(p.last_wanted is None for p in peaks):
-        return model.AutoscaleHistory()
-    return model.AutoscaleHistory(recommendation, peaks)
 
 
 def _time_up(seconds: float) -> str:
@@ -558,12 +544,3 @@ def spread(moves: Sequence[model.Move]) -> str:
     return ", ".join(f"{n} to {t}" for t, n in sorted(targets.items()))
 
 
-def since_of(previous_status: Mapping[str, Any] | None) -> dict[str, model.Member]:
-    """The members' readiness as the last status recorded it (for member_readiness)."""
-    out = {}
-    for entry in (previous_status or {}).get("members") or ():
-        if entry.get("name"):
-            out[entry["name"]] = model.Member(
-                name=entry["name"], ready=bool(entry.get("ready")), since=parse_time(entry.get("since")),
-                counted_out=entry.get("countedOut") or None, kubernetes_node=entry.get("kubernetesNode") or None)
-    return out
