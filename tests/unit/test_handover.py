@@ -18,6 +18,7 @@ from ironic_shard_operator.core.handover import (
 )
 from ironic_shard_operator.core.model import Member, Node, Observation, PinnedCounts, PoolSpec, pinned_by_owner
 from ironic_shard_operator.core.planner import plan
+from ironic_shard_operator.core.pool_memory import memory_of
 from ironic_shard_operator.core.schedule import AFTER_WAKE_SECONDS, handover_retry_in, next_delay
 from ironic_shard_operator.core.shard_write import Verdict, handover_verdict
 from ironic_shard_operator.core.spec import Handover, SecretKeyRef
@@ -41,9 +42,16 @@ def with_instance(uuid: str, shard: str) -> Node:
     return Node(uuid, shard=shard, instance_uuid=f"i-{uuid}", provision_state="active")
 
 
+def read_back(section) -> handover.RecordedHandover:
+    """A status.handover section as the next cycle reads it back (PoolMemory.handover)."""
+    return memory_of({"handover": section}).handover
+
+
 def decide(*, retiring, **kw) -> handover.HandoverStep:
     """One handover step as the controller runs it: the sources found from the listing's pinned
-    counts (`pinned_by_owner`, what the plan carries), then the step."""
+    counts (`pinned_by_owner`, what the plan carries), then the step, with the last status
+    section `recorded` read back."""
+    kw["recorded"] = read_back(kw.get("recorded"))
     owned = pinned_by_owner(kw["nodes"])
     found = handover.sources(settings=kw["settings"], members=kw["members"], retiring=retiring, owned=owned,
                              pods=kw["pods"], now=kw["now"])
@@ -237,9 +245,10 @@ def test_the_pod_side_stops_a_retiring_source_only_once_its_free_nodes_are_gone_
     stop, held = pods_to_stop(moved, after, members, pods=[m(0), m(1), m(3)], now=NOW)
     assert stop == {m(3)} and held == {m(2)}
     # while the last status says no handover can run (e.g. no usable nova.conf), the pod stays
-    last = {"handover": {"problems": [{"trigger": "ScaleDown", "reason": "HandoverConfigInvalid", "message": "x"}]}}
-    assert handover.blocked(last)
-    stop, _ = pods_to_stop(moved, after, members, pods=[m(0), m(1), m(3)], now=NOW, stalled=handover.blocked(last))
+    last = memory_of({"handover": {"problems": [{"trigger": "ScaleDown", "reason": "HandoverConfigInvalid",
+                                                 "message": "x"}]}}).handover
+    assert last.blocked
+    stop, _ = pods_to_stop(moved, after, members, pods=[m(0), m(1), m(3)], now=NOW, stalled=last.blocked)
     assert stop == frozenset()
 
 
@@ -401,13 +410,13 @@ def test_a_half_move_is_reported_with_its_manual_fix_and_never_resharded_or_batc
 
 
 def test_a_failed_jobs_retry_wakes_the_pool_when_it_falls_due_not_a_poll_later():
-    section = {"sources": [{"member": m(2), "nextRetryAt": "2025-01-01T00:01:00Z"},
-                           {"member": m(1), "nextRetryAt": "2025-01-01T00:02:00Z"}, {"member": m(0)}]}
+    section = read_back({"sources": [{"member": m(2), "nextRetryAt": "2025-01-01T00:01:00Z"},
+                                     {"member": m(1), "nextRetryAt": "2025-01-01T00:02:00Z"}, {"member": m(0)}]})
     now = 1735689600.0  # 2025-01-01T00:00:00Z
     assert handover_retry_in(section, now) == 60.0
     assert handover_retry_in(section, now + 90) == 0.0
-    assert handover_retry_in({"sources": [{"member": m(0)}]}, now) is None
-    assert handover_retry_in(None, now) is None
+    assert handover_retry_in(read_back({"sources": [{"member": m(0)}]}), now) is None
+    assert handover_retry_in(read_back(None), now) is None
     delay = next_delay(poll_seconds=300, members=[], rebalance_after_seconds=120, now=now, failed=False,
                        wake_after=handover_retry_in(section, now), moves_applied=0)
     assert delay == 60.0 + AFTER_WAKE_SECONDS
@@ -423,19 +432,19 @@ def _recorded(member, phase, trigger="ScaleDown", **extra):
 
 
 def test_a_source_is_held_by_what_its_status_recorded_and_by_its_jobs_and_their_pods_never_by_a_plan():
-    assert handover.holds(recorded=None, jobs=(), job_pods=()) == {}
+    assert handover.holds(recorded=read_back(None), jobs=(), job_pods=()) == {}
     for phase in (handover.STOPPING_POD, handover.FORCING_DOWN, handover.MOVING, handover.BLOCKED,
                   handover.CANCELLING):
-        assert set(handover.holds(recorded=_recorded(m(2), phase), jobs=(), job_pods=())) == {m(2)}
+        assert set(handover.holds(recorded=read_back(_recorded(m(2), phase)), jobs=(), job_pods=())) == {m(2)}
     for phase in (handover.MOVING_FREE, handover.DONE):
-        assert handover.holds(recorded=_recorded(m(2), phase), jobs=(), job_pods=()) == {}
+        assert handover.holds(recorded=read_back(_recorded(m(2), phase)), jobs=(), job_pods=()) == {}
     running = JobView("j", m(2), (("n0", m(0)),), ACTIVE)
-    assert "j runs" in handover.holds(recorded=None, jobs=[running], job_pods=())[m(2)]
+    assert "j runs" in handover.holds(recorded=read_back(None), jobs=[running], job_pods=())[m(2)]
     ended = replace(running, state=FAILED)
-    assert handover.holds(recorded=None, jobs=[ended], job_pods=()) == {}
+    assert handover.holds(recorded=read_back(None), jobs=[ended], job_pods=()) == {}
     alive = handover.JobPod("j-x", "j", m(2), (("n0", m(0)),), alive=True)  # its Job deleted, it still runs
-    assert set(handover.holds(recorded=None, jobs=(), job_pods=[alive])) == {m(2)}
-    assert handover.holds(recorded=None, jobs=(), job_pods=[replace(alive, alive=False)]) == {}
+    assert set(handover.holds(recorded=read_back(None), jobs=(), job_pods=[alive])) == {m(2)}
+    assert handover.holds(recorded=read_back(None), jobs=(), job_pods=[replace(alive, alive=False)]) == {}
 
 
 def test_a_node_enters_a_new_job_only_when_no_pod_of_an_earlier_job_may_still_move_it():
@@ -601,7 +610,7 @@ def test_a_failed_source_whose_nodes_are_all_refused_is_not_kept_from_its_pod_by
     members = (*ready(0, 1), Member(m(2), ready=False, since=NOW - 700))
     nodes = (with_instance("two", m(2)), Node("f", shard=m(0)))
     current = plan(Observation(PoolSpec(POOL, replicas=3), members, nodes, NOW))
-    assert handover.kept_away(current, after, members, [m(0), m(1)], NOW, held={}, recorded=None) \
+    assert handover.kept_away(current, after, members, [m(0), m(1)], NOW, held={}, recorded=read_back(None)) \
         .keys() == {m(2)}  # a failed source: no pod while its handover starts
     step = decide(settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(),
                   nodes=nodes, nova=NovaView(FORCED, {"two": m(2)}, {"two": 2}), jobs=(), now=NOW,
@@ -609,7 +618,7 @@ def test_a_failed_source_whose_nodes_are_all_refused_is_not_kept_from_its_pod_by
     (progress,) = step.progress
     assert progress.phase == handover.BLOCKED and not progress.held
     assert handover.kept_away(current, after, members, [m(0), m(1)], NOW, held={},
-                              recorded=handover_section(step)) == {}
+                              recorded=read_back(handover_section(step))) == {}
 
 
 def test_a_node_nova_has_no_compute_node_for_is_reported_and_the_failed_member_released_once_nothing_is_novas():
@@ -639,7 +648,7 @@ def test_a_node_nova_has_no_compute_node_for_is_reported_and_the_failed_member_r
     assert [p.reason for p in step.problems] == ["HandoverNoComputeNode"]
     current = plan(Observation(PoolSpec(POOL, replicas=3), members, tuple(nodes), NOW))
     assert handover.kept_away(current, after, members, [m(0), m(1)], NOW, held={},
-                              recorded=handover_section(step)) == {}
+                              recorded=read_back(handover_section(step))) == {}
     # the same node of a retiring member blocks its retire, reported the same way (it stays held)
     step = _decide([lost], services=FORCED, hosts={})
     assert step.progress[0].phase == handover.BLOCKED and step.progress[0].held
@@ -678,13 +687,13 @@ def test_a_source_whose_job_runs_is_not_retired_and_gets_no_pod_when_scaled_back
     assert handover.retirable([m(3)], [job], []) == frozenset()
     assert handover.retirable([m(3)], [], [pod]) == frozenset()
     assert handover.retirable([m(3)], [replace(job, state=SUCCEEDED)], [replace(pod, alive=False)]) == {m(3)}
-    held = handover.holds(recorded=None, jobs=[job], job_pods=[pod])
+    held = handover.holds(recorded=read_back(None), jobs=[job], job_pods=[pod])
     kept = handover.pod_side(identities=[m(0), m(1), m(3)], plan=_plan_of(delete=(m(3),)), away=held,
-                             fenced_members=(), jobs=[job], job_pods=[pod], recorded=None)
+                             fenced_members=(), jobs=[job], job_pods=[pod], recorded=read_back(None))
     assert m(3) in kept.stop and m(3) not in kept.retire and m(3) not in kept.keep
     # Its identity gone already (an earlier operator retired it): the plan creates it again, held.
     again = handover.pod_side(identities=[m(0), m(1)], plan=_plan_of(create=(m(3),)), away=held,
-                              fenced_members=(), jobs=[job], job_pods=[pod], recorded=None)
+                              fenced_members=(), jobs=[job], job_pods=[pod], recorded=read_back(None))
     assert m(3) not in again.keep
 
 
@@ -701,6 +710,6 @@ def test_a_member_nova_lists_a_node_under_is_not_retired_before_ironic_follows()
     recorded = handover_section(step)
     assert recorded["receiving"] == [m(2)]
     side = handover.pod_side(identities=[m(0), m(1), m(2)], plan=_plan_of(delete=(m(2),)), away={},
-                             fenced_members=(), jobs=(), job_pods=(), recorded=recorded)
+                             fenced_members=(), jobs=(), job_pods=(), recorded=read_back(recorded))
     assert m(2) not in side.retire and m(2) in side.keep
     assert handover.retirable([m(2)], (), ()) == {m(2)}  # without the record it would go

@@ -52,6 +52,7 @@ from ironic_shard_operator.core import fencing, handover
 from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobPod, JobView, NovaView
 from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec, pinned_by_owner
 from ironic_shard_operator.core.planner import plan
+from ironic_shard_operator.core.pool_memory import memory_of
 from ironic_shard_operator.core.shard_write import Verdict, handover_verdict, move_verdict
 from ironic_shard_operator.core.spec import Handover, SecretKeyRef
 from ironic_shard_operator.core.status import handover_section, handover_section_unseen
@@ -300,11 +301,12 @@ class HandoverUnderFaults(RuleBasedStateMachine):
         jobs, job_pods = list(w.jobs.values()), w.job_pod_views()
         listed_pods = set(w.pods)  # what the Ironic and Nova side listed as it started, in parallel
         # the pod side (reconcile._decide_pods), with or without a plan
-        held = handover.holds(recorded=w.recorded, jobs=jobs, job_pods=job_pods)
-        away = handover.kept_away(current, SETTINGS, members, set(w.pods), w.now, held=held, recorded=w.recorded)
+        recorded = memory_of({"handover": w.recorded}).handover  # the last status, read back
+        held = handover.holds(recorded=recorded, jobs=jobs, job_pods=job_pods)
+        away = handover.kept_away(current, SETTINGS, members, set(w.pods), w.now, held=held, recorded=recorded)
         side = handover.pod_side(identities=[m.name for m in members if m.name in w.identities], plan=current,
                                  away=away, fenced_members=(), jobs=jobs, job_pods=job_pods,
-                                 recorded=w.recorded)
+                                 recorded=recorded)
         for member in sorted(side.stop):
             w.pods.pop(member, None)
         for member in sorted(side.retire):
@@ -337,16 +339,17 @@ class HandoverUnderFaults(RuleBasedStateMachine):
         owned = pinned_by_owner(nodes)
         found = handover.sources(settings=SETTINGS, members=members, retiring=current.retiring, owned=owned,
                                  pods=listed_pods, now=w.now)
+        recorded = memory_of({"handover": w.recorded}).handover
         if w.nova_down:  # the step sees nothing of Nova: the recorded sources stay
-            w.recorded = handover_section_unseen(w.recorded, handover.unseen_problems(
-                w.recorded, found, "HandoverNovaUnavailable", "Nova: not answering"))
+            w.recorded = handover_section_unseen(recorded, handover.unseen_problems(
+                recorded, found, "HandoverNovaUnavailable", "Nova: not answering"))
             return
         nova = NovaView(w.services(), dict(w.host), {},
                         frozenset(u for u in w.nodes if w.instance_host.get(u) not in (None, w.host.get(u))
                                   and w.instance_host.get(u) == w.nodes[u].shard))
         step = handover.decide(settings=SETTINGS, members=members, found=found,
                                ring_members=current.ring_members, pods=listed_pods, nodes=nodes,
-                               owned=owned, nova=nova, jobs=jobs, job_pods=job_pods, recorded=w.recorded,
+                               owned=owned, nova=nova, jobs=jobs, job_pods=job_pods, recorded=recorded,
                                blocker=BLOCKER if w.blocker else None, now=w.now)
         for source in step.force_down:
             w.forced.add(source)

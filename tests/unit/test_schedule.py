@@ -62,9 +62,11 @@ def test_every_delay_comes_from_the_schedule():
         AFTER_MOVES_SECONDS, FAILED_CYCLE_RETRY_SECONDS, after_conflict, after_failed_cycle, after_invalid_spec,
         earliest_wake,
     )
+    from ironic_shard_operator.core.handover import recorded_handover
     assert after_failed_cycle() == FAILED_CYCLE_RETRY_SECONDS < after_invalid_spec()
     assert after_conflict(30.0) == 30.0
-    assert earliest_wake(None, None, 0.0, False) is None
-    assert earliest_wake(5.0, None, 0.0, True) == AFTER_MOVES_SECONDS
-    section = {"sources": [{"member": "m", "nextRetryAt": "1970-01-01T00:00:40Z"}]}
+    nothing = recorded_handover(None)
+    assert earliest_wake(None, nothing, 0.0, False) is None
+    assert earliest_wake(5.0, nothing, 0.0, True) == AFTER_MOVES_SECONDS
+    section = recorded_handover({"sources": [{"member": "m", "nextRetryAt": "1970-01-01T00:00:40Z"}]})
     assert earliest_wake(50.0, section, 10.0, False) == 30.0

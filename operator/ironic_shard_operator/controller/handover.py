@@ -70,11 +70,11 @@ class HandoverWork:
 
 async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter, nova: NovaAdapter | None,
                        members: Sequence[Member], plan: Plan | None, nodes: Sequence[Node] | None,
-                       now: float, recorded: Mapping[str, Any] | None = None,
+                       now: float, recorded: handover.RecordedHandover = handover.RecordedHandover(),
                        guard_held: Mapping[str, bool] | None = None) -> HandoverOutcome:
     """One step of every handover of `pool` (the module doc), from one listing: `nodes` and the
-    `plan` made from them (who retires, the pinned nodes per owner); `recorded` is the last
-    status.handover, `guard_held` the free nodes the shard-write guard holds (core/handover.py's
+    `plan` made from them (who retires, the pinned nodes per owner); `recorded` the last
+    status.handover read back (PoolMemory.handover), `guard_held` the free nodes the shard-write guard holds (core/handover.py's
     `decide`). Never raises for Kubernetes, Nova or Ironic failures (they are reported):
     what cannot be seen keeps the recorded sources as they were, so no hold is lost."""
     settings = pool.handover
@@ -116,7 +116,8 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
     return HandoverOutcome(handover_section(step), tuple(events), resharded, step.next_step_soon)
 
 
-def _unseen(recorded: Mapping[str, Any] | None, found: Mapping[str, str], reason: str, message: str) -> HandoverOutcome:
+def _unseen(recorded: handover.RecordedHandover, found: Mapping[str, str], reason: str,
+            message: str) -> HandoverOutcome:
     """A step that cannot see Nova: the recorded sources stay as they were, with the problem."""
     problems = handover.unseen_problems(recorded, found, reason, message)
     return HandoverOutcome(handover_section_unseen(recorded, problems), (Event(reason, message, "Warning"),))

@@ -60,9 +60,9 @@ async def reconcile(op: Operator, body: Mapping[str, Any], claims: Iterable[Pool
     cloud = await _cloud_result(cycle, cloud)
     failed = await _report(cycle, pool, members, secrets, chosen, acted, cloud)
     outcome = cloud.result.handover if cloud.result is not None else None  # the handover step's
-    handover_status = outcome.section if outcome is not None and outcome.section is not None else \
-        cycle.memory.handover
-    wake_after = earliest_wake(chosen.decision.wake_after, handover_status, cycle.now,
+    handover_now = handover.recorded_handover(outcome.section) \
+        if outcome is not None and outcome.section is not None else cycle.memory.handover
+    wake_after = earliest_wake(chosen.decision.wake_after, handover_now, cycle.now,
                                outcome is not None and outcome.next_step_soon)
     return next_delay(poll_seconds=pool.ironic.poll_interval_seconds, members=members.readiness,
                       rebalance_after_seconds=pool.spec.rebalance_after_seconds, now=cycle.now, failed=failed,

@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.fencing import not_ready_for
@@ -262,13 +263,13 @@ def sources(*, settings: Handover | None, members: Iterable[Member], retiring: I
     return found
 
 
-def holds(*, recorded: Mapping | None, jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> dict[str, str]:
+def holds(*, recorded: RecordedHandover, jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> dict[str, str]:
     """Member -> why it is held (no pod; forced_down kept), from durable facts alone: the
     phase the last status.handover recorded for it (HELD_PHASES), a Job of it that runs, a
     pod of one of its Jobs that may still run. Whether this cycle has a plan plays no part.
     Only a handover step that finds nothing of the member in flight releases it (`decide`)."""
     why: dict[str, str] = {}
-    for entry in recorded_sources(recorded).values():
+    for entry in recorded.sources.values():
         if recorded_held(entry):
             why.setdefault(entry["member"], f"its handover is at {entry.get('phase')} (status.handover)")
     for job in jobs:
@@ -286,25 +287,38 @@ def recorded_held(entry: Mapping) -> bool:
     return bool(entry["held"]) if "held" in entry else entry.get("phase") in HELD_PHASES
 
 
-def recorded_sources(recorded: Mapping | None) -> dict[str, Mapping]:
-    """The last status.handover's sources by member (entries without a member name dropped)."""
-    entries = (recorded or {}).get("sources") or ()
-    return {e["member"]: e for e in entries if isinstance(e, Mapping) and isinstance(e.get("member"), str)}
+@dataclass(frozen=True, slots=True)
+class RecordedHandover:
+    """status.handover as the last handover step wrote it, read back once (`recorded_handover`,
+    PoolMemory.handover): its source entries by member, the members it recorded receiving
+    (`receivers`), whether it reported a problem that stops every handover (BLOCKERS), and the
+    section itself (kept as it was by a step that could not see enough to decide)."""
+
+    sources: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    receiving: frozenset[str] = frozenset()
+    blocked: bool = False
+    section: Mapping[str, Any] | None = None
 
 
-def unseen_problems(recorded: Mapping | None, found: Mapping[str, str], reason: str,
+def recorded_handover(section: Mapping[str, Any] | None) -> RecordedHandover:
+    """The last status.handover read back (entries without a member name dropped)."""
+    if not isinstance(section, Mapping):
+        return RecordedHandover()
+    entries = section.get("sources") or ()
+    return RecordedHandover(
+        sources={e["member"]: e for e in entries if isinstance(e, Mapping) and isinstance(e.get("member"), str)},
+        receiving=frozenset(m for m in section.get("receiving") or () if isinstance(m, str)),
+        blocked=any(isinstance(p, Mapping) and p.get("reason") in BLOCKERS for p in section.get("problems") or ()),
+        section=section)
+
+
+def unseen_problems(recorded: RecordedHandover, found: Mapping[str, str], reason: str,
                     message: str) -> tuple[Problem, ...]:
     """The problem of a step that could not see enough to decide (Nova not answering, or
     none): one per trigger of the sources found, else of those recorded."""
-    triggers = set(found.values()) or {e.get("trigger") for e in recorded_sources(recorded).values()
+    triggers = set(found.values()) or {e.get("trigger") for e in recorded.sources.values()
                                        if e.get("trigger") in (SCALE_DOWN, FAILURE)} or {SCALE_DOWN}
     return tuple(Problem(t, reason, message) for t in sorted(triggers))
-
-
-def blocked(last_status: Mapping | None) -> bool:
-    """Whether the last status.handover reported a problem that stops every handover."""
-    section = (last_status or {}).get("handover") or {}
-    return any(p.get("reason") in BLOCKERS for p in section.get("problems") or ())
 
 
 def why_pod_stays(*, free: int, busy: Sequence[tuple[str, str]], ring_members: Sequence[str],
@@ -358,15 +372,15 @@ def pods_to_stop(plan: Plan | None, settings: Handover | None, members: Iterable
 
 
 def kept_away(plan: Plan | None, settings: Handover | None, members: Sequence[Member], pods: Iterable[str],
-              now: float, *, held: Mapping[str, str], recorded: Mapping | None) -> dict[str, str]:
+              now: float, *, held: Mapping[str, str], recorded: RecordedHandover) -> dict[str, str]:
     """Member -> why its pod must not run, for the pod side: the members a handover holds
     (`held`, from `holds`: with or without a plan), and those this cycle's plan starts a
     handover with (`pods_to_stop`, unless the last status says a problem stops every
     handover). A member the plan retires is the pod side's to remove, whatever this says."""
-    stop, failed = pods_to_stop(plan, settings, members, pods, now, stalled=blocked({"handover": recorded}))
+    stop, failed = pods_to_stop(plan, settings, members, pods, now, stalled=recorded.blocked)
     # The step's own word comes first: a source it found Blocked with nothing in flight (its
     # nodes refused) holds nothing, and a plan does not keep it from its pod either.
-    stuck = {m for m, e in recorded_sources(recorded).items() if e.get("phase") == BLOCKED and not recorded_held(e)}
+    stuck = {m for m, e in recorded.sources.items() if e.get("phase") == BLOCKED and not recorded_held(e)}
     stop, failed = stop - stuck, failed - stuck
     away = dict(held)
     for member in sorted(stop):
@@ -384,7 +398,7 @@ def retirable(members_to_delete: Iterable[str], jobs: Iterable[JobView], job_pod
     Ironic shows the move, core/handover.py's `_Context.settled`). A source whose Job runs, or
     a pod of whose Jobs may still run, is held (`holds`): retired, its identity would be gone
     while a nova-manage run still names it, and a scale back up would give it a pod at once.
-    `receiving`: what the last handover step recorded (`recorded_receiving`): a member Nova
+    `receiving`: what the last handover step recorded (`RecordedHandover.receiving`): a member Nova
     lists a node under whose Job is gone and whose shard is not written yet."""
     jobs, job_pods = tuple(jobs), tuple(job_pods)
     busy = set(receiving) | job_destinations(jobs, job_pods)
@@ -406,16 +420,16 @@ class PodSide:
 
 def pod_side(*, identities: Sequence[str], plan: Plan | None, away: Mapping[str, str],
              fenced_members: Iterable[str], jobs: Iterable[JobView], job_pods: Iterable[JobPod],
-             recorded: Mapping | None) -> PodSide:
+             recorded: RecordedHandover) -> PodSide:
     """The pod side's membership: with a plan, identities are created and retired; without,
     only the existing ones are looked after. Invariants: a member kept away (`away`, from
     `kept_away`: held by its handover, or stopped by this cycle's plan) gets no pod, whether it
     has an identity or is one the plan creates again; a member is retired only when no handover
     Job moves nodes to or from it and the last status.handover records no node Nova lists under
-    it that Ironic gives another member (`retirable`, `recorded_receiving`)."""
+    it that Ironic gives another member (`retirable`, `RecordedHandover.receiving`)."""
     present, fenced_all = set(identities), set(fenced_members)
     retire = retirable(plan.members_to_delete if plan else (), jobs, job_pods,
-                       recorded_receiving(recorded)) & present
+                       recorded.receiving) & present
     stop = set(away) & present - retire
     fenced = fenced_all & present - retire - stop
     keep = [m for m in identities if m not in retire and m not in stop and m not in fenced]
@@ -431,7 +445,7 @@ def decide(*, settings: Handover | None, members: Sequence[Member], found: Mappi
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], owned: PinnedCounts,
            nova: NovaView,
            jobs: Sequence[JobView], now: float, job_pods: Sequence[JobPod] = (),
-           recorded: Mapping | None = None, blocker: tuple[str, str] | None = None,
+           recorded: RecordedHandover = RecordedHandover(), blocker: tuple[str, str] | None = None,
            guard_held: Mapping[str, bool] | None = None) -> HandoverStep:
     """The next step of each handover (module doc). `found`: this step's sources and their
     triggers (`sources`); `ring_members`: the plan's ring (ready by the grace rule, not
@@ -514,11 +528,6 @@ def job_destinations(jobs: Iterable[JobView], job_pods: Iterable[JobPod]) -> set
     """The members the pool's handover Jobs move nodes to, and those of Job pods that may still run."""
     found = {dest for job in jobs for _, dest in job.moves}
     return found | {dest for pod in job_pods if pod.alive and pod.moves for _, dest in pod.moves}
-
-
-def recorded_receiving(recorded: Mapping | None) -> frozenset[str]:
-    """status.handover.receiving as the last handover step recorded it (`receivers`)."""
-    return frozenset(m for m in (recorded or {}).get("receiving") or () if isinstance(m, str))
 
 
 def job_name(source: str, moves: Sequence[Move], attempt: int = 1) -> str:
@@ -658,10 +667,10 @@ class _Context:
     @classmethod
     def of(cls, *, settings: Handover | None, members: Sequence[Member], found: Mapping[str, str],
            ring_members: Iterable[str], pods: Iterable[str], nodes: Sequence[Node], nova: NovaView,
-           jobs: Sequence[JobView], job_pods: Sequence[JobPod], recorded: Mapping | None,
+           jobs: Sequence[JobView], job_pods: Sequence[JobPod], recorded: RecordedHandover,
            blocker: tuple[str, str] | None, now: float, guard_held: Mapping[str, bool]) -> _Context:
         with_pod, ring = frozenset(pods), tuple(ring_members)
-        before = recorded_sources(recorded)
+        before = recorded.sources
         held = set(holds(recorded=recorded, jobs=jobs, job_pods=job_pods))
         holding: dict[str, tuple[str, str]] = {}
         for job in jobs:
@@ -676,7 +685,7 @@ class _Context:
         return cls(settings, members, frozenset(m.name for m in members), ring, ready_now, with_pod, nodes,
                    nova, jobs, job_pods, before, blocker, now, found, frozenset(held - set(found)), holding,
                    frozenset(p.source for p in job_pods if p.alive and p.moves is None), destinations,
-                   blocked({"handover": recorded}) or blocker is not None,
+                   recorded.blocked or blocker is not None,
                    frozenset({j.source for j in jobs if j.state == ACTIVE} | {p.source for p in job_pods if p.alive}),
                    guard_held)
 

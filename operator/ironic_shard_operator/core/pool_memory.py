@@ -7,8 +7,9 @@ here, once, into `PoolMemory`; every decision reads that, never the raw status. 
 new leader or an upgraded operator starts from the same memory. An entry the operator would
 not have written is dropped, never trusted. Pure.
 
-status.handover, status.nova and status.hostMapping are kept as recorded: their own modules
-(core/handover.py, core/nova_policy.py, core/host_mapping.py) read their entries.
+status.handover is read by its own module (core/handover.py::recorded_handover); status.nova
+and status.hostMapping are kept as recorded, for their own modules (core/nova_policy.py,
+core/host_mapping.py) to read.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ironic_shard_operator.core import model
+from ironic_shard_operator.core.handover import RecordedHandover, recorded_handover
 from ironic_shard_operator.core.pods import parse_time
 
 
@@ -37,14 +39,15 @@ class PoolMemory:
     `members`: each member's readiness and since when, why it was counted out, its Kubernetes
     node (status.members); `autoscale`: the scale-down window (status.autoscale); `guard`: the
     held free nodes by uuid (status.guard); `degraded`: what the Degraded condition reported
-    ('' when it was not True); `handover`, `nova`, `host_mapping`: those sections as recorded.
+    ('' when it was not True); `handover`: each handover's last recorded step; `nova`,
+    `host_mapping`: those sections as recorded.
     """
 
     members: Mapping[str, model.Member] = field(default_factory=dict)
     autoscale: model.AutoscaleHistory = field(default_factory=model.AutoscaleHistory)
     guard: Mapping[str, RecordedHold] = field(default_factory=dict)
     degraded: str = ""
-    handover: Mapping[str, Any] | None = None
+    handover: RecordedHandover = field(default_factory=RecordedHandover)
     nova: Mapping[str, Any] | None = None
     host_mapping: Mapping[str, Any] | None = None
 
@@ -54,7 +57,7 @@ def memory_of(status: Mapping[str, Any] | None) -> PoolMemory:
     status = status or {}
     return PoolMemory(members=since_of(status), autoscale=autoscale_history_of(status),
                       guard=recorded_holds(status.get("guard")), degraded=_degraded(status),
-                      handover=status.get("handover"), nova=status.get("nova"),
+                      handover=recorded_handover(status.get("handover")), nova=status.get("nova"),
                       host_mapping=status.get("hostMapping"))
 
 

@@ -8,11 +8,10 @@ unless something wakes it earlier (a pod event, a spec change).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from ironic_shard_operator.core.fencing import grace_left
-from ironic_shard_operator.core.handover import recorded_sources
+from ironic_shard_operator.core.handover import RecordedHandover
 from ironic_shard_operator.core.model import Member
 from ironic_shard_operator.core.pods import parse_time
 
@@ -44,7 +43,7 @@ def after_conflict(poll_seconds: float) -> float:
     return poll_seconds
 
 
-def earliest_wake(pod_wake: float | None, handover: Mapping[str, Any] | None, now: float,
+def earliest_wake(pod_wake: float | None, handover: RecordedHandover, now: float,
                   handover_step_soon: bool) -> float | None:
     """The `wake_after` of next_delay: the earliest of a pod decision falling due, a failed
     handover batch's retry (`handover_retry_in`) and a handover step that has more to do at once
@@ -76,10 +75,10 @@ def next_delay(*, poll_seconds: float, members: Iterable[Member], rebalance_afte
     return delay
 
 
-def handover_retry_in(section: Mapping[str, Any] | None, now: float) -> float | None:
-    """Seconds until the earliest `nextRetryAt` of a status.handover section (a failed Job's
+def handover_retry_in(recorded: RecordedHandover, now: float) -> float | None:
+    """Seconds until the earliest `nextRetryAt` of a handover's sources (a failed Job's
     batch is tried again then), 0 when one is past; None when none is set. As a `wake_after`
     for next_delay, so a retry is not up to a poll late."""
-    due = [parse_time(source.get("nextRetryAt")) for source in recorded_sources(section).values()
+    due = [parse_time(source.get("nextRetryAt")) for source in recorded.sources.values()
            if source.get("nextRetryAt")]
     return max(0.0, min(due) - now) if due else None

@@ -290,14 +290,13 @@ def host_mapping_section(step: host_mapping.MappingStep) -> dict[str, Any]:
         if value is not None} for e in step.entries]}
 
 
-def handover_section_unseen(recorded: Mapping[str, Any] | None,
+def handover_section_unseen(recorded: handover.RecordedHandover,
                             problems: Sequence[handover.Problem]) -> dict[str, Any]:
     """status.handover of a step that could not see enough to decide: the recorded sources
     as they were (the holds they carry stay), with the problems that kept it from seeing."""
-    receiving = sorted(handover.recorded_receiving(recorded))
-    return {"sources": [dict(e) for e in (recorded or {}).get("sources") or ()],
+    return {"sources": [dict(e) for e in recorded.sources.values()],
             "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in problems],
-            **({"receiving": receiving} if receiving else {})}
+            **({"receiving": sorted(recorded.receiving)} if recorded.receiving else {})}
 
 
 def _handover_conditions(facts: CycleFacts, moving: Mapping[str, Any]) -> dict[str, _Condition]:
