@@ -11,7 +11,7 @@ from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, retry
 from ironic_shard_operator.core.handover_job import CONFIG_PATH
 from ironic_shard_operator.core.host_mapping import (
     HOST_NOT_MAPPED, MAPPED, MAPPING, MAPPING_FAILED, NOT_MAPPED, UNKNOWN, MappingJob, ProbeAnswer, decide, degraded,
-    hosts_to_probe, job_name, job_selector, read_job, render_job,
+    hosts_to_probe, job_name, job_selector, read_job, recorded_mapping, render_job,
 )
 from ironic_shard_operator.core.spec import read_pool
 from ironic_shard_operator.core.status import host_mapping_section
@@ -37,8 +37,9 @@ def answers(mapped: dict, at: float = NOW) -> dict:
 
 def step(*, hosts=("rack-0",), recorded=None, listed=(), probed=None, jobs=(), blocker=None, now=NOW,
          nova=None):
-    return decide(pool_name=POOL, services=nova or services(*hosts), recorded=recorded, listed=listed,
-                  answers=probed if probed is not None else {}, jobs=jobs, blocker=blocker, now=now)
+    """One step, from the last status.hostMapping `recorded` read back as the cycle reads it."""
+    return decide(pool_name=POOL, services=nova or services(*hosts), recorded=recorded_mapping(recorded),
+                  listed=listed, answers=probed if probed is not None else {}, jobs=jobs, blocker=blocker, now=now)
 
 
 def recorded(result) -> dict:
@@ -212,7 +213,8 @@ def test_a_failed_job_names_its_members_in_the_condition_before_hosts_merely_not
 
 def test_nova_is_asked_about_a_host_not_known_mapped_once_per_interval_and_after_its_job_ended():
     nova = services("rack-0", "rack-1", "rack-2")
-    record = {"members": [{"member": "rack-0", "service": "id-rack-0", "state": MAPPED, "message": ""}]}
+    record = recorded_mapping({"members": [{"member": "rack-0", "service": "id-rack-0", "state": MAPPED,
+                                            "message": ""}]})
     ask = hosts_to_probe(services=nova, recorded=record, listed=("rack-1",), jobs=[], answers={}, now=NOW, every=10)
     assert ask == ["rack-2"]
     asked = answers({"rack-2": False}, NOW)

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from ironic_shard_operator.controller.nova_cycle import NovaRuntime, run_nova_cycle
 from ironic_shard_operator.core.model import Member
+from ironic_shard_operator.core.nova_policy import RecordedNova
 from ironic_shard_operator.core.shard_write import guarded_owners
 from ironic_shard_operator.core.spec import read_pool
 from tests.unit.nova_records import services
@@ -52,7 +53,7 @@ class IronicConnection:
 def cycle(nova: NovaAnswers):
     return run_nova_cycle(NovaRuntime(adapter=nova), IronicConnection(nova), POOL, members=MEMBERS,
                           identities={"rack-0", "rack-1"}, deleting=set(), nova_conf=None, nodes=(),
-                          previous=None, now=NOW)
+                          previous=RecordedNova(), now=NOW)
 
 
 def test_a_member_forced_down_leaves_the_guard_only_once_nova_read_again_lists_it_so():
@@ -89,7 +90,7 @@ def test_a_counted_out_member_within_its_grace_is_forced_down_before_its_free_no
         nova = NovaAnswers(applies=applies)
         outcome = run_nova_cycle(NovaRuntime(adapter=nova), IronicConnection(nova), POOL, members=out,
                                  identities={"rack-0", "rack-1"}, deleting=set(), nova_conf=None, nodes=(),
-                                 previous=None, now=NOW)
+                                 previous=RecordedNova(), now=NOW)
         (forced,) = [e for e in outcome.events if e.reason == "ForcedDown"]
         assert "at once" in forced.message and nova.listings == 2
         assert guarded_owners(out, NOW, 60, outcome.services, {"rack-0", "rack-1"}) == guarded

@@ -364,7 +364,7 @@ def test_events_only_for_changes_of_the_nova_section():
 
 def test_a_flag_left_alone_is_told_once_and_an_old_status_keeps_clearing_what_it_cleared():
     from ironic_shard_operator.core.nova_policy import (
-        ENABLED, recorded_clear_when_ready, section_events, status_section,
+        ENABLED, recorded_nova, section_events, status_section,
     )
 
     failure = status_section(ENABLED, summary(()), forced_down=["rack-1"], clear_when_ready=["rack-1"])
@@ -375,6 +375,6 @@ def test_a_flag_left_alone_is_told_once_and_an_old_status_keeps_clearing_what_it
     assert "rack-2" in told.message and "openstack compute service set --up rack-2 nova-compute" in told.message
     assert section_events(admins, admins) == []  # told once
     # A status written before clearWhenReady existed: its forcedDown was cleared once ready.
-    assert recorded_clear_when_ready({"forcedDown": ["rack-1"]}) == ("rack-1",)
-    assert recorded_clear_when_ready({"forcedDown": ["rack-1"], "clearWhenReady": []}) == ()
-    assert recorded_clear_when_ready(None) == ()
+    assert recorded_nova({"forcedDown": ["rack-1"]}).clear_when_ready == ("rack-1",)
+    assert recorded_nova({"forcedDown": ["rack-1"], "clearWhenReady": []}).clear_when_ready == ()
+    assert recorded_nova(None).clear_when_ready == ()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ironic_shard_operator.core import fencing, handover, nova_policy, pods
+from ironic_shard_operator.core import fencing, handover, pods
 from ironic_shard_operator.core.guard_holds import guard_section, held_by_guard
 from ironic_shard_operator.core.model import Observation
 from ironic_shard_operator.core.planner import plan
@@ -49,8 +49,7 @@ def decisions(world: World, status: dict, jobs) -> dict:
     side = handover.pod_side(identities=[x.name for x in world.members], plan=the_plan, away=away,
                              fenced_members=(), jobs=jobs, job_pods=(), recorded=memory.handover)
     retry_in = handover_retry_in(memory.handover, world.now)
-    clear = fencing.clear_when_ready_after(nova_policy.recorded_clear_when_ready(memory.nova),
-                                           world.members, world.services)
+    clear = fencing.clear_when_ready_after(memory.nova.clear_when_ready, world.members, world.services)
     readiness = {x.name: pods.member_readiness(x.name, None, memory.members.get(x.name), world.now)
                  for x in world.members}
     return plain({

@@ -47,12 +47,12 @@ class HostMappingOutcome:
 class MappingSeen:
     """What the step works from: the Nova service of each current member not retiring (from
     Nova's cycle), the hosts its hypervisor list named this cycle, the members' update
-    interval (how often Nova is asked again), and the last status.hostMapping."""
+    interval (how often Nova is asked again), and the last status.hostMapping read back."""
 
     services: Mapping[str, Any]
     listed: AbstractSet[str]
     interval: float
-    recorded: Mapping[str, Any] | None
+    recorded: host_mapping.RecordedMapping
 
 
 async def run_host_mapping(work: HandoverWork, pool: Pool, *, nova: NovaAdapter, runtime: NovaRuntime,
@@ -62,7 +62,7 @@ async def run_host_mapping(work: HandoverWork, pool: Pool, *, nova: NovaAdapter,
     try:  # without a novaManageConfig, a Job can only be one recorded before it was removed
         jobs = [j for j in [await job_view(kube, pool, raw, host_mapping.read_job) for raw in
                             await kube.list_jobs(pool.namespace, host_mapping.job_selector(pool.name))]
-                if j is not None] if pool.handover is not None or _recorded_jobs(seen.recorded) else []
+                if j is not None] if pool.handover is not None or seen.recorded.names_a_job else []
     except KubeError as error:
         return HostMappingOutcome(None, (Event("HostMappingWaiting", f"Kubernetes API: {error}", "Warning"),))
     answers = await _ask_nova(nova, runtime, seen, jobs, now)
@@ -98,11 +98,6 @@ async def _ask_nova(nova: NovaAdapter, runtime: NovaRuntime, seen: MappingSeen,
             mapped = None
         runtime.host_probes[(host, seen.services[host].id)] = host_mapping.ProbeAnswer(now, mapped)
     return dict(runtime.host_probes)
-
-
-def _recorded_jobs(recorded: Mapping[str, Any] | None) -> bool:
-    """Whether the last status.hostMapping names a Job."""
-    return any(entry.get("job") for entry in (recorded or {}).get("members") or ())
 
 
 async def _blocker(work: HandoverWork, pool: Pool) -> str | None:

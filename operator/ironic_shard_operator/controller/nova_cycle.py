@@ -80,7 +80,7 @@ class NovaOutcome:
 def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                    members: Sequence[Member], identities: AbstractSet[str], deleting: AbstractSet[str],
                    nova_conf: str | None, nodes: Sequence[Node] | None,
-                   previous: Mapping[str, Any] | None, now: float, metrics: Any = None,
+                   previous: nova_policy.RecordedNova, now: float, metrics: Any = None,
                    may_write: Callable[[], bool] | None = None,
                    held: AbstractSet[str] = frozenset(), member_confs: Sequence[str | None] = ()) -> NovaOutcome:
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
@@ -89,7 +89,7 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     (pod or ConfigMap) and the ones being created; `deleting`: those of them this cycle
     deletes (plan.members_to_delete: no misplaced node is handed to them); `nodes`: the pool's Ironic nodes as this
     cycle read them, None when Ironic could not be read (then only forced_down is looked
-    after, and only once Nova has answered before); `previous`: the last status.nova;
+    after, and only once Nova has answered before); `previous`: the last status.nova read back (PoolMemory.nova);
     `may_write`: asked right before the writes (the leader's Lease check), none made if False;
     `held`: members a handover holds (their forced_down is never cleared); `member_confs`: the
     members' own nova.conf files (podspec.member_conf; with `nova_conf`, their update interval paces the audit).
@@ -99,11 +99,11 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                        may_write, held, tuple(member_confs))
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
         state.adapter, state.schedule = None, state.schedule.for_new_cloud()  # a new clouds.yaml
-    recorded = (*((previous or {}).get("retired") or ()), *state.retired)
+    recorded = (*previous.retired, *state.retired)
     state.retired = nova_policy.retired_after(recorded, deleting=deleting, identities=identities, services=None)
     if not state.schedule.asks_nova(now, ironic_read=nodes is not None):
-        if previous and list(state.retired) != list(previous.get("retired") or ()):
-            return NovaOutcome({**previous, "retired": list(state.retired)})  # recorded, Nova or not
+        if previous.section and list(state.retired) != list(previous.retired):
+            return NovaOutcome({**previous.section, "retired": list(state.retired)})  # recorded, Nova or not
         return NovaOutcome(None)
     if state.adapter is None:
         state.adapter = NovaAdapter(ironic.connection, cloud_name=pool.cloud_name,
@@ -118,9 +118,9 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
         section = _unavailable(state, cycle, error)
     else:
         section = _enabled(state, cycle, answered)
-        return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)),
+        return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous.section, section)),
                            _services_after(nova, pool.key, answered.services, answered.forced), answered.listed)
-    return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous, section)))
+    return NovaOutcome(section, tuple(events) + tuple(nova_policy.section_events(previous.section, section)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,7 @@ class _NovaCycle:
     deleting: AbstractSet[str]
     nova_conf: str | None
     nodes: Sequence[Node] | None
-    previous: Mapping[str, Any] | None
+    previous: nova_policy.RecordedNova
     now: float
     metrics: Any
     may_write: Callable[[], bool] | None
@@ -166,7 +166,7 @@ def _asked(state: NovaRuntime, nova: NovaAdapter, ironic: IronicAdapter, cycle: 
     state.retired = nova_policy.retired_after(recorded, deleting=cycle.deleting, identities=cycle.identities,
                                               services=services)
     clear_when_ready = fencing.clear_when_ready_after(
-        nova_policy.recorded_clear_when_ready(cycle.previous), cycle.members, services)
+        cycle.previous.clear_when_ready, cycle.members, services)
     changes = fencing.forced_down_changes(cycle.members, services, cycle.pool.spec.rebalance_after_seconds,
                                           cycle.now, clear_when_ready, cycle.held)
     deletions, repairs, listed = _audit(state, nova, cycle, services)
@@ -220,8 +220,7 @@ def _unavailable(state: NovaRuntime, cycle: _NovaCycle, error: NovaError) -> dic
     log.warning("pool %s: Nova: %s (next attempt in %.0fs)", cycle.pool.key, error,
                 state.schedule.retry_at - cycle.now)
     return nova_policy.status_section(nova_policy.UNAVAILABLE, str(error), state.report,
-                                      (cycle.previous or {}).get("forcedDown") or (), state.retired,
-                                      nova_policy.recorded_clear_when_ready(cycle.previous))
+                                      cycle.previous.forced_down, state.retired, cycle.previous.clear_when_ready)
 
 
 def _enabled(state: NovaRuntime, cycle: _NovaCycle, answered: _Answered) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ironic_shard_operator.core.events import Event
@@ -135,13 +135,36 @@ def read_job(raw: Mapping[str, Any], log_tail: str = "") -> MappingJob | None:
     return MappingJob(meta.get("name", ""), services, state, finished, attempt, log_tail)
 
 
-def hosts_to_probe(*, services: Mapping[str, ServiceRecord], recorded: Mapping[str, Any] | None,
+@dataclass(frozen=True, slots=True)
+class RecordedMapping:
+    """status.hostMapping as the last step wrote it, read back once (`recorded_mapping`,
+    PoolMemory.host_mapping): each member's entry, and the (member, service id) pairs it
+    recorded Mapped."""
+
+    entries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    mapped: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def names_a_job(self) -> bool:
+        """Whether an entry names a Job (one may still exist after novaManageConfig was removed)."""
+        return any(entry.get("job") for entry in self.entries.values())
+
+
+def recorded_mapping(section: Mapping[str, Any] | None) -> RecordedMapping:
+    """The last status.hostMapping read back (entries without a member name dropped)."""
+    members = (section.get("members") or ()) if isinstance(section, Mapping) else ()
+    entries = {e["member"]: e for e in members if isinstance(e, Mapping) and isinstance(e.get("member"), str)}
+    return RecordedMapping(entries, frozenset((m, e.get("service")) for m, e in entries.items()
+                                              if e.get("state") == MAPPED))
+
+
+def hosts_to_probe(*, services: Mapping[str, ServiceRecord], recorded: RecordedMapping,
                    listed: Iterable[str], jobs: Sequence[MappingJob],
                    answers: Mapping[tuple[str, str], ProbeAnswer], now: float, every: float) -> list[str]:
     """The members whose mapping Nova is asked about this cycle (NovaAdapter.host_mapped), in
     name order: not known mapped (on record or listed), no Job of theirs running, and their
     last answer older than `every` seconds, or older than the end of a Job that covered them."""
-    known, shown = _recorded_mapped(recorded), set(listed)
+    known, shown = recorded.mapped, set(listed)
     wanted = []
     for member, service in sorted(services.items()):
         if (member, service.id) in known or member in shown:
@@ -156,18 +179,17 @@ def hosts_to_probe(*, services: Mapping[str, ServiceRecord], recorded: Mapping[s
     return wanted
 
 
-def decide(*, pool_name: str, services: Mapping[str, ServiceRecord], recorded: Mapping[str, Any] | None,
+def decide(*, pool_name: str, services: Mapping[str, ServiceRecord], recorded: RecordedMapping,
            listed: Iterable[str], answers: Mapping[tuple[str, str], ProbeAnswer], jobs: Sequence[MappingJob],
            blocker: str | None, now: float) -> MappingStep:
     """Each member's entry, the Job to create and the Jobs to delete (the module doc).
 
     `services`: the Nova service of each current member (retiring ones left out); `recorded`:
-    the last status.hostMapping; `listed`: the hosts the hypervisor list read this cycle names
-    (empty when it was not read); `answers`: the last probe per (member, service id); `jobs`:
-    the pool's host-mapping Jobs; `blocker`: why no Job can be created (no or no usable
+    the last status.hostMapping read back (PoolMemory.host_mapping); `listed`: the hosts the
+    hypervisor list read this cycle names (empty when it was not read); `answers`: the last
+    probe per (member, service id); `jobs`: the pool's host-mapping Jobs; `blocker`: why no Job can be created (no or no usable
     novaManageConfig, paused), None when one can."""
-    known, shown = _recorded_mapped(recorded), set(listed)
-    before = {e.get("member"): e for e in (recorded or {}).get("members") or ()}
+    known, shown, before = recorded.mapped, set(listed), recorded.entries
     entries: dict[str, MemberMapping] = {}
     waiting: list[tuple[str, str]] = []
     failed: list[MappingJob] = []
@@ -267,12 +289,6 @@ def _covering(jobs: Iterable[MappingJob], member: str, service: str) -> MappingJ
     """The latest attempt of the Jobs that map (member, service), if any."""
     mine = [j for j in jobs if (member, service) in j.services]
     return max(mine, key=lambda j: (j.attempt, j.state == ACTIVE, j.name)) if mine else None
-
-
-def _recorded_mapped(recorded: Mapping[str, Any] | None) -> set[tuple[str, str]]:
-    """(member, service) pairs status.hostMapping records as Mapped."""
-    return {(e.get("member"), e.get("service")) for e in (recorded or {}).get("members") or ()
-            if e.get("state") == MAPPED}
 
 
 def _done(job: MappingJob | None) -> str | None:

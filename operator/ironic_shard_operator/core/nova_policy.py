@@ -431,11 +431,28 @@ def status_section(state: str, message: str, report: AuditReport | None = None,
     }
 
 
-def recorded_clear_when_ready(previous: Mapping | None) -> tuple[str, ...]:
-    """`status.nova.clearWhenReady` as last written. A section written before the field
-    existed cleared every forced-down member once ready: its `forcedDown` stands in."""
-    before = previous or {}
-    return tuple(before["clearWhenReady"] if "clearWhenReady" in before else before.get("forcedDown") or ())
+@dataclass(frozen=True, slots=True)
+class RecordedNova:
+    """status.nova as the last Nova cycle wrote it, read back once (`recorded_nova`,
+    PoolMemory.nova): the members it forced down, those whose flag it clears once they are
+    ready, the identities it retired whose service may remain, and the section itself (what
+    the next section's Events compare with, kept while Nova is not asked)."""
+
+    forced_down: tuple[str, ...] = ()
+    clear_when_ready: tuple[str, ...] = ()
+    retired: tuple[str, ...] = ()
+    section: Mapping | None = None
+
+
+def recorded_nova(section: Mapping | None) -> RecordedNova:
+    """The last status.nova read back. A section written before `clearWhenReady` existed
+    cleared every forced-down member once ready: its `forcedDown` stands in."""
+    if not isinstance(section, Mapping):
+        return RecordedNova()
+    forced_down = tuple(h for h in section.get("forcedDown") or () if isinstance(h, str))
+    clear = section["clearWhenReady"] if "clearWhenReady" in section else forced_down
+    return RecordedNova(forced_down, tuple(h for h in clear or () if isinstance(h, str)),
+                        tuple(h for h in section.get("retired") or () if isinstance(h, str)), section)
 
 
 def left_forced_down(section: Mapping) -> set[str]:

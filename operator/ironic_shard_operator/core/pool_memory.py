@@ -7,9 +7,9 @@ here, once, into `PoolMemory`; every decision reads that, never the raw status. 
 new leader or an upgraded operator starts from the same memory. An entry the operator would
 not have written is dropped, never trusted. Pure.
 
-status.handover is read by its own module (core/handover.py::recorded_handover); status.nova
-and status.hostMapping are kept as recorded, for their own modules (core/nova_policy.py,
-core/host_mapping.py) to read.
+status.handover, status.nova and status.hostMapping are read by the modules that write them
+(core/handover.py::recorded_handover, core/nova_policy.py::recorded_nova,
+core/host_mapping.py::recorded_mapping), called from here, once per cycle.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from typing import Any
 
 from ironic_shard_operator.core import model
 from ironic_shard_operator.core.handover import RecordedHandover, recorded_handover
+from ironic_shard_operator.core.host_mapping import RecordedMapping, recorded_mapping
+from ironic_shard_operator.core.nova_policy import RecordedNova, recorded_nova
 from ironic_shard_operator.core.pods import parse_time
 
 
@@ -39,8 +41,9 @@ class PoolMemory:
     `members`: each member's readiness and since when, why it was counted out, its Kubernetes
     node (status.members); `autoscale`: the scale-down window (status.autoscale); `guard`: the
     held free nodes by uuid (status.guard); `degraded`: what the Degraded condition reported
-    ('' when it was not True); `handover`: each handover's last recorded step; `nova`,
-    `host_mapping`: those sections as recorded.
+    ('' when it was not True); `handover`: each handover's last recorded step; `nova`: the
+    forced_down flags and retired identities the Nova cycle recorded; `host_mapping`: each
+    member's host mapping as recorded.
     """
 
     members: Mapping[str, model.Member] = field(default_factory=dict)
@@ -48,8 +51,8 @@ class PoolMemory:
     guard: Mapping[str, RecordedHold] = field(default_factory=dict)
     degraded: str = ""
     handover: RecordedHandover = field(default_factory=RecordedHandover)
-    nova: Mapping[str, Any] | None = None
-    host_mapping: Mapping[str, Any] | None = None
+    nova: RecordedNova = field(default_factory=RecordedNova)
+    host_mapping: RecordedMapping = field(default_factory=RecordedMapping)
 
 
 def memory_of(status: Mapping[str, Any] | None) -> PoolMemory:
@@ -57,8 +60,8 @@ def memory_of(status: Mapping[str, Any] | None) -> PoolMemory:
     status = status or {}
     return PoolMemory(members=since_of(status), autoscale=autoscale_history_of(status),
                       guard=recorded_holds(status.get("guard")), degraded=_degraded(status),
-                      handover=recorded_handover(status.get("handover")), nova=status.get("nova"),
-                      host_mapping=status.get("hostMapping"))
+                      handover=recorded_handover(status.get("handover")), nova=recorded_nova(status.get("nova")),
+                      host_mapping=recorded_mapping(status.get("hostMapping")))
 
 
 def since_of(status: Mapping[str, Any] | None) -> dict[str, model.Member]:
