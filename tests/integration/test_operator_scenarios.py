@@ -103,7 +103,7 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     wait(lambda: ready_members(client, ns, POOL) == [f"{POOL}-{i}" for i in range(3)], timeout=60,
          what="three Ready members")
     balanced3 = {f"{POOL}-{i}": 120 for i in range(3)}
-    wait(lambda: totals(owners_now(ironic_service, resource_class)) == balanced3, timeout=90,
+    wait(lambda: totals(owners_now(ironic_service, resource_class)) == balanced3, timeout=90, interval=1,
          what="360 nodes balanced over 3 members")
     pool = wait(lambda: (p := get_pool(client, ns, POOL)) and condition(p, "Ready").get("status") == "True" and p,
                 timeout=30, what="condition Ready=True")
@@ -145,14 +145,14 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     assert totals(owners_now(ironic_service, resource_class)) == balanced3
     # After the grace, its free nodes go to the ready members; its pinned nodes stay.
     wait(lambda: totals(owners_now(ironic_service, resource_class))
-         == {f"{POOL}-0": 165, f"{POOL}-1": 30, f"{POOL}-2": 165}, timeout=60,
+         == {f"{POOL}-0": 165, f"{POOL}-1": 30, f"{POOL}-2": 165}, timeout=60, interval=1,
          what="member 1's free nodes re-owned after the grace")
     # (Kubernetes times have whole seconds: the pod's lost-readiness time may read up to 1 s early.)
     assert time.monotonic() - failed_at >= GRACE - 1
     pinned_unmoved()
     # It comes back: free nodes return, balance again.
     kubelet.ready(f"{POOL}-1")
-    wait(lambda: totals(owners_now(ironic_service, resource_class)) == balanced3, timeout=60,
+    wait(lambda: totals(owners_now(ironic_service, resource_class)) == balanced3, timeout=60, interval=1,
          what="balance again once member 1 is back")
     pinned_unmoved()
 
@@ -170,7 +170,7 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     print(f"standby took over {takeover:.1f}s after the leader was killed")
     operators("op-c")  # the restarted replica is the new standby
     wait(lambda: totals(owners_now(ironic_service, resource_class)) == {f"{POOL}-{i}": 72 for i in range(5)},
-         timeout=90, what="360 nodes balanced over 5 members")
+         timeout=90, interval=1, what="360 nodes balanced over 5 members")
     assert len(ready_members(client, ns, POOL)) == 5
     pinned_unmoved()
 
@@ -182,7 +182,7 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     wait(lambda: set(member_pods(client, ns, POOL)) == {f"{POOL}-0", f"{POOL}-1", f"{POOL}-2"},
          timeout=60, what="members 3 and 4 removed, 2 kept")
     wait(lambda: totals(owners_now(ironic_service, resource_class))
-         == {f"{POOL}-0": 165, f"{POOL}-1": 165, f"{POOL}-2": 30}, timeout=60,
+         == {f"{POOL}-0": 165, f"{POOL}-1": 165, f"{POOL}-2": 30}, timeout=60, interval=1,
          what="free nodes on the two remaining members")
     assert any(e["type"] == "Warning" for e in events(client, ns, "ScaleDownBlocked"))
     pinned_unmoved()

@@ -70,10 +70,11 @@ def seed_instances(nova: NovaStack, ironic: IronicService, owners: dict[str, str
     leaves the node. node -> instance uuid."""
     instances = {}
     for member in members:
-        for node in sorted(n for n, o in owners.items() if o == member)[:per_member]:
-            instances[node] = nova.seed_instance(member, node)
+        nodes = sorted(n for n, o in owners.items() if o == member)[:per_member]
+        for node, instance in zip(nodes, nova.seed_instances(member, nodes) if nodes else ()):  # one run per member
+            instances[node] = instance
             ironic.request("PATCH", f"/nodes/{node}", json=[
-                {"op": "add", "path": "/instance_uuid", "value": instances[node]}])
+                {"op": "add", "path": "/instance_uuid", "value": instance}])
             if power_on:
                 ironic.request("PUT", f"/nodes/{node}/states/power", json={"target": "power on"})
     if power_on:

@@ -148,10 +148,11 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
             owners = shards()
             pinned = {**{n: m1 for n in sorted(n for n, o in owners.items() if o == m1)[:3]},
                       **{n: m0 for n in sorted(n for n, o in owners.items() if o == m0)[:2]}}
-            for node, host in pinned.items():
-                instance = nova_stack.seed_instance(host, node)
-                noauth_ironic.request("PATCH", f"/nodes/{node}", json=[
-                    {"op": "add", "path": "/instance_uuid", "value": instance}])
+            for host in (m0, m1):  # one run of the seeding script per host
+                mine = [n for n, h in pinned.items() if h == host]
+                for node, instance in zip(mine, nova_stack.seed_instances(host, mine)):
+                    noauth_ironic.request("PATCH", f"/nodes/{node}", json=[
+                        {"op": "add", "path": "/instance_uuid", "value": instance}])
             pinned_on_m1 = {n for n, o in pinned.items() if o == m1}
             service_m1 = nova_stack.compute_services()[m1]["id"]
             service_m2 = nova_stack.compute_services()[m2]["id"]

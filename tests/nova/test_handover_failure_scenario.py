@@ -102,13 +102,12 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
             # Member 1 carries 3 instance nodes; the last has a second instance in Nova.
             owners = shards()
             instance_nodes = sorted(n for n, o in owners.items() if o == m1)[:3]
-            instances = {}
+            doubled = instance_nodes[-1]
+            *seeded, extra = nova_stack.seed_instances(m1, [*instance_nodes, doubled])  # one run of the script
+            instances = dict(zip(instance_nodes, seeded))
             for node in instance_nodes:
-                instances[node] = nova_stack.seed_instance(m1, node)
                 ironic.request("PATCH", f"/nodes/{node}", json=[
                     {"op": "add", "path": "/instance_uuid", "value": instances[node]}])
-            doubled = instance_nodes[-1]
-            extra = nova_stack.seed_instance(m1, doubled)
             movable = instance_nodes[:2]
             free_m1 = {n for n, o in owners.items() if o == m1} - set(instance_nodes)
             kube_node = member_pods(client, ns, pool)[m1]["spec"]["nodeName"]
