@@ -13,6 +13,7 @@ from ironic_shard_operator.controller.cloud_side import CloudSide, CloudWork
 from ironic_shard_operator.controller.nova_cycle import NovaRuntime
 from ironic_shard_operator.core.pool_memory import PoolMemory
 from ironic_shard_operator.core.spec import read_pool
+from ironic_shard_operator.core.status import CycleFacts
 
 POOL = read_pool({"metadata": {"name": "rack", "namespace": "ns", "uid": "u", "generation": 1},
                   "spec": {"replicas": 1, "image": "i", "novaConfig": {"secretRef": {"name": "n"}},
@@ -92,7 +93,7 @@ async def test_a_hung_side_is_abandoned_and_the_next_cycle_starts_a_new_side_on_
     old_cache, runtime.nova.adapter = runtime.ironic, object()  # the Nova adapter of the hung connection
     cycle = _Cycle(op, {"metadata": {"name": "rack", "namespace": "ns"}}, "ns", "rack", runtime, time.time(), {},
                    PoolMemory())
-    members = _Members(pods={}, member_confs={}, identities=[], readiness=(), facts={})
+    members = _Members(pods={}, member_confs={}, identities=[], readiness=(), facts=CycleFacts(generation=0))
     new = None
     try:
         await asyncio.sleep(0)  # the side sends its first request, which hangs

@@ -125,8 +125,8 @@ class _Cycle:
 @dataclass(frozen=True, slots=True)
 class _Members:
     """The pool's members as observed: their pods and ConfigMap contents, every identity (a
-    pod or a ConfigMap exists) in ordinal order, their readiness, `facts`: the fields of
-    CycleFacts every later status write of the cycle shares, and `held`: the members a
+    pod or a ConfigMap exists) in ordinal order, their readiness, `facts`: what every later
+    status write of the cycle shares (the rest of its CycleFacts is filled in there), and `held`: the members a
     handover holds (no pod, forced_down kept) and why, from the last status.handover, the
     pool's handover Jobs and their pods (core/handover.py::holds), never from a plan; `nodes`:
     the Kubernetes nodes of members that are not Ready (_kubernetes_nodes), which both the
@@ -136,7 +136,7 @@ class _Members:
     member_confs: Mapping[str, str | None]
     identities: list[str]
     readiness: tuple[model.Member, ...]
-    facts: Mapping[str, Any]
+    facts: CycleFacts
     held: Mapping[str, str] = field(default_factory=dict)
     jobs: tuple[handover.JobView, ...] = ()
     job_pods: tuple[handover.JobPod, ...] = ()
@@ -253,13 +253,13 @@ async def _observe_members(cycle: _Cycle, pool: Pool) -> _Members:
         pods.member_readiness(m, member_pods.get(m), recorded.get(m), cycle.now, fencing.counted_out_why(
             member_pods.get(m), nodes, pool.failover.fencing, cycle.now, fenced=m in pool.fenced_members,
             last_node=last_nodes.get(m))) for m in identities)
-    facts = dict(generation=pool.generation, members=readiness, now=cycle.now,
-                 paused=pool.paused, selector=selector,
-                 pods_existing=sum(1 for p in member_pods.values() if not p.deleting),
-                 pods_ready=sum(1 for p in member_pods.values() if p.ready and not p.deleting),
-                 oldest_pod_created=min((p.created for p in member_pods.values()
-                                         if p.created and not p.deleting), default=None),
-                 start_timeout_seconds=pool.failover.pod_pending_timeout_seconds)
+    facts = CycleFacts(generation=pool.generation, members=readiness, now=cycle.now,
+                       paused=pool.paused, selector=selector,
+                       pods_existing=sum(1 for p in member_pods.values() if not p.deleting),
+                       pods_ready=sum(1 for p in member_pods.values() if p.ready and not p.deleting),
+                       oldest_pod_created=min((p.created for p in member_pods.values()
+                                               if p.created and not p.deleting), default=None),
+                       start_timeout_seconds=pool.failover.pod_pending_timeout_seconds)
     jobs = [j for j in map(handover_job.read_job, jobs_raw) if j is not None]
     held = handover.holds(recorded=cycle.memory.handover, jobs=jobs, job_pods=job_pods)
     return _Members(member_pods, member_confs, identities, readiness, facts, held, tuple(jobs), tuple(job_pods), nodes)
@@ -306,7 +306,7 @@ async def _refuse_on_conflict(cycle: _Cycle, pool: Pool, members: _Members, foun
     """Conflict reported when an earlier pool on the same cloud selects overlapping Ironic nodes
     or has the same name (core/claims.py, found before preflight is followed: its write probe
     is not sent meanwhile): write nothing."""
-    await cycle.write(CycleFacts(**members.facts, conflict=found.message, conflict_reason=found.reason))
+    await cycle.write(replace(members.facts, conflict=found.message, conflict_reason=found.reason))
     return _Ended(after_conflict(pool.ironic.poll_interval_seconds))
 
 
@@ -486,8 +486,8 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
         guard, leaks = guard_section(cycle.memory.guard, report.applied.held,
                                      {move.node_uuid for move in plan.moves}, cycle.now, pool.leaked_allocation_seconds)
         events.extend(leaks)
-    await cycle.write(CycleFacts(
-        **members.facts, states=decision.states, plan=plan, moves_applied=cloud.applied,
+    await cycle.write(replace(
+        members.facts, states=decision.states, plan=plan, moves_applied=cloud.applied,
         extra_events=tuple(events), error="; ".join(m for _, m in problems) or None,
         error_reason=problems[0][0] if problems else "Error", nova=nova.section if nova is not None else None,
         handover=outcome.section if outcome is not None else None, handover_enabled=pool.handover is not None,
