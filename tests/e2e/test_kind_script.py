@@ -23,11 +23,24 @@ from tests.e2e.test_kind import CANNOT_RUN, SCRIPT, outcome, run_script
 
 # One fake for every command: it records "<name> <args>", and fails when FAKE_FAIL (comma-
 # separated) names it, alone or with its first argument ("setup", "kind create"); FAKE_HANG
-# likewise makes it wait until it is signalled.
+# likewise makes it wait until it is signalled, then die of that signal as a real command
+# would. Its traps are set before it records the call, which is what the test waits for
+# before it signals: a signal can never fall between recording and waiting. (The earlier
+# `echo; exec sleep 600` lost a SIGINT that landed in bash's handler just before the exec,
+# and the script under test then waited the whole 600 s for its foreground command.)
 FAKE = r"""#!/usr/bin/env bash
 name=%(name)s
+hang() {
+    trap '[[ -n ${pid:-} ]] && kill "$pid" 2>/dev/null; trap - INT; kill -INT $$' INT
+    trap '[[ -n ${pid:-} ]] && kill "$pid" 2>/dev/null; trap - TERM; kill -TERM $$' TERM
+    sleep 600 >/dev/null 2>&1 &
+    pid=$!
+    echo "$name $*" >>"$FAKE_CALLS"
+    wait "$pid"
+    exit 0
+}
+case ",${FAKE_HANG:-}," in *",$name,"* | *",$name $1,"*) hang "$@";; esac
 echo "$name $*" >>"$FAKE_CALLS"
-case ",${FAKE_HANG:-}," in *",$name,"* | *",$name $1,"*) exec sleep 600;; esac
 case ",${FAKE_FAIL:-}," in *",$name,"* | *",$name $1,"*) echo "$name: $1 failed (fake)" >&2; exit 1;; esac
 [[ "$name $1 $2" == "docker network inspect" ]] && echo 172.18.0.1
 exit 0
