@@ -168,14 +168,26 @@ def test_without_kind_it_cannot_run(checkout):
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_an_interrupted_run_fails_and_still_tears_down(checkout, signum, status):
     def interrupt_during_the_scenario(script: Path, env: dict, calls: Path) -> tuple[int, str]:
+        # The script starts with SIGINT and SIGTERM at their defaults, as from a terminal: a
+        # signal ignored on entry cannot be trapped by bash, and a test runner's worker (or a
+        # test before this one) may have left SIGINT ignored in this process.
+        def default_signals() -> None:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
         with subprocess.Popen(["bash", str(script)], cwd=checkout, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True) as process:
-            deadline = time.monotonic() + 60
-            while "scenario -m" not in calls.read_text():
-                assert time.monotonic() < deadline and process.poll() is None, "the scenario never started"
-                time.sleep(0.05)
-            os.killpg(process.pid, signum)  # the whole group, as Ctrl-C or a timeout does
-            output, _ = process.communicate(timeout=60)
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                              preexec_fn=default_signals) as process:
+            try:
+                deadline = time.monotonic() + 60
+                while "scenario -m" not in calls.read_text():
+                    assert time.monotonic() < deadline and process.poll() is None, "the scenario never started"
+                    time.sleep(0.05)
+                os.killpg(process.pid, signum)  # the whole group, as Ctrl-C or a timeout does
+                output, _ = process.communicate(timeout=60)
+            except BaseException:
+                os.killpg(process.pid, signal.SIGKILL)  # fail now, not after the fake's 600 s
+                raise
         return process.returncode, output
 
     done = run(checkout, hang="scenario -m", on_start=interrupt_during_the_scenario)
