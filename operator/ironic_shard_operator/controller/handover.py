@@ -74,9 +74,10 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
                        guard_held: Mapping[str, bool] | None = None) -> HandoverOutcome:
     """One step of every handover of `pool` (the module doc), from one listing: `nodes` and the
     `plan` made from them (who retires, the pinned nodes per owner); `recorded` the last
-    status.handover read back (PoolMemory.handover), `guard_held` the free nodes the shard-write guard holds (core/handover.py's
-    `decide`). Never raises for Kubernetes, Nova or Ironic failures (they are reported):
-    what cannot be seen keeps the recorded sources as they were, so no hold is lost."""
+    status.handover read back (PoolMemory.handover), `guard_held` the free nodes the shard-write
+    guard holds (core/handover.py's `decide`). Never raises for Kubernetes, Nova or Ironic failures
+    (they are reported): what cannot be seen keeps the recorded sources as they were, so no hold is
+    lost."""
     settings = pool.handover
     if plan is None or nodes is None:
         return HandoverOutcome(None)

@@ -335,7 +335,8 @@ async def _start_cloud_side(cycle: _Cycle, pool: Pool, members: _Members, secret
             key=cycle.key, pool=pool, adapter=adapter, members=members.readiness,
             identities=frozenset(members.identities),
             nova_conf=_secret_text(secrets.nova_secret, pool.nova_config.key),
-            pool_memory=cycle.memory, now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics, may_write=cycle.op.may_write,
+            pool_memory=cycle.memory, now=cycle.now, nova=runtime.nova, metrics=cycle.op.metrics,
+            may_write=cycle.op.may_write,
             memory=runtime.ironic.memory, kube=cycle.op.kube, held=frozenset(members.held),
             member_confs=tuple(members.member_confs.values())),
             runtime.interrupt, requests_made=lambda: adapter.requests_made + _nova_requests(runtime))

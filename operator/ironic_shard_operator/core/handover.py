@@ -448,12 +448,12 @@ def decide(*, settings: Handover | None, members: Sequence[Member], found: Mappi
            recorded: RecordedHandover = RecordedHandover(), blocker: tuple[str, str] | None = None,
            guard_held: Mapping[str, bool] | None = None) -> HandoverStep:
     """The next step of each handover (module doc). `found`: this step's sources and their
-    triggers (`sources`); `ring_members`: the plan's ring (ready by the grace rule, not
-    retiring); `owned`: the pinned nodes per owner in `nodes` (the plan's, `Plan.owned`); `pods`: members with a pod object; `jobs`: the pool's
-    handover Jobs, `job_pods` their pods (those of deleted Jobs too); `recorded`: the last
-    status.handover; `blocker`: (reason, message) of what stops every new Job (no usable
-    nova.conf), the rest of each step goes on; `guard_held`: the free nodes the shard-write
-    guard holds for Placement allocations (node uuid -> reported leaked,
+    triggers (`sources`); `ring_members`: the plan's ring (ready by the grace rule, not retiring);
+    `owned`: the pinned nodes per owner in `nodes` (the plan's, `Plan.owned`); `pods`: members with
+    a pod object; `jobs`: the pool's handover Jobs, `job_pods` their pods (those of deleted Jobs
+    too); `recorded`: the last status.handover read back; `blocker`: (reason, message) of what stops every new
+    Job (no usable nova.conf), the rest of each step goes on; `guard_held`: the free nodes the
+    shard-write guard holds for Placement allocations (node uuid -> reported leaked,
     core/guard_holds.py::held_by_guard), named in a retiring source's message. `settings` None
     (handover off): only what is in flight is finished.
 

@@ -184,11 +184,11 @@ def decide(*, pool_name: str, services: Mapping[str, ServiceRecord], recorded: R
            blocker: str | None, now: float) -> MappingStep:
     """Each member's entry, the Job to create and the Jobs to delete (the module doc).
 
-    `services`: the Nova service of each current member (retiring ones left out); `recorded`:
-    the last status.hostMapping read back (PoolMemory.host_mapping); `listed`: the hosts the
-    hypervisor list read this cycle names (empty when it was not read); `answers`: the last
-    probe per (member, service id); `jobs`: the pool's host-mapping Jobs; `blocker`: why no Job can be created (no or no usable
-    novaManageConfig, paused), None when one can."""
+    `services`: the Nova service of each current member (retiring ones left out); `recorded`: the
+    last status.hostMapping read back (PoolMemory.host_mapping); `listed`: the hosts the hypervisor
+    list read this cycle names (empty when it was not read); `answers`: the last probe per (member,
+    service id); `jobs`: the pool's host-mapping Jobs; `blocker`: why no Job can be created (no or
+    no usable novaManageConfig, paused), None when one can."""
     known, shown, before = recorded.mapped, set(listed), recorded.entries
     entries: dict[str, MemberMapping] = {}
     waiting: list[tuple[str, str]] = []
