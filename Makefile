@@ -7,7 +7,7 @@ PYTEST  ?= $(PY) -m pytest
 setup:            ## project venv with the package and its test dependencies
 	bash hack/setup.sh
 
-test: setup       ## everything CI runs
+test:             ## everything CI runs (hack/test.sh sets up the venv beside the peers' installs)
 	bash hack/test.sh
 
 test-unit: setup

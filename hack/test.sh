@@ -16,6 +16,16 @@ cd "$(dirname "$0")/.."
 # arriving in one block of contiguous tests on one of them.
 workers=${TEST_WORKERS:-2}
 export TEST_DEADLINE_SCALE=${TEST_DEADLINE_SCALE:-$([[ $workers == 0 ]] && echo 1 || echo 2)}
-# Arguments name what to run (a tier: `bash hack/test.sh tests/nova`); none: everything.
-[[ $# -gt 0 ]] || set -- tests
-.venv/bin/python -m pytest -ra --durations=12 -n "$workers" --dist load --maxschedchunk 1 "$@"
+# Arguments name what to run (a tier: `bash hack/test.sh tests/nova`, after `make setup`); none:
+# everything, with the project's venv and tools (hack/setup.sh, hack/tools.sh) and the peers
+# (hack/peers.sh) installed side by side first, instead of one after the other inside the
+# first tests that need them.
+if [[ $# -eq 0 ]]; then
+    bash hack/peers.sh &
+    peers=$!
+    bash hack/setup.sh || { kill "$peers"; exit 1; }
+    bash hack/tools.sh || echo "hack/test.sh: hack/tools.sh failed; the tests that run helm or kubectl fail at setup" >&2
+    wait "$peers"
+    set -- tests
+fi
+.venv/bin/python -m pytest -ra --durations=25 -n "$workers" --dist load --maxschedchunk 1 "$@"
