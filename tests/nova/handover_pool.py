@@ -111,7 +111,7 @@ def wait_for_members(kube_api: KubeAPI, ns: str, nova: NovaStack, pool: str, mem
         nova.discover_hosts()
     wait(lambda: ready_members(kube_api.client, ns, pool) == sorted(members), timeout=60, what="the members Ready")
     wait(lambda: set(shards().values()) == set(members), timeout=60, what="nodes adopted")
-    wait(lambda: nova_agrees(nova, shards), timeout=12 * nova.timings["update_resources_interval"], interval=1,
+    wait(lambda: nova_agrees(nova, shards), timeout=12 * nova.timings["update_resources_interval"], interval=2,
          what="every node listed under its shard's compute (the hosts mapped to a cell)")
     if not map_hosts_by_hand:
         wait(lambda: mapped_members(kube_api.client, ns, pool) >= set(members), timeout=60, interval=1,

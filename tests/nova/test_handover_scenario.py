@@ -105,7 +105,7 @@ def test_retire_hands_over_every_instance_node_through_busy_nodes_half_moves_and
             stuck = instances[stuck_node]
             set_provision_state_directly_in_db(ironic, [busy_node], "wait call-back", "active")
 
-            with NovaWatch(nova_stack, set(nodes), {m0, m1, m2}, period=0.5) as watch, \
+            with NovaWatch(nova_stack, set(nodes), {m0, m1, m2}, period=1.0) as watch, \
                     JobWatch(client, ns) as jobs, handover_pool.PodSightings(client, ns, {m2}) as sightings:
                 retire_at = time.monotonic()
                 patch_spec(client, ns, pool, {"replicas": 2})
@@ -170,7 +170,7 @@ def test_retire_hands_over_every_instance_node_through_busy_nodes_half_moves_and
                                     "AND deleted=0")  # what the message says to run
                 wait(lambda: shards()[half_node] == m0, timeout=6 * POLL + 60, interval=1,
                      what="the half move, once finished by hand, re-sharded")
-                wait(lambda: handover_pool.nova_agrees(nova_stack, shards), timeout=3 * interval, interval=1,
+                wait(lambda: handover_pool.nova_agrees(nova_stack, shards), timeout=3 * interval, interval=2,
                      what="Nova agreeing with Ironic")
                 wait(lambda: m2 not in nova_stack.compute_services(), timeout=60 + 3 * interval, interval=1,
                      what="the retired member's service deleted")
@@ -302,7 +302,7 @@ class JobWatch:
 
 def handover_cost(jobs: JobWatch, watch: NovaWatch, written: list[dict]) -> str:
     """The cost per handed-over node, split: nova-manage's own run (the time between two moves
-    of one Job, as Nova's hypervisor list sampled every 0.5 s shows them), from the Job's
+    of one Job, as Nova's hypervisor list sampled every second shows them), from the Job's
     appearance until Nova lists the node under its new host, and the Ironic write (the
     HandedOverNodes Events: seconds per node of each batch)."""
     runs, listed = [], []
