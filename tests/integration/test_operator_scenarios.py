@@ -80,10 +80,10 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     client, ns = kube_api.client, kube_namespace
     wait = kube_api.wait_for
 
-    # An existing deployment: 360 nodes, 90 of them with instances on the future members.
+    # An existing deployment: 120 nodes, 30 of them with instances on the future members.
     resource_class = unique_resource_class("operator")
-    nodes = seed_nodes_directly_in_db(ironic_service, 360, resource_class=resource_class)
-    pinned = {node: f"{POOL}-{i % 3}" for i, node in enumerate(nodes[:90])}
+    nodes = seed_nodes_directly_in_db(ironic_service, 120, resource_class=resource_class)
+    pinned = {node: f"{POOL}-{i % 3}" for i, node in enumerate(nodes[:30])}
     assign_shards_directly_in_db(ironic_service, pinned)
     claim_for_instance(ironic_service, list(pinned))
     create_secrets(client, ns, ironic_service.clouds_yaml)
@@ -102,21 +102,21 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
         failover={"rebalanceAfterSeconds": GRACE}))
     wait(lambda: ready_members(client, ns, POOL) == [f"{POOL}-{i}" for i in range(3)], timeout=60,
          what="three Ready members")
-    balanced3 = {f"{POOL}-{i}": 120 for i in range(3)}
+    balanced3 = {f"{POOL}-{i}": 40 for i in range(3)}
     wait(lambda: totals(owners_now(ironic_service, resource_class)) == balanced3, timeout=90, interval=1,
-         what="360 nodes balanced over 3 members")
+         what="120 nodes balanced over 3 members")
     pool = wait(lambda: (p := get_pool(client, ns, POOL)) and condition(p, "Ready").get("status") == "True" and p,
                 timeout=30, what="condition Ready=True")
     status = pool["status"]
     assert status["observedGeneration"] == pool["metadata"]["generation"]
     assert (status["replicas"], status["readyReplicas"]) == (3, 3)
     observed_at = status["nodes"].pop("observedAt")  # when these counts were listed in full
-    assert status["nodes"] == {"total": 360, "free": 270, "pinned": 90, "unassigned": 0,
+    assert status["nodes"] == {"total": 120, "free": 90, "pinned": 30, "unassigned": 0,
                                "pendingMoves": 0, "misplaced": 0}
     listed = datetime.datetime.strptime(observed_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
     assert abs(time.time() - listed.timestamp()) < 600
     assert [(m["name"], m["nodes"], m["pinnedNodes"]) for m in status["members"]] == [
-        (f"{POOL}-{i}", 120, 30) for i in range(3)]
+        (f"{POOL}-{i}", 40, 10) for i in range(3)]
     pods = member_pods(client, ns, POOL)
     owner, = pods[f"{POOL}-0"]["metadata"]["ownerReferences"]
     assert owner["uid"] == pool["metadata"]["uid"] and owner["controller"] is True
@@ -145,7 +145,7 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     assert totals(owners_now(ironic_service, resource_class)) == balanced3
     # After the grace, its free nodes go to the ready members; its pinned nodes stay.
     wait(lambda: totals(owners_now(ironic_service, resource_class))
-         == {f"{POOL}-0": 165, f"{POOL}-1": 30, f"{POOL}-2": 165}, timeout=60, interval=1,
+         == {f"{POOL}-0": 55, f"{POOL}-1": 10, f"{POOL}-2": 55}, timeout=60, interval=1,
          what="member 1's free nodes re-owned after the grace")
     # (Kubernetes times have whole seconds: the pod's lost-readiness time may read up to 1 s early.)
     assert time.monotonic() - failed_at >= GRACE - 1
@@ -169,8 +169,8 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     takeover = time.monotonic() - killed_at
     print(f"standby took over {takeover:.1f}s after the leader was killed")
     operators("op-c")  # the restarted replica is the new standby
-    wait(lambda: totals(owners_now(ironic_service, resource_class)) == {f"{POOL}-{i}": 72 for i in range(5)},
-         timeout=90, interval=1, what="360 nodes balanced over 5 members")
+    wait(lambda: totals(owners_now(ironic_service, resource_class)) == {f"{POOL}-{i}": 24 for i in range(5)},
+         timeout=90, interval=1, what="120 nodes balanced over 5 members")
     assert len(ready_members(client, ns, POOL)) == 5
     pinned_unmoved()
 
@@ -178,11 +178,11 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
     patch_spec(client, ns, POOL, {"replicas": 2})
     blocked = wait(lambda: (c := condition(get_pool(client, ns, POOL), "ScaleDownBlocked"))
                    .get("status") == "True" and c, timeout=60, what="ScaleDownBlocked")
-    assert f"{POOL}-2 owns 30 pinned nodes" in blocked["message"]
+    assert f"{POOL}-2 owns 10 pinned nodes" in blocked["message"]
     wait(lambda: set(member_pods(client, ns, POOL)) == {f"{POOL}-0", f"{POOL}-1", f"{POOL}-2"},
          timeout=60, what="members 3 and 4 removed, 2 kept")
     wait(lambda: totals(owners_now(ironic_service, resource_class))
-         == {f"{POOL}-0": 165, f"{POOL}-1": 165, f"{POOL}-2": 30}, timeout=60, interval=1,
+         == {f"{POOL}-0": 55, f"{POOL}-1": 55, f"{POOL}-2": 10}, timeout=60, interval=1,
          what="free nodes on the two remaining members")
     assert any(e["type"] == "Warning" for e in events(client, ns, "ScaleDownBlocked"))
     pinned_unmoved()
@@ -194,7 +194,7 @@ def test_pool_lifecycle(kube_api: KubeAPI, kube_namespace: str, kubelet, operato
          what="member 2 removed once it owns nothing")
     wait(lambda: condition(get_pool(client, ns, POOL), "ScaleDownBlocked").get("status") == "False",
          timeout=30, what="ScaleDownBlocked cleared")
-    assert totals(owners_now(ironic_service, resource_class)) == {f"{POOL}-0": 180, f"{POOL}-1": 180}
+    assert totals(owners_now(ironic_service, resource_class)) == {f"{POOL}-0": 60, f"{POOL}-1": 60}
     pinned_unmoved()
 
     # 5. A new image rolls one member at a time, each Ready before the next.
