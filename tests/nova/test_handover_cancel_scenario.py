@@ -9,11 +9,8 @@ runs to its end, each node Nova moved gets its Ironic shard), no pod of the memb
 meanwhile, then it is released with a HandoverCancelled Event; its pod comes back, its
 forced_down is cleared, and it serves the nodes Nova left it. Nova agrees with Ironic on every
 node, none was ever listed under two computes, and every server moved and every server that
-stayed accepts os-stop and its Ironic node powers off.
-
-Then scale up to 4: the new member is a new Nova host, mapped to a cell by the operator's Job
-(novaManageConfig; nobody else runs host discovery here, nor did for the first three members),
-once: its nodes become listed under it, and the Job goes once done.
+stayed accepts os-stop and its Ironic node powers off. The member's return needs no new host
+mapping: the operator's host-mapping Job ran for it once, at the start.
 """
 
 from __future__ import annotations
@@ -69,7 +66,7 @@ def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_and_the_member_re
             instances = handover_pool.seed_instances(nova_stack, ironic, owners, (m0, m1, m2), 3)
             on_m2 = sorted(n for n in instances if owners[n] == m2)
 
-            with NovaWatch(nova_stack, set(nodes), {m0, m1, m2}, period=0.5) as watch, \
+            with NovaWatch(nova_stack, set(nodes), {m0, m1, m2}, period=1.0) as watch, \
                     handover_pool.PodSightings(client, ns, {m2}) as sightings:
                 patch_spec(client, ns, pool, {"replicas": 2})
                 wait(lambda: events(client, ns, "HandoverJobCreated"), timeout=12 * POLL, interval=0.3,
@@ -84,7 +81,7 @@ def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_and_the_member_re
                 wait(lambda: not nova_stack.compute_services()[m2].get("forced_down")
                      and nova_stack.compute_services()[m2].get("state") == "up", timeout=60, interval=1,
                      what="its service's forced_down cleared")
-                wait(lambda: handover_pool.nova_agrees(nova_stack, shards), timeout=6 * interval, interval=1,
+                wait(lambda: handover_pool.nova_agrees(nova_stack, shards), timeout=6 * interval, interval=2,
                      what="Nova agreeing with Ironic on every node")
             final = shards()
             moved = [n for n in on_m2 if final[n] != m2]
@@ -111,34 +108,12 @@ def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_and_the_member_re
             wait(lambda: all(power(n) == "power off" for n in on_m2), timeout=120, interval=0.5,
                  what="every moved and every kept node powered off by its nova-compute")
 
-            # Scale up by one: a new identity is a new Nova host, which Nova lists no node of and
-            # schedules nothing to until it is mapped to a cell. Nobody here runs host discovery:
-            # the operator's Job does (novaManageConfig), once, and goes once done. Member 2's
-            # return above (the same Nova service) needed none.
-            m3 = f"{pool}-3"
-            scaled_at = time.monotonic()
-            patch_spec(client, ns, pool, {"replicas": 4})
-            wait(lambda: nova_stack.compute_services().get(m3, {}).get("state") == "up", timeout=120, interval=1,
-                 what="the new member's nova-compute service up")
-            registered_at = time.monotonic()
-            wait(lambda: any(o == m3 for o in shards().values()), timeout=120, interval=1,
-                 what="free nodes given to the new member")
-            wait(lambda: handover_pool.nova_agrees(nova_stack, shards), timeout=12 * interval, interval=1,
-                 what="the new member's nodes listed under it (its host mapped to a cell)")
-            listed_at = time.monotonic()
-            wait(lambda: m3 in handover_pool.mapped_members(client, ns, pool)
-                 and not handover_pool.host_mapping_jobs(client, ns), timeout=60, interval=1,
-                 what="status.hostMapping: the new member Mapped, and its Job deleted")
+            # Member 2's return (the same Nova service) needed no host mapping: its one Job was at
+            # the start, as a new host (the handover scenarios map new members the same way).
             created = [e["message"] for e in events(client, ns, "HostMappingJobCreated")]
-            assert len([m for m in created if m3 in m]) == 1, created  # one Job for the new host
-            assert len([m for m in created if m2 in m]) == 1, created  # at the start only, not on its return
-            (entry,) = [e for e in get_pool(client, ns, pool)["status"]["hostMapping"]["members"] if e["member"] == m3]
-            assert entry["service"] == nova_stack.compute_services()[m3]["id"] and "mapped by Job" in entry["message"]
-            assert [e for e in events(client, ns, "HostMapped") if m3 in e["message"]]
+            assert len([m for m in created if m2 in m]) == 1, created
             print(f"cancel scenario: {len(moved)} of {len(on_m2)} instance nodes moved before the scale-back, "
                   f"{len(stayed)} stayed; cancelled {cancelled_at - first_job_at:.1f}s after the first Job; "
-                  f"scaled up: the new member's service up {registered_at - scaled_at:.1f}s after the scale-up, "
-                  f"its nodes listed (host mapped by the operator's Job) {listed_at - registered_at:.1f}s after; "
                   f"whole scenario {time.monotonic() - started:.0f}s")
         finally:
             handover_pool.report_and_delete(kube_api, ns, pool, operator)
