@@ -50,6 +50,18 @@ def test_reads_members_services_and_which_nodes_each_reports(
     assert nova.writes_made == 0
 
 
+def test_a_hypervisor_listing_longer_than_a_page_is_read_whole(
+        nova_stack: NovaStack, running_pool: ShardedPool) -> None:
+    """Pages of 2 over the pool's 6 nodes (and whatever else the stack lists): the same
+    listing as in one page, read in several requests (Nova's next links followed)."""
+    whole = NovaAdapter(nova_stack.connection(), cloud_name="nova-test", page_limit=1000)
+    paged = NovaAdapter(nova_stack.connection(), cloud_name="nova-test", page_limit=2)
+    listed = sorted((h.host, h.node_uuid) for h in whole.hypervisors())
+    assert sorted((h.host, h.node_uuid) for h in paged.hypervisors()) == listed
+    assert {n for m in running_pool.members for n in running_pool.nodes_of(m)} <= {n for _, n in listed}
+    assert paged.requests_made - whole.requests_made >= len(listed) // 2 - 1
+
+
 def test_a_compute_api_version_pinned_in_the_clouds_yaml_does_not_change_the_calls(
         nova_stack: NovaStack, running_pool: ShardedPool) -> None:
     """The adapter speaks 2.53 whatever the cloud's `compute_api_version`: at 2.1 Nova would
