@@ -25,9 +25,8 @@ from tests.e2e.test_kind import CANNOT_RUN, SCRIPT, outcome, run_script
 # separated) names it, alone or with its first argument ("setup", "kind create"); FAKE_HANG
 # likewise makes it wait until it is signalled, then die of that signal as a real command
 # would. Its traps are set before it records the call, which is what the test waits for
-# before it signals: a signal can never fall between recording and waiting. (The earlier
-# `echo; exec sleep 600` lost a SIGINT that landed in bash's handler just before the exec,
-# and the script under test then waited the whole 600 s for its foreground command.)
+# before it signals: a signal can never fall between recording and waiting. (What once made
+# the SIGINT case hang 600 s was a runner that had SIGINT ignored: see default_signals below.)
 FAKE = r"""#!/usr/bin/env bash
 name=%(name)s
 hang() {
