@@ -436,11 +436,12 @@ def operator(run: Run, workdir: Path) -> dict:
 
         new = f"{POOL}-{k}"
         run.say(f"(c) join of {new} (replicas {k + 1})")
-        out["join"] = run.join(lambda: patch_spec(client, ns, POOL, {"replicas": k + 1}), new, [*members, new],
-                               mapped=lambda: members_mapped([new], timeout=settings.slow + 300))
+        out["join"] = recorded(lambda: run.join(
+            lambda: patch_spec(client, ns, POOL, {"replicas": k + 1}), new, [*members, new],
+            mapped=lambda: members_mapped([new], timeout=settings.slow + 300)))
         out["instance_moves"] = run.instance_moves()
 
-        out["handover"] = handover(run, new, members, lambda: patch_spec(client, ns, POOL, {"replicas": k}))
+        out["handover"] = recorded(lambda: handover(run, new, members, lambda: patch_spec(client, ns, POOL, {"replicas": k})))
 
         # Issue 23's two other recoveries, after every measure above (taken as before):
         # a certain failure (its Kubernetes node declared out of service, as a fencing agent
@@ -599,6 +600,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / ".run" / "nova-bench" / "nova_bench.json")
     parser.add_argument("--keep", type=Path, help="keep logs and state in this directory")
     args = parser.parse_args()
+    # A SIGTERM (a timeout, a kill) unwinds like Ctrl-C: every Nova stack, Ironic and the
+    # operator stop, and the JSON keeps the setups measured so far.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     settings = Settings(args.nodes, args.instances, args.members, args.passes,
                         {name: getattr(args, name) for name in NOVA_DEFAULTS}, args.grace, args.poll, not args.no_held)
     load = os.getloadavg()[0]
@@ -616,7 +620,7 @@ def main() -> int:
         instance_nodes = nodes[:round(settings.nodes * settings.instances)]
         for key in args.setups:
             reset_ironic(ironic, nodes, instance_nodes)
-            results["setups"][key] = run_setup(key, settings, ironic, nodes, instance_nodes, workdir)
+            results["setups"][key] = recorded(lambda: run_setup(key, settings, ironic, nodes, instance_nodes, workdir))
             write(args.out, results)
     results["fit"] = fit(results)
     write(args.out, results)
