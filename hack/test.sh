@@ -21,11 +21,15 @@ export TEST_DEADLINE_SCALE=${TEST_DEADLINE_SCALE:-$([[ $workers == 0 ]] && echo 
 # (hack/peers.sh) installed side by side first, instead of one after the other inside the
 # first tests that need them.
 if [[ $# -eq 0 ]]; then
-    bash hack/peers.sh &
+    # Its own process group (setsid), so that one kill stops it with the installers it started
+    # (pip, helm's download), on a failed setup and on Ctrl-C alike.
+    setsid bash hack/peers.sh &
     peers=$!
-    bash hack/setup.sh || { kill "$peers"; exit 1; }
+    trap 'kill -- -"$peers" 2>/dev/null || true' EXIT
+    bash hack/setup.sh || exit 1
     bash hack/tools.sh || echo "hack/test.sh: hack/tools.sh failed; the tests that run helm or kubectl fail at setup" >&2
     wait "$peers"
+    trap - EXIT
     set -- tests
 fi
 .venv/bin/python -m pytest -ra --durations=25 -n "$workers" --dist load --maxschedchunk 1 "$@"
