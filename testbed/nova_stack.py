@@ -18,6 +18,8 @@ from typing import Callable, Iterable, Iterator
 
 import openstack
 
+from ironic_shard_operator.adapters.nova import hypervisor_pages
+
 from testbed import nova_starter
 from testbed.nova_starter import StackError
 from testbed.waiting import wait_for
@@ -233,14 +235,36 @@ class NovaStack:
 
     def hypervisor_hosts(self) -> dict[str, list[str]]:
         """Nova's view of ownership: {Ironic node uuid: [compute hosts listing it]}."""
+        if self._admin is None:
+            self._admin = self.connection()
+        api = self._admin.compute
+
+        def page(marker: str | None) -> list[dict]:
+            # Pages of 100: nova-api spends ~20 ms per node on this list, and a sampler asking for
+            # pages of 1,000 back to back held its one worker ~20 s per request, long enough for
+            # the operator's own requests queued behind it to time out (bench/nova_bench.py).
+            url = "/os-hypervisors/detail?limit=100" + (f"&marker={marker}" if marker else "")
+            response = api.get(url, microversion=COMPUTE_MICROVERSION)
+            if response.status_code != 200:
+                raise StackError(f"GET {url}: HTTP {response.status_code} {response.text}")
+            return response.json()["hypervisors"]
+
         owners: dict[str, list[str]] = {}
-        # Pages of 100: nova-api spends ~20 ms per node on this list, and a sampler asking for
-        # pages of 1,000 back to back held its one worker ~20 s per request, long enough for
-        # the operator's own requests queued behind it to time out (bench/nova_bench.py).
-        for hypervisor in self._get_all("/os-hypervisors/detail?limit=100", "hypervisors"):
+        # Read as the operator reads it: a page left short by a host not mapped to a cell is not the end
+        for hypervisor in hypervisor_pages(page):
             owners.setdefault(hypervisor["hypervisor_hostname"], []).append(
                 hypervisor["service"]["host"])
         return owners
+
+    def host_mapped(self, host: str) -> bool:
+        """Whether Nova has mapped `host` to a cell, as Nova says it: `GET /os-hosts/{host}` (served
+        up to compute API 2.42) answers 404 "Host '<host>' is not mapped to any cell" without one."""
+        if self._admin is None:
+            self._admin = self.connection()
+        response = self._admin.compute.get(f"/os-hosts/{host}", microversion="2.42", raise_exc=False)
+        if response.status_code not in (200, 404):
+            raise StackError(f"GET /os-hosts/{host}: HTTP {response.status_code} {response.text}")
+        return "is not mapped to any cell" not in response.text
 
     def resource_providers(self) -> dict[str, int]:
         """Placement's resource providers: {uuid: generation}. A provider deleted and created

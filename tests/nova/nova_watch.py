@@ -10,11 +10,11 @@ each node's resource provider generation and whether Placement offers it for tha
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 
 from testbed.nova_stack import NovaStack
+from tests.support.sampling import Sampler
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Sample:
 
 
 @dataclass
-class NovaWatch:
+class NovaWatch(Sampler):
     """Samples Nova every `period` seconds for `nodes` and `members` until stopped."""
 
     stack: NovaStack
@@ -42,26 +42,6 @@ class NovaWatch:
     placement_class: str | None = None       # also sample Placement for this resource class
     samples: list[Sample] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="nova-watch", daemon=True)
-
-    def __enter__(self) -> NovaWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.samples.append(self.sample())
-            except Exception as error:  # noqa: BLE001 - a failed read is reported, not fatal
-                self.errors.append(error)
-            self._stop.wait(self.period)
 
     def sample(self) -> Sample:
         listed = self.stack.hypervisor_hosts()

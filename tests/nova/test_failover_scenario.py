@@ -16,7 +16,7 @@ instance given the wrong shard by hand is reported (Degraded) and, with
 spec.nova.repairMisplaced, handed back to its instance's host. The pool has no
 novaManageConfig: new members' hosts (the first three, and member 2's identity taken up again
 with a new Nova service) are reported not mapped to a cell (Degraded HostNotMapped, a Warning
-each) until the test maps them by hand. A sampler watches Nova the whole time: no node is ever
+each), and given no node, until the test maps them by hand. A sampler watches Nova the whole time: no node is ever
 listed under two computes for longer than one update interval.
 """
 
@@ -138,6 +138,8 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
             assert {m for m in (m0, m1, m2) for e in events(client, ns, "HostNotMapped") if m in e["message"]} \
                 == {m0, m1, m2}
             assert not [j for j in client.get(f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]]
+            # No node goes to a host Nova cannot schedule to: Nova would list it under no compute
+            assert not set(shards().values()) & {m0, m1, m2}, "nodes given to members not mapped to a cell"
             nova_stack.discover_hosts()
             wait(lambda: mapped_members() == {m0, m1, m2}, timeout=4 * interval, interval=1,
                  what="status.hostMapping: every member Mapped once discovered by hand")
@@ -333,6 +335,7 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                 again = wait(lambda: (c := degraded())["reason"] == "HostNotMapped" and c, timeout=6 * POLL,
                              what="Degraded HostNotMapped for member 2's new service")
                 assert m2 in again["message"] and m0 not in again["message"]
+                assert m2 not in shards().values(), "nodes given to member 2 before its new host was mapped"
                 nova_stack.discover_hosts()
                 wait(lambda: mapped_members() == {m0, m1, m2} and degraded()["status"] == "False",
                      timeout=4 * interval + 2 * POLL, interval=1, what="member 2 mapped again, Degraded cleared")

@@ -53,7 +53,7 @@ def test_reads_members_services_and_which_nodes_each_reports(
 def test_a_hypervisor_listing_longer_than_a_page_is_read_whole(
         nova_stack: NovaStack, running_pool: ShardedPool) -> None:
     """Pages of 2 over the pool's 6 nodes (and whatever else the stack lists): the same
-    listing as in one page, read in several requests (Nova's next links followed)."""
+    listing as in one page, read in several requests (to the first empty page)."""
     whole = NovaAdapter(nova_stack.connection(), cloud_name="nova-test", page_limit=1000)
     paged = NovaAdapter(nova_stack.connection(), cloud_name="nova-test", page_limit=2)
     listed = sorted((h.host, h.node_uuid) for h in whole.hypervisors())

@@ -10,7 +10,8 @@ import json
 from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, retry_delay
 from ironic_shard_operator.core.handover_job import CONFIG_PATH
 from ironic_shard_operator.core.host_mapping import (
-    HOST_NOT_MAPPED, MAPPED, MAPPING, MAPPING_FAILED, NOT_MAPPED, UNKNOWN, MappingJob, ProbeAnswer, decide, degraded,
+    HOST_NOT_MAPPED, MAPPED, MAPPING, MAPPING_FAILED, NOT_MAPPED, UNKNOWN, MappingJob, ProbeAnswer, awaiting_nova,
+    decide, degraded,
     hosts_to_probe, job_name, job_selector, read_job, recorded_mapping, render_job,
 )
 from ironic_shard_operator.core.spec import read_pool
@@ -261,3 +262,37 @@ def test_a_jobs_name_says_what_it_maps_and_its_attempt():
     assert job_name(POOL, pairs) == job_name(POOL, list(reversed(pairs)))
     assert job_name(POOL, pairs) != job_name(POOL, pairs, 2) != job_name(POOL, [("rack-0", "id-2")])
     assert len(job_name("p" * 60, pairs)) <= 63
+
+
+# ---- which members Nova can schedule to: the planner's ring ----------------------------------
+
+
+def test_a_member_gets_nodes_only_once_nova_lists_its_service_and_its_host_is_mapped() -> None:
+    """No service listed yet, then NotMapped, then Mapping (the Job), then Mapped: only the last
+    lets the planner give it nodes (a node on an unmapped host is under no hypervisor in Nova)."""
+    enabled = {"state": "Enabled"}
+    members = ("rack-0", "rack-1")
+    record = recorded(step(hosts=("rack-0",), probed=answers({"rack-0": True})))
+    assert awaiting_nova(members, nova_section=enabled, mapping=recorded_mapping(record)) == {"rack-1"}
+    not_mapped = recorded(step(hosts=members, recorded=record, probed=answers({"rack-1": False}), blocker=NO_CONFIG))
+    assert awaiting_nova(members, nova_section=enabled, mapping=recorded_mapping(not_mapped)) == {"rack-1"}
+    mapping = step(hosts=members, recorded=record, probed=answers({"rack-1": False}))
+    assert by_member(mapping)["rack-1"].state == MAPPING
+    assert awaiting_nova(members, nova_section=enabled, mapping=recorded_mapping(recorded(mapping))) == {"rack-1"}
+    mapped = recorded(step(hosts=members, recorded=recorded(mapping), probed=answers({"rack-1": True})))
+    assert awaiting_nova(members, nova_section=enabled, mapping=recorded_mapping(mapped)) == frozenset()
+    # Nova away for a while: what was on record stands
+    assert awaiting_nova(members, nova_section={"state": "Unavailable"}, mapping=recorded_mapping(record)) == {"rack-1"}
+
+
+def test_without_a_usable_nova_or_an_answer_about_the_host_nothing_is_waited_on() -> None:
+    """Nothing would end the wait: no Nova (never answered, or Disabled), or a host Nova does
+    not say about (os-hosts gives no answer: Unknown)."""
+    members = ("rack-0",)
+    assert awaiting_nova(members, nova_section=None, mapping=recorded_mapping(None)) == frozenset()
+    assert awaiting_nova(members, nova_section={"state": "Disabled"}, mapping=recorded_mapping(None)) == frozenset()
+    # an endpoint that never answered (no mapping ever recorded) may be no Nova at all
+    assert awaiting_nova(members, nova_section={"state": "Unavailable"}, mapping=recorded_mapping(None)) == frozenset()
+    unknown = recorded(step(probed=answers({"rack-0": None}), blocker=NO_CONFIG))
+    assert recorded_mapping(unknown).entries["rack-0"]["state"] == UNKNOWN
+    assert awaiting_nova(members, nova_section={"state": "Enabled"}, mapping=recorded_mapping(unknown)) == frozenset()

@@ -96,6 +96,17 @@ def test_member_never_ready_gets_nothing_and_keeps_nothing():
     assert result.moves == ()
 
 
+def test_a_ready_member_nova_cannot_schedule_to_yet_gets_nothing_until_it_can():
+    """A new member whose host Nova has not mapped to a cell (host_mapping.awaiting_nova) gets
+    no node: Nova would list it under no hypervisor. Once mapped, it takes its fair share."""
+    state = converged(["p-0", "p-1"], 90)
+    joined = pool(["p-0", "p-1", "p-2"], state.nodes)
+    waiting = plan(dataclasses.replace(joined, awaiting_nova=frozenset({"p-2"})))
+    assert waiting.ring_members == ("p-0", "p-1") and waiting.moves == ()
+    mapped = plan(joined)
+    assert {m.target for m in mapped.moves} == {"p-2"} and len(mapped.moves) == 30
+
+
 def test_returning_member_gets_its_share_back_with_minimal_movement():
     names = ["p-0", "p-1", "p-2", "p-3"]
     state = converged(names, 1000)

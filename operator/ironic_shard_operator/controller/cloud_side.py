@@ -1,7 +1,7 @@
 """A pool's Ironic and Nova side, run in the background so that its pod side never waits on it.
 
 One `CloudSide` per pool at a time: observe and plan Ironic, Nova (forced_down before any free
-node of a member past its grace moves), the writes, host mapping, the handover step. Invariant:
+node of a member past its grace moves), host mapping, the writes, the handover step. Invariant:
 the cycle that starts it waits only PATIENCE_SECONDS; a side that hangs or refuses keeps
 running on its own while later cycles look after the pods with the last plan, and one that sends
 no request for HUNG_AFTER_SECONDS is abandoned. The steps: docs/design.md, "The cloud side".
@@ -22,7 +22,7 @@ from ironic_shard_operator.controller.host_mapping import HostMappingOutcome, Ma
 from ironic_shard_operator.controller.ironic_cycle import CycleReport, ObservationMemory, run_cycle
 from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
-from ironic_shard_operator.core import model, nova_policy
+from ironic_shard_operator.core import host_mapping, model, nova_policy
 from ironic_shard_operator.core.guard_holds import held_by_guard
 from ironic_shard_operator.core.pool_memory import PoolMemory
 from ironic_shard_operator.core.shard_write import guarded_owners
@@ -179,11 +179,14 @@ class CloudSide:
 
     async def _stages(self, work: CloudWork, interrupt: threading.Event) -> CloudResult:
         pool, metrics = work.pool, work.metrics
+        recorded = work.pool_memory
+        awaiting = host_mapping.awaiting_nova((m.name for m in work.members), nova_section=recorded.nova.section,
+                                              mapping=recorded.host_mapping)
         try:
             report = await asyncio.to_thread(run_cycle, work.adapter, pool.spec, work.members, now=work.now,
                                              paused=True, autoscale_history=work.pool_memory.autoscale,
-                                             memory=work.memory,
-                                             full_resync_seconds=pool.ironic.full_resync_seconds)
+                                             memory=work.memory, full_resync_seconds=pool.ironic.full_resync_seconds,
+                                             awaiting_nova=awaiting)
             result = CloudResult(report)
             _record_listing(metrics, work.key, report)
         except IronicError as error:
@@ -199,14 +202,22 @@ class CloudSide:
             nodes=result.report.nodes if result.report is not None else None,
             previous=work.pool_memory.nova, now=work.now, metrics=metrics, may_write=work.may_write,
             held=work.held, member_confs=work.member_confs)
-        if plan is not None and plan.moves and not pool.paused:
+        mapping = await _host_mapping(work, nova, set(plan.members_to_delete if plan else ()))
+        # Before the writes: a member whose host this cycle found mapped (or unmapped) is in the
+        # ring (or out of it) for this cycle's writes already.
+        now_awaiting = host_mapping.awaiting_nova(
+            (m.name for m in work.members), nova_section=nova.section or recorded.nova.section,
+            mapping=recorded.host_mapping if mapping is None or mapping.section is None
+            else host_mapping.recorded_mapping(mapping.section))
+        if plan is not None and (plan.moves or now_awaiting != awaiting) and not pool.paused:
             guarded = guarded_owners(work.members, work.now, pool.spec.rebalance_after_seconds, nova.services,
                                      work.identities)
             try:
                 report = await asyncio.to_thread(
                     run_cycle, work.adapter, pool.spec, work.members, now=work.now,
                     stop=WriteStop(interrupt, work.may_write), autoscale_history=work.pool_memory.autoscale,
-                    memory=work.memory, full_resync_seconds=pool.ironic.full_resync_seconds, guarded=guarded)
+                    memory=work.memory, full_resync_seconds=pool.ironic.full_resync_seconds, guarded=guarded,
+                    awaiting_nova=now_awaiting)
                 result = CloudResult(report, applied=report.moves_applied)
                 _record_listing(metrics, work.key, report)
                 if report.moves_applied and metrics is not None:
@@ -218,7 +229,6 @@ class CloudSide:
             except IronicError as error:
                 _record_error(metrics, work.key, error)
                 result = CloudResult(result.report, error=error)
-        mapping = await _host_mapping(work, nova, set(plan.members_to_delete if plan else ()))
         handover_outcome = None
         if work.kube is not None:  # 5. handovers of nodes with instances (controller/handover.py)
             handover_outcome = await run_handover(
@@ -234,7 +244,7 @@ class CloudSide:
 
 
 async def _host_mapping(work: CloudWork, nova: NovaOutcome, deleting: AbstractSet[str]) -> HostMappingOutcome | None:
-    """4. the members' hosts mapped to a cell (controller/host_mapping.py), when Nova answered
+    """3. the members' hosts mapped to a cell (controller/host_mapping.py), when Nova answered
     this cycle; None (the last status.hostMapping kept) otherwise."""
     adapter = _usable_nova(work.nova, nova)
     if work.kube is None or adapter is None or nova.services is None:

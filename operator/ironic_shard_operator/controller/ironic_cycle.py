@@ -122,6 +122,7 @@ def run_cycle(
     memory: ObservationMemory | None = None,
     full_resync_seconds: float = observation.DEFAULT_FULL_RESYNC_SECONDS,
     guarded: frozenset[str] | None = None,
+    awaiting_nova: frozenset[str] = frozenset(),
 ) -> CycleReport:
     """Observe the pool in Ironic (by need, with `memory`; see the module doc), plan with
     the pure planner, write the moves, report.
@@ -131,6 +132,7 @@ def run_cycle(
     autoscale kept from earlier cycles (status.autoscale). `guarded`: the owners a free node
     leaves only by a guarded move (shard_write.guarded_owners, from Nova's services); None:
     the live owners (shard_write.live_owners), for a caller that knows nothing of Nova.
+    `awaiting_nova`: members Nova cannot schedule to yet, kept out of the ring (the planner's).
     Ironic errors propagate as IronicError subclasses, after which Ironic holds a consistent,
     partial result. The adapter's one-time check() (first use) is not counted in the report's
     requests. Moves are written only when every node they move was listed by this cycle (a
@@ -140,7 +142,7 @@ def run_cycle(
     started = time.monotonic()
     first_request = adapter.requests_made
     now = time.time() if now is None else now
-    planner = _Planner(spec, tuple(members), now, autoscale_history)
+    planner = _Planner(spec, tuple(members), now, autoscale_history, awaiting_nova)
     seen = _observe(adapter, planner, memory, paused=paused, full_resync_seconds=full_resync_seconds)
     observe_requests = adapter.requests_made - first_request
     if paused or not seen.decision.moves:
@@ -169,10 +171,12 @@ class _Planner:
     members: tuple[Member, ...]
     now: float
     autoscale_history: AutoscaleHistory
+    awaiting_nova: frozenset[str] = frozenset()
 
     def plan_for(self, nodes: tuple[Node, ...], observed_at: float) -> Plan:
         return plan(Observation(spec=self.spec, members=self.members, nodes=nodes, now=self.now,
-                                autoscale_history=self.autoscale_history, nodes_observed_at=observed_at))
+                                autoscale_history=self.autoscale_history, nodes_observed_at=observed_at,
+                                awaiting_nova=self.awaiting_nova))
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from ironic_shard_operator.core.handover_job import (
     COMPONENT_LABEL, CONFIG_PATH, job_state, nova_manage_job,
 )
 from ironic_shard_operator.core.model import member_ordinal
-from ironic_shard_operator.core.nova_policy import ServiceRecord
+from ironic_shard_operator.core.nova_policy import DISABLED, UNAVAILABLE, ServiceRecord
 from ironic_shard_operator.core.podspec import POOL_LABEL
 from ironic_shard_operator.core.pods import parse_time
 from ironic_shard_operator.core.spec import GROUP, Pool
@@ -156,6 +156,25 @@ def recorded_mapping(section: Mapping[str, Any] | None) -> RecordedMapping:
     entries = {e["member"]: e for e in members if isinstance(e, Mapping) and isinstance(e.get("member"), str)}
     return RecordedMapping(entries, frozenset((m, e.get("service")) for m, e in entries.items()
                                               if e.get("state") == MAPPED))
+
+
+def awaiting_nova(members: Iterable[str], *, nova_section: Mapping[str, Any] | None,
+                  mapping: RecordedMapping) -> frozenset[str]:
+    """The members Nova cannot schedule to yet, to which the planner gives no node: while the
+    pool's Nova is in use (status.nova says Enabled; or Unavailable after it answered, the
+    members' mapping on record), every member whose nova-compute service Nova does not list yet
+    (no status.hostMapping entry) or whose host is not mapped to a cell yet (Mapping,
+    NotMapped). A node given to such a member would be listed under no hypervisor and offered
+    by no scheduler until the mapping (nova-api leaves an unmapped host's compute nodes out).
+    Not waited on: a host Nova does not say about (Unknown: nothing would end the wait), and any
+    member while Nova is not known to be in use (no status.nova yet, Disabled: no compute
+    endpoint or credentials refused, or Unavailable before any mapping was recorded: an
+    endpoint that never answered may be no Nova at all)."""
+    state = (nova_section or {}).get("state")
+    if state is None or state == DISABLED or (state == UNAVAILABLE and not mapping.entries):
+        return frozenset()
+    return frozenset(member for member in members
+                     if (mapping.entries.get(member) or {}).get("state") not in (MAPPED, UNKNOWN))
 
 
 def hosts_to_probe(*, services: Mapping[str, ServiceRecord], recorded: RecordedMapping,
@@ -324,7 +343,7 @@ def _unmapped_entry(member: str, service: str, answer: ProbeAnswer | None, block
     if answer is not None and answer.mapped is False:
         return MemberMapping(member, service, NOT_MAPPED, (
             f"Nova says host {member} is not mapped to any cell: it lists none of its nodes and schedules nothing to "
-            f"them. Map it: {FIX}" + (f" ({blocker})" if blocker else "")), HOST_NOT_MAPPED)
+            f"them, so the operator gives it no node. Map it: {FIX}" + (f" ({blocker})" if blocker else "")), HOST_NOT_MAPPED)
     return MemberMapping(member, service, UNKNOWN, (
         f"Nova does not say whether host {member} is mapped to a cell (GET /os-hosts/{member} at compute API "
         f"2.42 gave no answer) and lists no node under it yet; if it stays so (Nova audit finding unmapped), "

@@ -183,7 +183,9 @@ class Observation:
     """Everything the planner sees of one pool at one instant, and what autoscale kept from
     earlier cycles (`autoscale_history`, read back from the last status). `nodes` were listed
     in full at `nodes_observed_at` (None: at `now`); observation by need plans from an
-    earlier listing that Ironic's cheap answers confirmed (core/observation.py)."""
+    earlier listing that Ironic's cheap answers confirmed (core/observation.py).
+    `awaiting_nova`: members Nova cannot schedule to yet (core/host_mapping.py::awaiting_nova),
+    which stay out of the ring whatever their readiness."""
 
     spec: PoolSpec
     members: tuple[Member, ...]
@@ -191,6 +193,7 @@ class Observation:
     now: float
     autoscale_history: AutoscaleHistory = AutoscaleHistory()
     nodes_observed_at: float | None = None
+    awaiting_nova: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -10,7 +10,9 @@ The rules it keeps (invariants 1-4, docs/invariants.md):
   the highest ordinals;
 - a pinned node never changes owner;
 - every free node ends up owned by a ring member (a non-retiring member that counts as
-  ready by the grace rule, fencing.py), unless there is none, in which case nothing moves;
+  ready by the grace rule, fencing.py, and that Nova can schedule to: its service listed and
+  its host mapped to a cell, host_mapping.py::awaiting_nova), unless there is none, in which
+  case nothing moves;
 - a free node keeps its owner while that owner is in the ring and within its fair share,
   so a membership change moves only what it must (sticky consistent hashing with bounded
   loads): the rest go, in ring preference order, to members with room;
@@ -55,7 +57,7 @@ def plan(observation: Observation) -> Plan:
     retiring = set(retiring_members(members, desired, spec.retire_first))
     ring_members = tuple(
         m.name for m in members
-        if m.name not in retiring
+        if m.name not in retiring and m.name not in observation.awaiting_nova
         and counts_as_ready(m, observation.now, spec.rebalance_after_seconds)
     )
     owners = _by_owner(nodes, retiring)
