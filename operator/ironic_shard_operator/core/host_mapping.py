@@ -35,6 +35,8 @@ COMPONENT = "host-mapping"
 SERVICES_ANNOTATION = f"{GROUP}/host-mapping-services"
 ATTEMPT_ANNOTATION = f"{GROUP}/host-mapping-attempt"
 COMMAND = ("nova-manage", "--config-file", CONFIG_PATH, "cell_v2", "discover_hosts", "--by-service", "--verbose")
+# What a member waiting for its mapping is told (awaiting_nova keeps it out of the ring).
+GETS_NODES_ONCE = "; the member gets nodes once it is mapped"
 FIX = ("nova-manage cell_v2 discover_hosts --by-service, or [scheduler]discover_hosts_in_cells_interval on "
        "Nova's schedulers; with spec.handover.novaManageConfig the operator maps new members itself")
 
@@ -224,7 +226,8 @@ def decide(*, pool_name: str, services: Mapping[str, ServiceRecord], recorded: R
             entries[member] = MemberMapping(member, service, MAPPED, how + _by(job), job=_done(job))
         elif job is not None and job.state == ACTIVE:
             entries[member] = MemberMapping(member, service, MAPPING, f"Job {job.name} maps host {member} to a "
-                                            "cell (nova-manage cell_v2 discover_hosts --by-service)", job=job.name)
+                                            "cell (nova-manage cell_v2 discover_hosts --by-service)" + GETS_NODES_ONCE,
+                                            job=job.name)
         elif job is not None and job.state == SUCCEEDED and (answer is None or answer.mapped is None
                                                                  or answer.at < (job.finished or now)):
             entries[member] = MemberMapping(member, service, MAPPED, (
@@ -255,7 +258,8 @@ def _with_jobs(pool_name: str, entries: dict[str, MemberMapping], waiting: list[
     if blocker is None and running is not None:
         for member, service in waiting:
             entries[member] = MemberMapping(member, service, MAPPING, f"host {member} waits for Job {running} to "
-                                            "end (one discover_hosts at a time): the next host-mapping Job maps it")
+                                            "end (one discover_hosts at a time): the next host-mapping Job maps it"
+                                            + GETS_NODES_ONCE)
     elif blocker is None and retry_at is not None:
         for member, service in waiting:
             entries[member] = MemberMapping(
@@ -269,7 +273,8 @@ def _with_jobs(pool_name: str, entries: dict[str, MemberMapping], waiting: list[
         for member, service in pairs:
             entries[member] = MemberMapping(member, service, MAPPING, f"Job {create.name} maps host {member} to a "
                                             "cell (nova-manage cell_v2 discover_hosts --by-service)"
-                                            + (f", attempt {attempt}" if attempt > 1 else ""), job=create.name)
+                                            + (f", attempt {attempt}" if attempt > 1 else "") + GETS_NODES_ONCE,
+                                            job=create.name)
     ordered = tuple(sorted(entries.values(), key=lambda e: (member_ordinal(pool_name, e.member) or 0, e.member)))
     delete = _jobs_to_delete(jobs, current - known, due if create is not None else [])
     return MappingStep(ordered, create, delete, tuple(_events(ordered, before)))
