@@ -316,7 +316,8 @@ def run(nodes: int, with_instances: int, workdir: Path, without_nova: str | None
             client.create(POOLS, pool_manifest(CLOUD, image=PROCESS_IMAGE, handover=True))
             demo.until(lambda: set(nova.compute_services()) >= {f"{POOL}-{i}" for i in range(3)},
                        "three nova-compute services registered", timeout=180)
-            nova.discover_hosts()  # the deployment's usual host discovery maps them to a cell
+            say("   New Nova hosts: the operator maps them to a cell (a nova-manage Job, spec.handover's config),"
+                " and gives a member nodes only then")
         else:
             client.create(POOLS, pool_manifest(ironic.cloud_name))
         demo.until(lambda: demo.converged(3), "3 ready members owning every node", timeout=180)
@@ -357,8 +358,7 @@ def run(nodes: int, with_instances: int, workdir: Path, without_nova: str | None
         client.patch(f"{POOLS}/{POOL}/scale", {"spec": {"replicas": 4}})  # the scale subresource
         if nova is not None:
             demo.until(lambda: f"{POOL}-3" in nova.compute_services(), "the fourth nova-compute registered",
-                       timeout=120)
-            nova.discover_hosts()
+                       timeout=120)  # its host mapped by the operator's Job before it gets nodes
         demo.until(lambda: demo.converged(4), "4 ready members", timeout=120)
         demo.moved()
         demo.show_nova(settle)

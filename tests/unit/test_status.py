@@ -325,3 +325,33 @@ def test_a_member_failing_during_the_first_start_is_a_warning():
     status, events = build_status(failing, None)
     assert conditions(status)["Degraded"]["reason"] == "MemberFailing"
     assert ("Degraded", "Warning") in [(e.reason, e.type) for e in events]
+
+
+def test_ready_members_nova_cannot_schedule_to_yet_are_neither_no_ready_member_nor_all_ready() -> None:
+    """A pool whose Ready members all wait for their host mapping: Ready False MembersAwaitingNova,
+    Degraded False with the same reason while the mapping runs, HostNotMapped when Nova says the
+    host is not mapped and nobody maps it (the fix is what the user must read, not NoReadyMember)."""
+    from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec
+    from ironic_shard_operator.core.planner import plan
+    from ironic_shard_operator.core.status import CycleFacts, build_status
+
+    members = (Member("p-0", True, 0.0), Member("p-1", True, 0.0))
+    observation = Observation(PoolSpec("p", replicas=2), members, (Node("n-1"), Node("n-2")), 1000.0,
+                              awaiting_nova=frozenset({"p-0", "p-1"}))
+    waiting = plan(observation)
+    assert waiting.ring_members == () and waiting.awaiting_nova == ("p-0", "p-1")
+
+    def conditions(mapping: dict | None) -> dict:
+        facts = CycleFacts(generation=1, plan=waiting, members=members, pods_ready=2, now=1000.0, host_mapping=mapping)
+        return {c["type"]: c for c in build_status(facts, None)[0]["conditions"]}
+
+    mapping_job = {"members": [{"member": m, "service": f"id-{m}", "state": "Mapping", "message": "Job maps it"}
+                               for m in ("p-0", "p-1")]}
+    found = conditions(mapping_job)
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "MembersAwaitingNova")
+    assert (found["Degraded"]["status"], found["Degraded"]["reason"]) == ("False", "MembersAwaitingNova")
+    not_mapped = {"members": [{"member": m, "service": f"id-{m}", "state": "NotMapped", "reason": "HostNotMapped",
+                               "message": f"Nova says host {m} is not mapped"} for m in ("p-0", "p-1")]}
+    found = conditions(not_mapped)
+    assert (found["Degraded"]["status"], found["Degraded"]["reason"]) == ("True", "HostNotMapped")
+    assert "p-0" in found["Degraded"]["message"]

@@ -248,6 +248,8 @@ class Plan:
     `autoscale` says how autoscale chose `desired_replicas`; None: spec.replicas did.
     `retiring`: every member chosen to retire (owning nodes or not), by ordinal. `owned`: the
     pinned nodes per owner in the observation planned from (`pinned_by_owner`).
+    `awaiting_nova`: the members that count as ready and are not retiring but stay out of the
+    ring because Nova cannot schedule to them yet (Observation.awaiting_nova).
     """
 
     desired_replicas: int
@@ -262,6 +264,7 @@ class Plan:
     busy: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     retiring: tuple[str, ...] = ()
     owned: PinnedCounts = field(default_factory=PinnedCounts)
+    awaiting_nova: tuple[str, ...] = ()
 
 
 def mid_operation(node: Node) -> str | None:

@@ -55,11 +55,9 @@ def plan(observation: Observation) -> Plan:
     desired = scale.desired if scale is not None else spec.replicas
     members = sorted_members(spec.name, observation.members)
     retiring = set(retiring_members(members, desired, spec.retire_first))
-    ring_members = tuple(
-        m.name for m in members
-        if m.name not in retiring and m.name not in observation.awaiting_nova
-        and counts_as_ready(m, observation.now, spec.rebalance_after_seconds)
-    )
+    ready = [m.name for m in members
+             if m.name not in retiring and counts_as_ready(m, observation.now, spec.rebalance_after_seconds)]
+    ring_members = tuple(name for name in ready if name not in observation.awaiting_nova)
     owners = _by_owner(nodes, retiring)
     moves = plan_moves(owners.free, ring_members, owners.pinned) if ring_members else []
     free_now = Counter({owner: len(uuids) for owner, uuids in owners.free.items()})
@@ -87,6 +85,7 @@ def plan(observation: Observation) -> Plan:
         busy={owner: tuple(sorted(found)) for owner, found in owners.busy.items()},
         retiring=tuple(m.name for m in members if m.name in retiring),
         owned=owners.counts,
+        awaiting_nova=tuple(name for name in ready if name in observation.awaiting_nova),
     )
 
 

@@ -378,6 +378,10 @@ def _degraded(facts: CycleFacts, nova: Mapping[str, Any], mapping: Mapping[str, 
         return _Condition("Degraded", True, facts.error_reason, facts.error)
     if troubled:
         return _Condition("Degraded", True, "MemberFailing", _describe(troubled))
+    if plan is not None and plan.counts.total and not plan.ring_members and plan.awaiting_nova:
+        if unmapped is not None:
+            return _Condition("Degraded", True, *unmapped)
+        return _Condition("Degraded", False, "MembersAwaitingNova", _awaiting_nova(plan))
     if plan is not None and plan.counts.total and not plan.ring_members:
         return _no_ready_member(facts, plan)
     if plan is not None and plan.counts.misplaced:
@@ -430,8 +434,16 @@ def _ready(facts: CycleFacts) -> _Condition:
     if plan is not None and plan.counts.pending_moves:
         return _Condition("Ready", False, "NodesPending",
                           f"{plan.counts.pending_moves} free nodes still to move to a ready member")
+    if plan is not None and plan.awaiting_nova:
+        return _Condition("Ready", False, "MembersAwaitingNova", _awaiting_nova(plan))
     return _Condition("Ready", True, "AllMembersReady",
                       f"{facts.pods_ready} members ready, every free node owned by a ready member")
+
+
+def _awaiting_nova(plan: model.Plan) -> str:
+    """What members kept out of the ring for Nova's sake wait for (status.hostMapping says more)."""
+    return (f"{', '.join(plan.awaiting_nova)}: Ready, and given no node until Nova lists the nova-compute service "
+            "and has mapped the host to a cell (status.hostMapping)")
 
 
 def _scaled_to_zero(plan: model.Plan) -> str:
