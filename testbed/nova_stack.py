@@ -212,18 +212,26 @@ class NovaStack:
             raise StackError(f"deleting a seeded instance failed: {done.stderr[-2000:] or done.stdout}")
 
     # -- reading Nova (its raw API, as any client sees it; independent of the operator's adapter)
-    def _get_all(self, path: str, key: str) -> list[dict]:
-        """Every item of a paged Nova list (`<key>_links` next links followed)."""
+    @property
+    def _compute(self):
+        """The admin connection's compute proxy, the connection made on first use."""
         if self._admin is None:
             self._admin = self.connection()
-        api = self._admin.compute
+        return self._admin.compute
+
+    def _get_json(self, url: str) -> dict:
+        """The body of `GET url` at COMPUTE_MICROVERSION; StackError unless Nova answers 200."""
+        response = self._compute.get(url, microversion=COMPUTE_MICROVERSION)
+        if response.status_code != 200:
+            raise StackError(f"GET {url}: HTTP {response.status_code} {response.text}")
+        return response.json()
+
+    def _get_all(self, path: str, key: str) -> list[dict]:
+        """Every item of a paged Nova list (`<key>_links` next links followed)."""
         items: list[dict] = []
         url = path
         while url:
-            response = api.get(url, microversion=COMPUTE_MICROVERSION)
-            if response.status_code != 200:
-                raise StackError(f"GET {url}: HTTP {response.status_code} {response.text}")
-            body = response.json()
+            body = self._get_json(url)
             items += body[key]
             url = next((link["href"] for link in body.get(f"{key}_links", [])
                         if link.get("rel") == "next"), None)
@@ -235,19 +243,12 @@ class NovaStack:
 
     def hypervisor_hosts(self) -> dict[str, list[str]]:
         """Nova's view of ownership: {Ironic node uuid: [compute hosts listing it]}."""
-        if self._admin is None:
-            self._admin = self.connection()
-        api = self._admin.compute
-
         def page(marker: str | None) -> list[dict]:
             # Pages of 100: nova-api spends ~20 ms per node on this list, and a sampler asking for
             # pages of 1,000 back to back held its one worker ~20 s per request, long enough for
             # the operator's own requests queued behind it to time out (bench/nova_bench.py).
-            url = "/os-hypervisors/detail?limit=100" + (f"&marker={marker}" if marker else "")
-            response = api.get(url, microversion=COMPUTE_MICROVERSION)
-            if response.status_code != 200:
-                raise StackError(f"GET {url}: HTTP {response.status_code} {response.text}")
-            return response.json()["hypervisors"]
+            return self._get_json("/os-hypervisors/detail?limit=100"
+                                  + (f"&marker={marker}" if marker else ""))["hypervisors"]
 
         owners: dict[str, list[str]] = {}
         # Read as the operator reads it: a page left short by a host not mapped to a cell is not the end
@@ -259,9 +260,7 @@ class NovaStack:
     def host_mapped(self, host: str) -> bool:
         """Whether Nova has mapped `host` to a cell, as Nova says it: `GET /os-hosts/{host}` (served
         up to compute API 2.42) answers 404 "Host '<host>' is not mapped to any cell" without one."""
-        if self._admin is None:
-            self._admin = self.connection()
-        response = self._admin.compute.get(f"/os-hosts/{host}", microversion="2.42", raise_exc=False)
+        response = self._compute.get(f"/os-hosts/{host}", microversion="2.42", raise_exc=False)
         if response.status_code not in (200, 404):
             raise StackError(f"GET /os-hosts/{host}: HTTP {response.status_code} {response.text}")
         return "is not mapped to any cell" not in response.text
@@ -291,36 +290,24 @@ class NovaStack:
         compute carried out has an event `compute_<action>_instance` with its result; one no
         compute received has none). Nova's detail views of a server need Neutron (security
         groups), which this stack has not; the actions do not."""
-        if self._admin is None:
-            self._admin = self.connection()
         actions = self._get_all(f"/servers/{server}/os-instance-actions", "instanceActions")
-        out = []
-        for action in sorted(actions, key=lambda a: a["start_time"]):
-            response = self._admin.compute.get(f"/servers/{server}/os-instance-actions/{action['request_id']}",
-                                               microversion=COMPUTE_MICROVERSION)
-            if response.status_code != 200:
-                raise StackError(f"GET the action {action['request_id']} of {server}: HTTP {response.status_code}")
-            out.append(response.json()["instanceAction"])
-        return out
+        return [self._get_json(f"/servers/{server}/os-instance-actions/{action['request_id']}")["instanceAction"]
+                for action in sorted(actions, key=lambda a: a["start_time"])]
 
     def server_action(self, server: str, action: dict) -> tuple[int, str]:
         """POST /servers/<server>/action as an admin: (HTTP status, body). Nova answers 202
         when it accepted the action (the compute carries it out later), 409 when the server's
         state forbids it."""
-        if self._admin is None:
-            self._admin = self.connection()
-        response = self._admin.compute.post(f"/servers/{server}/action", json=action,
-                                            microversion=COMPUTE_MICROVERSION, raise_exc=False)
+        response = self._compute.post(f"/servers/{server}/action", json=action,
+                                      microversion=COMPUTE_MICROVERSION, raise_exc=False)
         return response.status_code, response.text
 
     def set_forced_down(self, host: str, forced_down: bool) -> None:
         """An administrator's `openstack compute service set --down|--up HOST nova-compute`:
         PUT /os-services/<id> with forced_down, as any admin client does."""
-        if self._admin is None:
-            self._admin = self.connection()
         service = self.compute_services()[host]
-        response = self._admin.compute.put(f"/os-services/{service['id']}", json={"forced_down": forced_down},
-                                           microversion=COMPUTE_MICROVERSION, raise_exc=False)
+        response = self._compute.put(f"/os-services/{service['id']}", json={"forced_down": forced_down},
+                                     microversion=COMPUTE_MICROVERSION, raise_exc=False)
         if response.status_code != 200:
             raise StackError(f"PUT /os-services/{service['id']} forced_down={forced_down}: "
                              f"HTTP {response.status_code} {response.text}")

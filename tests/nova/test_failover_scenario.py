@@ -16,8 +16,8 @@ instance given the wrong shard by hand is reported (Degraded) and, with
 spec.nova.repairMisplaced, handed back to its instance's host. The pool has no
 novaManageConfig: new members' hosts (the first three, and member 2's identity taken up again
 with a new Nova service) are reported not mapped to a cell (Degraded HostNotMapped, a Warning
-each), and given no node, until the test maps them by hand. A sampler watches Nova the whole time: no node is ever
-listed under two computes for longer than one update interval.
+each), and given no node, until the test maps them by hand. A sampler watches Nova the whole
+time: no node is ever listed under two computes for longer than one update interval.
 """
 
 from __future__ import annotations

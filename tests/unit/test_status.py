@@ -1,6 +1,6 @@
 """Status and conditions: counts, members, ring generation, stable transitions, events."""
 
-from ironic_shard_operator.core import autoscale, model, nova_policy
+from ironic_shard_operator.core import autoscale, model, nova_policy, planner
 from ironic_shard_operator.core.pods import MemberState
 from ironic_shard_operator.core.pool_memory import autoscale_history_of, since_of
 from ironic_shard_operator.core.status import CycleFacts, build_status, moves_event
@@ -331,27 +331,20 @@ def test_ready_members_nova_cannot_schedule_to_yet_are_neither_no_ready_member_n
     """A pool whose Ready members all wait for their host mapping: Ready False MembersAwaitingNova,
     Degraded False with the same reason while the mapping runs, HostNotMapped when Nova says the
     host is not mapped and nobody maps it (the fix is what the user must read, not NoReadyMember)."""
-    from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec
-    from ironic_shard_operator.core.planner import plan
-    from ironic_shard_operator.core.status import CycleFacts, build_status
-
-    members = (Member("p-0", True, 0.0), Member("p-1", True, 0.0))
-    observation = Observation(PoolSpec("p", replicas=2), members, (Node("n-1"), Node("n-2")), 1000.0,
-                              awaiting_nova=frozenset({"p-0", "p-1"}))
-    waiting = plan(observation)
+    members = (model.Member("p-0", True, 0.0), model.Member("p-1", True, 0.0))
+    waiting = planner.plan(model.Observation(model.PoolSpec("p", replicas=2), members,
+                                             (model.Node("n-1"), model.Node("n-2")), NOW,
+                                             awaiting_nova=frozenset({"p-0", "p-1"})))
     assert waiting.ring_members == () and waiting.awaiting_nova == ("p-0", "p-1")
 
-    def conditions(mapping: dict | None) -> dict:
-        facts = CycleFacts(generation=1, plan=waiting, members=members, pods_ready=2, now=1000.0, host_mapping=mapping)
-        return {c["type"]: c for c in build_status(facts, None)[0]["conditions"]}
-
-    mapping_job = {"members": [{"member": m, "service": f"id-{m}", "state": "Mapping", "message": "Job maps it"}
+    def with_mapping(state: str, **entry: str) -> dict:
+        section = {"members": [{"member": m, "service": f"id-{m}", "state": state, "message": f"host {m}", **entry}
                                for m in ("p-0", "p-1")]}
-    found = conditions(mapping_job)
+        return conditions(build_status(facts(plan=waiting, members=members, host_mapping=section), None)[0])
+
+    found = with_mapping("Mapping")
     assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "MembersAwaitingNova")
     assert (found["Degraded"]["status"], found["Degraded"]["reason"]) == ("False", "MembersAwaitingNova")
-    not_mapped = {"members": [{"member": m, "service": f"id-{m}", "state": "NotMapped", "reason": "HostNotMapped",
-                               "message": f"Nova says host {m} is not mapped"} for m in ("p-0", "p-1")]}
-    found = conditions(not_mapped)
+    found = with_mapping("NotMapped", reason="HostNotMapped")
     assert (found["Degraded"]["status"], found["Degraded"]["reason"]) == ("True", "HostNotMapped")
     assert "p-0" in found["Degraded"]["message"]

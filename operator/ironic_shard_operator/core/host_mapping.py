@@ -348,7 +348,8 @@ def _unmapped_entry(member: str, service: str, answer: ProbeAnswer | None, block
     if answer is not None and answer.mapped is False:
         return MemberMapping(member, service, NOT_MAPPED, (
             f"Nova says host {member} is not mapped to any cell: it lists none of its nodes and schedules nothing to "
-            f"them, so the operator gives it no node. Map it: {FIX}" + (f" ({blocker})" if blocker else "")), HOST_NOT_MAPPED)
+            f"them, so the operator gives it no node. Map it: {FIX}" + (f" ({blocker})" if blocker else "")),
+            HOST_NOT_MAPPED)
     return MemberMapping(member, service, UNKNOWN, (
         f"Nova does not say whether host {member} is mapped to a cell (GET /os-hosts/{member} at compute API "
         f"2.42 gave no answer) and lists no node under it yet; if it stays so (Nova audit finding unmapped), "
