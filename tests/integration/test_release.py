@@ -10,10 +10,12 @@ docker-registry (skipped, saying why, where hack/registry.sh cannot install it).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -38,10 +40,21 @@ ISOLATED = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("release") / "dist"
-    done = subprocess.run(["bash", "hack/release.sh"], cwd=REPO, capture_output=True, text=True,
-                          env=dict(os.environ, DIST=str(out)), timeout=900)
-    assert done.returncode == 0, f"hack/release.sh failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    """hack/release.sh's artefacts, built once per test run: the tests only read them, and each
+    xdist worker that runs one of them would otherwise build the same release again (~33 s
+    each). The workers' temp dirs share a parent; the first to take its lock builds there."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out, built = shared / "release" / "dist", shared / "release" / "built"
+    with open(shared / "release.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not built.exists():
+            shutil.rmtree(out, ignore_errors=True)  # what a failed build of another worker left
+            done = subprocess.run(["bash", "hack/release.sh"], cwd=REPO, capture_output=True, text=True,
+                                  env=dict(os.environ, DIST=str(out)), timeout=900)
+            assert done.returncode == 0, f"hack/release.sh failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+            built.touch()
     return out
 
 
