@@ -68,13 +68,13 @@ sys.path.insert(0, str(REPO))  # testbed, tests, bench: run as a script
 import yaml  # noqa: E402
 
 from bench.nova_measures import (  # noqa: E402
-    PassLog, Window, between, changed_hypervisor, ended_elsewhere, first, linear_fit, listed_live, median,
-    moved_instance_nodes, offered, ownership_windows, provider_churn, render_table, sample_gaps, schedulable,
-    seconds_per_node, settled_since,
+    PassLog, Window, any_listed_live, between, changed_hypervisor, ended_elsewhere, first, linear_fit, listed_live,
+    median, moved_instance_nodes, offered, ownership_windows, provider_churn, render_table, sample_gaps,
+    schedulable, seconds_per_node, service_flag, settled_since,
 )
 from testbed import nova_starter  # noqa: E402
 from testbed.ironic_service import (  # noqa: E402
-    IronicService, assign_shards_directly_in_db, running_ironic, seed_nodes_directly_in_db,
+    IronicService, assign_shards_directly_in_db, running_ironic, seed_nodes_directly_in_db, shards_of,
 )
 from testbed.nova_stack import NovaStack  # noqa: E402
 from testbed.waiting import wait_for  # noqa: E402
@@ -102,6 +102,7 @@ class Settings:
     grace: int
     poll: int
     held: bool
+    recoveries_only: bool = False  # (c): skip the join and the handover (the recoveries alone)
 
     @property
     def slow(self) -> float:
@@ -244,10 +245,16 @@ class Run:
         """SIGKILL `victim` with `kill()` (which may also restart it); seconds until every free node
         it served is schedulable again (nova_measures.schedulable)."""
         free = sorted(n for n, hosts in self.listed().items() if hosts == (victim,) and n not in self.instance_host)
+        # (c) only: the free nodes' shard in Ironic is the victim's until the operator moves them
+        sharded = any(shard == victim for n, shard in shards_of(self.ironic, RESOURCE_CLASS).items() if n in free)
+        shards_moved: list[float] = []
         killed_wall, killed_at = time.time(), time.monotonic()
         kill()
 
         def back() -> float | None:
+            if sharded and not shards_moved and victim not in {
+                    shard for n, shard in shards_of(self.ironic, RESOURCE_CLASS).items() if n in free}:
+                shards_moved.append(time.monotonic())
             return first(self.watch.samples, lambda s: schedulable(s, free, killed_wall), after=killed_at)
         try:
             at = wait_for(back, timeout=timeout, interval=1, what=f"the free nodes of {victim} schedulable again")
@@ -261,9 +268,26 @@ class Run:
         listed_at = first(samples, lambda s: listed_live(s, free, killed_wall))
         offered_at = first(samples, lambda s: offered(s, free))
         restarted = [p for p in self.logs.passes(victim).passes if p.startup and p.started >= killed_wall]
+
+        def after_kill(at: float | None) -> float | None:
+            return None if at is None else round(at - killed_at, 1)
+        # (c): the first pass of another compute that began once the shards were written (the one
+        # that can pick them up; a pass lists its nodes from Ironic when it starts)
+        moved_wall = self.epoch(shards_moved[0]) if shards_moved else None
+        next_passes = [p.started for host in self.latest().services if host != victim
+                       for p in self.logs.passes(host).passes if moved_wall is not None and p.started >= moved_wall]
         return {"victim": victim, "free_nodes": len(free), "seconds": round(at - killed_at, 1),
                 "listed_live_seconds": round(listed_at - killed_at, 1),
                 "offered_seconds": round(offered_at - killed_at, 1),
+                # where the time went: Nova's own verdict (service_down_time after the last report),
+                # the operator's forced_down, its shard writes done ((c)), the first free node and
+                # the last picked up by a live compute (the spread is the destinations' passes)
+                "phases": {"nova_down": after_kill(first(samples, lambda s: service_flag(s, victim, "down"))),
+                           "forced_down": after_kill(first(samples, lambda s: service_flag(s, victim, "forced_down"))),
+                           "shards_moved": after_kill(shards_moved[0] if shards_moved else None),
+                           "next_pass_started": round(min(next_passes) - killed_wall, 1) if next_passes else None,
+                           "first_listed": after_kill(first(samples, lambda s: any_listed_live(s, free, killed_wall))),
+                           "all_listed": after_kill(listed_at)},
                 # a restarted process (same host): when it started and how long its first pass took
                 "restart_started_seconds": restarted and round(restarted[0].started - killed_wall, 1) or None,
                 "restart_first_pass_seconds": restarted and round(restarted[0].seconds, 1) or None}
@@ -435,13 +459,15 @@ def operator(run: Run, workdir: Path) -> dict:
             run.wait_settled(members, f"the pool of {k} settled after the held member's return")
 
         new = f"{POOL}-{k}"
-        run.say(f"(c) join of {new} (replicas {k + 1})")
-        out["join"] = recorded(lambda: run.join(
-            lambda: patch_spec(client, ns, POOL, {"replicas": k + 1}), new, [*members, new],
-            mapped=lambda: members_mapped([new], timeout=settings.slow + 300)))
+        if not settings.recoveries_only:
+            run.say(f"(c) join of {new} (replicas {k + 1})")
+            out["join"] = recorded(lambda: run.join(
+                lambda: patch_spec(client, ns, POOL, {"replicas": k + 1}), new, [*members, new],
+                mapped=lambda: members_mapped([new], timeout=settings.slow + 300)))
         out["instance_moves"] = run.instance_moves()
-
-        out["handover"] = recorded(lambda: handover(run, new, members, lambda: patch_spec(client, ns, POOL, {"replicas": k})))
+        if not settings.recoveries_only:
+            out["handover"] = recorded(lambda: handover(run, new, members,
+                                                        lambda: patch_spec(client, ns, POOL, {"replicas": k})))
 
         # Issue 23's two other recoveries, after every measure above (taken as before):
         # a certain failure (its Kubernetes node declared out of service, as a fencing agent
@@ -597,6 +623,8 @@ def main() -> int:
     parser.add_argument("--poll", type=int, default=OPERATOR_DEFAULTS["poll"],
                         help="(c) spec.ironic.pollIntervalSeconds (the CRD's default, 30)")
     parser.add_argument("--no-held", action="store_true", help="(c) skip the recovery with the replacement held")
+    parser.add_argument("--recoveries-only", action="store_true",
+                        help="(c) measure the pass and the recoveries, skip the join and the handover")
     parser.add_argument("--out", type=Path, default=REPO / ".run" / "nova-bench" / "nova_bench.json")
     parser.add_argument("--keep", type=Path, help="keep logs and state in this directory")
     args = parser.parse_args()
@@ -604,7 +632,8 @@ def main() -> int:
     # operator stop, and the JSON keeps the setups measured so far.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     settings = Settings(args.nodes, args.instances, args.members, args.passes,
-                        {name: getattr(args, name) for name in NOVA_DEFAULTS}, args.grace, args.poll, not args.no_held)
+                        {name: getattr(args, name) for name in NOVA_DEFAULTS}, args.grace, args.poll, not args.no_held,
+                        args.recoveries_only)
     load = os.getloadavg()[0]
     print(f"nova bench: {settings.nodes} nodes, {settings.instances:.0%} with instances, k = {settings.members}; "
           f"Nova {settings.timings}; operator grace {settings.grace} s, poll {settings.poll} s; "
@@ -735,6 +764,12 @@ def claims(results: dict) -> list[str]:
             value = _get(s, "c", key, "seconds")
             if value:
                 out.append(f"recovery {what}: (c) {value:.0f} s = {value / b_rec:.2f}x the ring's {b_rec:.0f} s")
+    for key in "bc":
+        for recovery in ("recovery", "recovery_held", "recovery_counted_out", "recovery_held_equal"):
+            phases = _get(s, key, recovery, "phases")
+            if phases:
+                out.append(f"{recovery} {key}, seconds after the kill: " + ", ".join(
+                    f"{name} {value}" for name, value in phases.items() if value is not None))
     for key in "bc":
         join = _get(s, key, "join")
         if join:

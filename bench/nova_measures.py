@@ -238,6 +238,20 @@ def listed_live(sample: SampleLike, nodes: Iterable[str], since: float) -> bool:
     return all(set(sample.hosts.get(n, ())) & live for n in nodes)
 
 
+def any_listed_live(sample: SampleLike, nodes: Iterable[str], since: float) -> bool:
+    """At least one of `nodes` listed under a live hypervisor (`live_hosts`): a recovery's first
+    node picked up, where `listed_live` is its last."""
+    live = live_hosts(sample, since)
+    return any(set(sample.hosts.get(n, ())) & live for n in nodes)
+
+
+def service_flag(sample: SampleLike, host: str, flag: str) -> bool:
+    """`host`'s os-services entry says `flag`: "down" (Nova's own verdict, service_down_time
+    after its last report) or "forced_down" (set by someone: here, the operator)."""
+    service = sample.services.get(host) or {}
+    return service.get("state") == "down" if flag == "down" else bool(service.get(flag))
+
+
 def offered(sample: SampleLike, nodes: Iterable[str]) -> bool:
     """Every node offered by Placement's GET /allocation_candidates."""
     return all(n in sample.candidates for n in nodes)

@@ -9,8 +9,9 @@ from datetime import datetime, timezone
 import pytest
 
 from bench.nova_measures import (
-    PassLog, changed_hypervisor, ended_elsewhere, linear_fit, listed_live, live_hosts, log_time,
-    moved_instance_nodes, offered, ownership_windows, provider_churn, render_table, schedulable, seconds_per_node, settled_since,
+    PassLog, any_listed_live, changed_hypervisor, ended_elsewhere, linear_fit, listed_live, live_hosts, log_time,
+    moved_instance_nodes, offered, ownership_windows, provider_churn, render_table, schedulable, seconds_per_node,
+    service_flag, settled_since,
 )
 
 TASK = "oslo_service.periodic_task [None req-1 - - - - - -] Running periodic task ComputeManager"
@@ -117,6 +118,19 @@ def test_schedulable_needs_a_live_hypervisor_and_placement() -> None:
     unoffered = S(0, {"a": ("alive",)}, services)
     assert listed_live(unoffered, ["a"], killed) and not offered(unoffered, ["a"])
     assert not schedulable(unoffered, ["a"], killed)
+
+
+def test_a_recovery_phases_first_node_picked_up_and_the_victims_flags() -> None:
+    killed = datetime(2025, 11, 25, 10, 0, tzinfo=timezone.utc).timestamp()
+    services = {"victim": {"state": "down", "forced_down": False, "updated_at": "2025-11-25T09:59:58.000000"},
+                "alive": {"state": "up", "forced_down": False, "updated_at": "2025-11-25T10:00:03.000000"},
+                "forced": {"state": "up", "forced_down": True, "updated_at": "2025-11-25T10:00:03.000000"}}
+    sample = S(0, {"a": ("alive",), "b": ("victim",), "c": ("forced",)}, services)
+    assert any_listed_live(sample, ["a", "b"], killed) and not listed_live(sample, ["a", "b"], killed)
+    assert not any_listed_live(sample, ["b", "c"], killed)  # under the dead one, under a forced-down one
+    assert service_flag(sample, "victim", "down") and not service_flag(sample, "victim", "forced_down")
+    assert service_flag(sample, "forced", "forced_down") and not service_flag(sample, "forced", "down")
+    assert not service_flag(sample, "gone", "down") and not service_flag(sample, "gone", "forced_down")
 
 
 def test_settled_since_is_the_start_of_the_last_run_of_equal_listings() -> None:
