@@ -16,7 +16,7 @@ test-unit: setup
 test-integration: setup
 	$(PYTEST) tests/integration -q
 
-test-nova: setup  ## the real-Nova tier alone, on two workers as CI runs it
+test-nova: setup  ## the real-Nova tier alone, on three workers as CI runs it
 	bash hack/test.sh tests/nova
 
 chart-check: setup

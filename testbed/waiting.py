@@ -1,7 +1,7 @@
 """Waiting for something that must happen, within a deadline that CI can stretch.
 
 Every wait's timeout is multiplied by DEADLINE_SCALE. hack/test.sh sets it (TEST_DEADLINE_SCALE)
-to 2 because it runs the tests on two workers that share CI's two cores. A timeout only bounds
+to the number of pytest workers (3) because they share CI's two cores. A timeout only bounds
 how long a test waits for something that must happen. It does not assert speed (the benchmarks
 in bench/ do that).
 """

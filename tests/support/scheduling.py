@@ -1,11 +1,11 @@
 """The order tests are handed to the xdist workers: the long tiers first.
 
-hack/test.sh runs two workers with `--dist load --maxschedchunk 1`: each worker is handed the
+hack/test.sh runs three workers with `--dist load --maxschedchunk 1`: each worker is handed the
 next test whenever its queue runs low, in collection order. With xdist's default chunks, a
 worker whose queue runs low gets up to a quarter of all the tests left as one contiguous block;
 collected as pytest finds them (e2e, integration, nova, unit), the 21 real-Nova tests (the
 longest 2-3.5 minutes each) could all land in one block on one worker, run one after the other
-while the other worker, its unit tests done, waited. One test at a time and longest tier first,
+while the others, their unit tests done, waited. One test at a time and longest tier first,
 the short tests fill the gaps at the end (the longest-processing-time-first rule). The order
 within a tier is pytest's own, and a run of a single tier or file is unchanged.
 """
