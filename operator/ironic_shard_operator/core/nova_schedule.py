@@ -27,12 +27,14 @@ MAX_BACKOFF_SECONDS = 300.0
 class NovaSchedule:
     """One pool's Nova timing between cycles. `retry_at`: Nova is not asked before then;
     `failures`: Unavailable cycles in a row; `answered`: Nova has answered at least once
-    (this cloud has a Nova); `audited_at`: the last audit, None for none yet."""
+    (this cloud has a Nova); `audited_at`: the last audit, None for none yet; `postponed`: the
+    audit due last cycle was left to this one (`audit_due`)."""
 
     retry_at: float = 0.0
     failures: int = 0
     answered: bool = False
     audited_at: float | None = None
+    postponed: bool = False
 
     def asks_nova(self, now: float, *, ironic_read: bool) -> bool:
         """Whether this cycle talks to Nova at all."""
@@ -41,6 +43,15 @@ class NovaSchedule:
     def audit_due(self, now: float, interval: float) -> bool:
         """Whether this cycle audits: once per `interval` (the members' update interval)."""
         return self.audited_at is None or now - self.audited_at >= interval
+
+    def may_postpone_audit(self) -> bool:
+        """Whether a due audit may wait one more cycle (a failover's: its writes go first).
+        Never twice in a row: failures one after the other cannot starve the audit."""
+        return not self.postponed
+
+    def audit_postponed(self) -> NovaSchedule:
+        """The audit due this cycle waits for the next one."""
+        return replace(self, postponed=True)
 
     def for_new_cloud(self) -> NovaSchedule:
         """Another clouds.yaml: ask at once and audit at once, rather than show the old
@@ -53,7 +64,7 @@ class NovaSchedule:
 
     def audited(self, now: float) -> NovaSchedule:
         """The audit ran at `now`."""
-        return replace(self, audited_at=now)
+        return replace(self, audited_at=now, postponed=False)
 
     def after(self, state: str, now: float) -> NovaSchedule:
         """The schedule after a cycle that ended in `state` (nova_policy's ENABLED,
