@@ -29,7 +29,10 @@ about every second) and nova-compute's own log:
    as a kubelet restarts a container), and again with the replacement held (a lost Kubernetes
    node: the operator re-owns the free nodes after spec.failover.rebalanceAfterSeconds); at the
    end of (c), twice more: the node declared out of service (a certain failure: no grace), and
-   the grace set equal to Nova's service_down_time (equal settings);
+   the grace set equal to Nova's service_down_time (equal settings). Each recovery also gives
+   its phases: when Nova lists the compute down and forced down, when every free node's shard
+   has left it in Ironic, when a destination's next pass starts, the first and the last node
+   listed live (`--recoveries-only`: (c)'s pass and recoveries, without the join and handover);
 3. join of one compute (k -> k+1): nodes that changed hypervisor against the ideal N/(k+1), how
    often they changed, windows in which a node was listed under two hypervisors or none, and
    resource providers deleted (or created again) in Placement; the new host is mapped to the cell
