@@ -248,15 +248,18 @@ class Run:
         """SIGKILL `victim` with `kill()` (which may also restart it); seconds until every free node
         it served is schedulable again (nova_measures.schedulable)."""
         free = sorted(n for n, hosts in self.listed().items() if hosts == (victim,) and n not in self.instance_host)
+        def free_shards() -> set[str | None]:
+            """The shards Ironic gives the free nodes now."""
+            return {shard for n, shard in shards_of(self.ironic, RESOURCE_CLASS).items() if n in free}
+
         # (c) only: the free nodes' shard in Ironic is the victim's until the operator moves them
-        sharded = any(shard == victim for n, shard in shards_of(self.ironic, RESOURCE_CLASS).items() if n in free)
+        sharded = victim in free_shards()
         shards_moved: list[float] = []
         killed_wall, killed_at = time.time(), time.monotonic()
         kill()
 
         def back() -> float | None:
-            if sharded and not shards_moved and victim not in {
-                    shard for n, shard in shards_of(self.ironic, RESOURCE_CLASS).items() if n in free}:
+            if sharded and not shards_moved and victim not in free_shards():
                 shards_moved.append(time.monotonic())
             return first(self.watch.samples, lambda s: schedulable(s, free, killed_wall), after=killed_at)
         try:
