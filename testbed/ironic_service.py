@@ -287,14 +287,28 @@ def assign_shards_directly_in_db(service: IronicService,
                        ((shard, node) for node, shard in owners.items()))
 
 
-def shards_of(service: IronicService, resource_class: str) -> dict[str, str | None]:
-    """Every node of `resource_class` and its shard, read through the API."""
-    owners: dict[str, str | None] = {}
+def _nodes(service: IronicService, query: str) -> Iterator[dict[str, Any]]:
+    """Every node a listing `query` (a path with its query string) returns, page after page."""
     marker = None
     while True:
-        query = f"/nodes?resource_class={resource_class}&fields=uuid,shard&limit=1000"
         page = service.request("GET", query + (f"&marker={marker}" if marker else "")).json()
-        owners.update((n["uuid"], n["shard"]) for n in page["nodes"])
+        yield from page["nodes"]
         if not page.get("next"):  # Ironic links a next page while a page is full (max_limit)
-            return owners
+            return
         marker = page["nodes"][-1]["uuid"]
+
+
+def shards_of(service: IronicService, resource_class: str) -> dict[str, str | None]:
+    """Every node of `resource_class` and its shard, read through the API."""
+    return {n["uuid"]: n["shard"] for n in _nodes(
+        service, f"/nodes?resource_class={resource_class}&fields=uuid,shard&limit=1000")}
+
+
+def shard_updates(service: IronicService, resource_class: str) -> dict[str, tuple[str | None, float | None]]:
+    """Every node of `resource_class`: its shard and when Ironic last changed the node (epoch
+    seconds, None if never), read through the API (`updated_at`, which no `fields` can ask for:
+    the detailed listing). One read after the fact instead of polling while writes happen."""
+    def epoch(stamp: str | None) -> float | None:
+        return None if stamp is None else datetime.datetime.fromisoformat(stamp).timestamp()
+    return {n["uuid"]: (n["shard"], epoch(n["updated_at"])) for n in _nodes(
+        service, f"/nodes/detail?resource_class={resource_class}&limit=1000")}
