@@ -272,7 +272,7 @@ class Run:
         # (c): when the operator wrote the free nodes' shards, read once now from Ironic's own
         # updated_at (polling Ironic meanwhile would slow the very writes it times)
         written = self.shards_written(free, victim, killed_wall)
-        moved_wall = written and written[-1]
+        moved_wall = written[-1] if written else None
         # the first pass of another compute that began once the shards were written (the one
         # that can pick them up; a pass lists its nodes from Ironic when it starts)
         next_passes = [p.started for host in self.latest().services if host != victim
