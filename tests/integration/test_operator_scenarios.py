@@ -306,6 +306,36 @@ def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
     # that the identity is freed once and only then, whoever forgot the pod.
 
 
+def test_an_out_of_service_taint_counts_a_not_ready_member_out_within_seconds(
+        kube_api: KubeAPI, kube_namespace: str, kubelet, operators, ironic_service: IronicService) -> None:
+    """A member not Ready (grace 10 minutes, poll 5 minutes) whose Kubernetes node is then
+    declared out of service: nothing of its pod changes, so no pod event wakes the operator, yet
+    its free nodes move within seconds: a member within its grace is looked at every few
+    seconds, and the taint makes its failure certain."""
+    client, ns = kube_api.client, kube_namespace
+    resource_class = unique_resource_class("taint")
+    seed_nodes_directly_in_db(ironic_service, 10, resource_class=resource_class)
+    create_secrets(client, ns, ironic_service.clouds_yaml)
+    operators("op-a")
+    client.create(POOLS.format(ns=ns), pool_manifest(
+        "taint", cloud_name=ironic_service.cloud_name, resource_class=resource_class, replicas=2,
+        ironic={"pollIntervalSeconds": 300}, failover={"rebalanceAfterSeconds": 600}))
+    kube_api.wait_for(lambda: set(owners_now(ironic_service, resource_class).values()) == {"taint-0", "taint-1"},
+                      timeout=120, what="the nodes shared by two members")
+    kubelet.not_ready("taint-1")
+    kube_api.wait_for(lambda: any(m["name"] == "taint-1" and m.get("ready") is False
+                                  for m in get_pool(client, ns, "taint").get("status", {}).get("members", [])),
+                      timeout=60, what="the operator to see taint-1 not Ready (its grace begins)")
+    node = member_pods(client, ns, "taint")["taint-1"]["spec"]["nodeName"]
+    taints = client.get(f"/api/v1/nodes/{node}")["spec"].get("taints") or []
+    client.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": [
+        *taints, {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]}})
+    kube_api.wait_for(lambda: set(owners_now(ironic_service, resource_class).values()) == {"taint-0"},
+                      timeout=60, what="taint-1's nodes moved (within seconds; the poll is 300 s, the grace 600 s)")
+    entry = next(m for m in get_pool(client, ns, "taint")["status"]["members"] if m["name"] == "taint-1")
+    assert "out-of-service" in entry["countedOut"]
+
+
 def test_a_leader_that_loses_its_lease_stops_at_once(kube_api: KubeAPI, kube_namespace: str,
                                                      operators) -> None:
     client, ns = kube_api.client, kube_namespace

@@ -3,7 +3,7 @@
 from hypothesis import given, strategies as st
 
 from ironic_shard_operator.core.model import Member
-from ironic_shard_operator.core.schedule import FAILED_CYCLE_RETRY_SECONDS, next_delay
+from ironic_shard_operator.core.schedule import FAILED_CYCLE_RETRY_SECONDS, IN_GRACE_RECHECK_SECONDS, next_delay
 
 NOW = 1_800_000_000.0
 POLL = 30.0
@@ -21,11 +21,22 @@ def test_a_quiet_pool_waits_one_poll_interval():
 
 
 def test_the_next_cycle_is_there_just_after_a_members_grace_ends():
-    blinking = Member("p-1", ready=False, since=NOW - GRACE + 10)
-    assert delay([blinking]) == 10.5
-    assert delay([blinking], poll=5) == 5  # never later than the poll
+    blinking = Member("p-1", ready=False, since=NOW - GRACE + 4)
+    assert delay([blinking]) == 4.5
+    assert delay([blinking], poll=2) == 2  # never later than the poll
     gone = Member("p-2", ready=False, since=NOW - GRACE - 1)  # out already: nothing to be there for
     assert delay([gone]) == POLL
+
+
+def test_a_member_within_its_grace_is_looked_at_every_few_seconds():
+    """Its Kubernetes node given the out-of-service taint (or deleted) changes no pod: the
+    operator must find that certain failure itself, within seconds, not a poll (30 s) later."""
+    lost = Member("p-1", ready=False, since=NOW - 1)
+    assert delay([lost]) == IN_GRACE_RECHECK_SECONDS < POLL
+    counted_out = Member("p-1", ready=False, since=NOW - 1, counted_out="its node was deleted")
+    assert delay([counted_out]) == POLL  # out already: its nodes move in this cycle
+    never_ready = Member("p-2", ready=False, since=None)
+    assert delay([never_ready]) == POLL
 
 
 def test_a_failed_ironic_is_retried_sooner():

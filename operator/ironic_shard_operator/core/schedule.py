@@ -20,6 +20,11 @@ from ironic_shard_operator.core.pods import parse_time
 FAILED_CYCLE_RETRY_SECONDS = 10.0
 # After a grace ends, the next cycle runs this much later (so it sees the grace over).
 AFTER_GRACE_SECONDS = 0.5
+# While a member is within its grace, a cycle at least this often: a certain failure that no
+# pod event announces (its Kubernetes node given the out-of-service taint or deleted, while the
+# pod stays as it was) counts it out within seconds, not a poll interval later. A cycle reads
+# the nodes of members that are not Ready (one GET each) and, steady, two Ironic requests.
+IN_GRACE_RECHECK_SECONDS = 5.0
 # After a time-based pod decision falls due (pending timeout, ForceAfter), this much later.
 AFTER_WAKE_SECONDS = 1.0
 # After shard moves were written: confirm them and continue with what is left.
@@ -56,8 +61,9 @@ def earliest_wake(pod_wake: float | None, handover: RecordedHandover, now: float
 def next_delay(*, poll_seconds: float, members: Iterable[Member], rebalance_after_seconds: float, now: float,
                failed: bool, wake_after: float | None, moves_applied: int,
                retry_seconds: float = FAILED_CYCLE_RETRY_SECONDS) -> float:
-    """Seconds until the next cycle: the poll interval, or sooner when a member's grace ends
-    (it then leaves the ring: be there), when something failed that a retry may fix (Ironic,
+    """Seconds until the next cycle: the poll interval, or sooner when a member is within its
+    grace (every IN_GRACE_RECHECK_SECONDS: a certain failure ends it at once) and just after it
+    ends (it then leaves the ring: be there), when something failed that a retry may fix (Ironic,
     a Secret, a write the API server refused), when a pod decision
     falls due (`wake_after`, pods.Decision), or when moves were written. Never more than
     `poll_seconds`."""
@@ -65,7 +71,7 @@ def next_delay(*, poll_seconds: float, members: Iterable[Member], rebalance_afte
     for member in members:
         left = grace_left(member, now, rebalance_after_seconds)
         if left is not None:
-            delay = min(delay, left + AFTER_GRACE_SECONDS)
+            delay = min(delay, left + AFTER_GRACE_SECONDS, IN_GRACE_RECHECK_SECONDS)
     if failed:
         delay = min(delay, retry_seconds)
     if wake_after is not None:
