@@ -332,8 +332,12 @@ def test_an_out_of_service_taint_counts_a_not_ready_member_out_within_seconds(
         *taints, {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]}})
     kube_api.wait_for(lambda: set(owners_now(ironic_service, resource_class).values()) == {"taint-0"},
                       timeout=60, what="taint-1's nodes moved (within seconds; the poll is 300 s, the grace 600 s)")
-    entry = next(m for m in get_pool(client, ns, "taint")["status"]["members"] if m["name"] == "taint-1")
-    assert "out-of-service" in entry["countedOut"]
+
+    def counted_out() -> str | None:  # the status of the cycle that moved them follows its writes
+        return next((m.get("countedOut") for m in get_pool(client, ns, "taint")["status"]["members"]
+                     if m["name"] == "taint-1"), None)
+    kube_api.wait_for(counted_out, timeout=30, what="status.members[taint-1].countedOut")
+    assert "out-of-service" in counted_out()
 
 
 def test_a_leader_that_loses_its_lease_stops_at_once(kube_api: KubeAPI, kube_namespace: str,
