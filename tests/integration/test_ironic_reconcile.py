@@ -12,8 +12,9 @@ from collections import Counter
 
 import pytest
 
+from ironic_shard_operator.adapters.ironic import IronicAdapter
 from ironic_shard_operator.controller.ironic_cycle import run_cycle
-from ironic_shard_operator.core.model import Move, Observation, PoolSpec
+from ironic_shard_operator.core.model import Move, Observation, PoolSpec, Selector
 from ironic_shard_operator.core.planner import plan
 from testbed.ironic_service import (
     IronicService,
@@ -25,6 +26,7 @@ from testbed.ironic_service import (
     unique_resource_class,
 )
 from tests.integration.conftest import POOL, members_with_down, ready_members
+from tests.support.switchable_proxy import SwitchableProxy
 
 pytestmark = pytest.mark.integration
 
@@ -148,6 +150,39 @@ def test_nodes_claimed_between_observation_and_write_are_never_moved(
     batches = math.ceil(len(moving) / adapter.batch_size)
     assert adapter.requests_made - adapter.writes_made - reads == batches, \
         "the re-check must be one listing per batch, not one read per node"
+
+
+def test_a_failed_members_free_nodes_reach_each_heir_in_one_go(ironic_service: IronicService, converged_pool):
+    """A compute lists its shard when its resource-tracker pass starts: a heir whose set is
+    written in one go is not caught half-written by a pass. The PATCHes, as the real Ironic
+    received them (a forwarder in front of it keeps their order), come heir by heir, the heir
+    with the most first; every node is written, with one bulk re-read per batch."""
+    pool_class, owners = converged_pool(720, members=4, name="heir-by-heir")
+    failed = f"{POOL}-0"
+    leaving = {node for node, owner in owners.items() if owner == failed}
+    now = time.time()
+    with SwitchableProxy(ironic_service.url) as proxy:
+        cloud = {**ironic_service.cloud, "baremetal_endpoint_override": proxy.url(ironic_service.url)}
+        cloud["auth"] = {**cloud["auth"], "endpoint": proxy.url(ironic_service.url)}
+        adapter = IronicAdapter.from_clouds_yaml({"clouds": {"c": cloud}}, "c",
+                                                 selector=Selector(resource_class=pool_class))
+        report = run_cycle(adapter, PoolSpec(POOL, replicas=4), members_with_down(4, down={0}, now=now), now=now)
+        patched = [line.split()[1].rsplit("/", 1)[1] for line in proxy.request_lines
+                   if line.startswith("PATCH /v1/nodes/")]
+
+    after = shards_of(ironic_service, pool_class)
+    assert sorted(patched) == sorted(leaving) and report.applied.applied == len(leaving)
+    heirs = Counter(after[node] for node in leaving)
+    assert len(heirs) == 3 and len(leaving) >= 3 * adapter.batch_size, heirs  # a batch or more each
+    in_flight = adapter.max_concurrent_writes - 1  # writes of one heir may still run as the next starts
+    for heir, count in heirs.items():
+        positions = [index for index, node in enumerate(patched) if after[node] == heir]
+        assert positions[-1] - positions[0] + 1 <= count + 2 * in_flight, f"{heir}'s writes were spread out"
+    first_written = sorted(heirs, key=lambda heir: next(i for i, n in enumerate(patched) if after[n] == heir))
+    assert [heirs[heir] for heir in first_written] == sorted(heirs.values(), reverse=True)
+    rereads = [line for line in proxy.request_lines if line.startswith(f"GET /v1/nodes?resource_class={pool_class}&")]
+    assert len(rereads) == 1 + math.ceil(len(leaving) / adapter.batch_size), \
+        "one listing to observe, then one bulk re-read per batch"
 
 
 def test_hand_over_writes_a_node_with_an_instance_only_if_it_still_carries_that_instance(

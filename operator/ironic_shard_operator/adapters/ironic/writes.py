@@ -38,6 +38,7 @@ from ironic_shard_operator.core.shard_write import (
     GuardHold, PlacementState, Verdict, claimed_after_write, guarded_verdict, handover_verdict, is_guarded,
     move_verdict, split_blind,
 )
+from ironic_shard_operator.core.write_order import write_order
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +157,9 @@ class IronicAdapter(IronicReader):
         pinned since the observation is never moved).
 
         `observed` are the nodes the moves were planned from; they only size the bulk
-        re-reads. Moves are written in uuid order, in batches of `batch_size`: before each
-        batch one uuid-range listing re-reads the batch's nodes. `stop` (optional) ends the
+        re-reads. Moves are written in `core/write_order.py`'s order (each heir's set in one
+        go when heirs have a batch or more each, else uuid order), in batches of
+        `batch_size`: before each batch one uuid-range listing re-reads the batch's nodes. `stop` (optional) ends the
         work between writes; the moves not started are counted as not attempted. `guard`
         (optional) names the moves that are checked again right before their own write.
         Guarded moves that wait for Placement (shard_write.split_blind) are not tried: they
@@ -195,7 +197,7 @@ class IronicAdapter(IronicReader):
         self.check()
         result = ApplyResult(planned=len(moves) + waiting, skipped_busy=waiting)
         known = uuids_by_owner(observed)
-        ordered = sorted(moves)
+        ordered = write_order(moves, self.batch_size)
         pool = ThreadPoolExecutor(self.max_concurrent_writes,
                                   thread_name_prefix="ironic-shard-write")
         try:
@@ -285,7 +287,7 @@ class IronicAdapter(IronicReader):
     def _recheck(self, moves: list[Move], known: Mapping[str | None, list[str]],
                  targets_too: bool = False) -> dict[str, Node]:
         """The current state of `moves`' nodes, read with filtered, uuid-ordered listings over
-        the range [first move, last move] (more pages only if the range outgrew the
+        the range [lowest uuid, highest uuid] of the moves (more pages only if the range outgrew the
         observation): one of the nodes whose shard is one of the moves' sources (and, with
         `targets_too`, targets: to tell a handover already made from a changed node), one of
         the unsharded nodes when moves adopt. Only the nodes that can still be written are
@@ -296,7 +298,7 @@ class IronicAdapter(IronicReader):
         shards = {source for source in sources if source is not None}
         if targets_too:
             shards |= {move.target for move in moves}
-        first, last = moves[0].node_uuid, moves[-1].node_uuid
+        first, last = min(move.node_uuid for move in moves), max(move.node_uuid for move in moves)
         found: dict[str, Node] = {}
         for owners, extra in ((shards, {"shard": ",".join(sorted(shards))} if shards else None),
                               ({None}, {"sharded": "false"} if None in sources else None)):
