@@ -5,6 +5,7 @@ forced down; an accepted request alone is not taken for Nova's word."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from ironic_shard_operator.controller.nova_cycle import NovaRuntime, run_nova_cycle
@@ -28,10 +29,10 @@ class NovaAnswers:
     accepted; with `applies` False, Nova's next listing does not show it (whatever the reason:
     the request was never Nova's word, the listing is)."""
 
-    def __init__(self, *, applies: bool = True) -> None:
+    def __init__(self, *, applies: bool = True, hypervisors_seconds: float = 0.0) -> None:
         self.services = services("rack-0", "rack-1")
         self.applies, self.listings, self.connection, self.requests_made = applies, 0, object(), 0
-        self.hypervisor_listings = 0
+        self.hypervisor_listings, self.hypervisors_seconds = 0, hypervisors_seconds
 
     def compute_services(self, hosts=None):
         self.listings += 1
@@ -44,6 +45,7 @@ class NovaAnswers:
 
     def hypervisors(self):
         self.hypervisor_listings += 1
+        time.sleep(self.hypervisors_seconds)  # the read's own duration, which paces the next audit
         return []
 
 
@@ -111,6 +113,25 @@ def test_the_cycle_that_forces_a_member_down_leaves_the_audit_to_the_next_one():
     run_nova_cycle(runtime, IronicConnection(nova), POOL, members=MEMBERS, identities={"rack-0", "rack-1"},
                    deleting=set(), nova_conf=None, nodes=(), previous=RecordedNova(), now=NOW + 1)
     assert nova.hypervisor_listings == 1 and runtime.schedule.audited_at == NOW + 1
+
+
+def test_an_audit_whose_read_of_nova_is_slow_waits_five_times_that_read_before_the_next():
+    """Reading Nova's whole hypervisor list takes 20-60 s at 1,000 nodes while a member's
+    interval is 15 s: audits paced by the interval alone would keep nova-api busy all the time,
+    beside the computes' passes. The next audit waits until 5x the read's duration has passed."""
+    nova, runtime = NovaAnswers(hypervisors_seconds=0.4), NovaRuntime()
+    runtime.adapter = nova
+    every_second = "[DEFAULT]\nupdate_resources_interval = 1\n"
+    ready = (Member("rack-0", ready=True, since=0.0), Member("rack-1", ready=True, since=0.0))
+
+    def audit_at(now: float) -> int:
+        run_nova_cycle(runtime, IronicConnection(nova), POOL, members=ready, identities={"rack-0", "rack-1"},
+                       deleting=set(), nova_conf=every_second, nodes=(), previous=RecordedNova(), now=now)
+        return nova.hypervisor_listings
+
+    assert audit_at(NOW) == 1
+    assert audit_at(NOW + 1.5) == 1, "audited again within 5x its read's duration"
+    assert audit_at(NOW + 2.5) == 2
 
 
 def test_forced_down_requests_that_repeat_every_cycle_postpone_the_audit_only_once():

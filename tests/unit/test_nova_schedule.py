@@ -5,7 +5,7 @@ import pytest
 
 from ironic_shard_operator.core.nova_policy import DISABLED, ENABLED, UNAVAILABLE
 from ironic_shard_operator.core.nova_schedule import (
-    FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, RECHECK_SECONDS, NovaSchedule,
+    AUDIT_BUSY_SHARE, FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, RECHECK_SECONDS, NovaSchedule,
 )
 
 NOW = 1_800_000_000.0
@@ -81,3 +81,14 @@ def test_a_new_cloud_is_asked_and_audited_at_once():
     # Its first failure waits the first backoff, not the old cloud's.
     assert schedule.after(UNAVAILABLE, NOW).after(UNAVAILABLE, NOW).for_new_cloud() \
         .after(UNAVAILABLE, NOW).retry_at == NOW + FIRST_BACKOFF_SECONDS
+
+
+def test_an_audit_that_takes_long_keeps_nova_busy_at_most_its_share_of_the_time():
+    # A member's interval is 15 s at 250 nodes; reading Nova's 1,000 hypervisors takes ~25 s.
+    slow = NovaSchedule().audited(NOW, seconds=25.0)
+    spacing = 25.0 / AUDIT_BUSY_SHARE
+    assert slow.audit_spacing(15.0) == spacing > 15.0
+    assert not slow.audit_due(NOW + spacing - 1, 15.0)
+    assert slow.audit_due(NOW + spacing, 15.0)
+    # A quick read (a small pool) keeps the members' interval.
+    assert NovaSchedule().audited(NOW, seconds=0.5).audit_spacing(INTERVAL) == INTERVAL

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -188,7 +189,8 @@ def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: M
            failing_over: bool = False) -> tuple[tuple[nova_policy.ServiceDeletion, ...], tuple[Move, ...],
                                                  frozenset[str]]:
     """When the audit is due (once per update interval of the members, the
-    `update_resources_interval` of the nova.conf they run) and Ironic was read: Nova's
+    `update_resources_interval` of the nova.conf they run, and at most a share of Nova's time:
+    NovaSchedule.audit_due) and Ironic was read: Nova's
     hypervisor list audited against the nodes (core/nova_policy.py::audit, its report kept in
     `state`); its service deletions (of members this pool retired, status.nova.retired), its
     repairs (spec.nova.repairMisplaced) and the hosts the list named. Not due: nothing.
@@ -204,13 +206,15 @@ def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: M
     if failing_over and state.schedule.may_postpone_audit():
         state.schedule = state.schedule.audit_postponed()
         return (), (), frozenset()
+    reading = time.monotonic()
     hypervisors = nova.hypervisors()
+    took = time.monotonic() - reading
     state.report = nova_policy.audit(
         pool_name=cycle.pool.name, identities=cycle.identities, deleting=cycle.deleting, retired=state.retired,
         nodes=nodes, hypervisors=hypervisors, services=services, since=state.since, now=cycle.now,
         interval=interval, repair=cycle.pool.repair_misplaced, refused=state.refused,
         instance_hosts=_instance_hosts(nova, nova_policy.misplaced(nodes, hypervisors)))
-    state.since, state.schedule = dict(state.report.since), state.schedule.audited(cycle.now)
+    state.since, state.schedule = dict(state.report.since), state.schedule.audited(cycle.now, took)
     if cycle.metrics is not None:
         cycle.metrics.record_nova_audit(cycle.pool.key, state.report.counts())
     return state.report.deletions, state.report.repairs, frozenset(h.host for h in hypervisors)
