@@ -118,7 +118,8 @@ def test_the_cycle_that_forces_a_member_down_leaves_the_audit_to_the_next_one():
 def test_an_audit_whose_read_of_nova_is_slow_waits_five_times_that_read_before_the_next():
     """Reading Nova's whole hypervisor list takes from 2 s to a minute at 1,000 nodes, by
     nova-api's load, while a member's interval is 15 s: audits paced by the interval alone could
-    keep nova-api busy all the time, beside the computes' passes. The next audit waits until 5x the read's duration has passed."""
+    keep nova-api busy all the time, beside the computes' passes. The next audit waits until 5x
+    the read's duration has passed."""
     nova, runtime = NovaAnswers(hypervisors_seconds=0.4), NovaRuntime()
     runtime.adapter = nova
     every_second = "[DEFAULT]\nupdate_resources_interval = 1\n"

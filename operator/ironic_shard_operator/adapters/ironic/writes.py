@@ -159,8 +159,9 @@ class IronicAdapter(IronicReader):
         `observed` are the nodes the moves were planned from; they only size the bulk
         re-reads. Moves are written in `core/write_order.py`'s order (each heir's set in one
         go when heirs have a batch or more each, else uuid order), in batches of
-        `batch_size`: before each batch one uuid-range listing re-reads the batch's nodes. `stop` (optional) ends the
-        work between writes; the moves not started are counted as not attempted. `guard`
+        `batch_size`: before each batch one uuid-range listing re-reads the batch's nodes.
+        `stop` (optional) ends the work between writes; the moves not started are counted as
+        not attempted. `guard`
         (optional) names the moves that are checked again right before their own write.
         Guarded moves that wait for Placement (shard_write.split_blind) are not tried: they
         count as busy. Raises IronicUnavailable when Ironic stops answering beyond the retries;
