@@ -77,14 +77,22 @@ class IronicService:
             .get_one(**self.cloud)
         return connection.Connection(config=region)
 
-    def adapter(self, resource_class: str, **options: Any) -> Any:
-        """An IronicAdapter for the pool of nodes with `resource_class`."""
+    def cloud_at(self, url: str) -> dict[str, Any]:
+        """This service's clouds.yaml entry with Ironic reached at `url` instead (a forwarder in
+        front of it: tests.support.switchable_proxy)."""
+        cloud = {**self.cloud, "baremetal_endpoint_override": url}
+        cloud["auth"] = {**cloud["auth"], "endpoint": url}
+        return cloud
+
+    def adapter(self, resource_class: str, *, url: str | None = None, **options: Any) -> Any:
+        """An IronicAdapter for the pool of nodes with `resource_class`, reaching Ironic at `url`
+        when given (`cloud_at`)."""
         from ironic_shard_operator.adapters.ironic import IronicAdapter
         from ironic_shard_operator.core.model import Selector
 
+        clouds: Any = self.clouds_yaml if url is None else {"clouds": {self.cloud_name: self.cloud_at(url)}}
         return IronicAdapter.from_clouds_yaml(
-            self.clouds_yaml, self.cloud_name,
-            selector=Selector(resource_class=resource_class), **options)
+            clouds, self.cloud_name, selector=Selector(resource_class=resource_class), **options)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """A raw API call (microversion 1.82) for test setup; raises on HTTP errors."""

@@ -23,8 +23,6 @@ from ironic_shard_operator.core.pool_memory import PoolMemory
 from ironic_shard_operator.core.spec import read_pool
 from ironic_shard_operator.core.model import Member, Observation, PoolSpec
 from ironic_shard_operator.core.planner import plan
-from ironic_shard_operator.adapters.ironic import IronicAdapter
-from ironic_shard_operator.core.model import Selector
 from testbed.ironic_service import (
     IronicService, claim_for_instance, lock_directly_in_db, seed_nodes_directly_in_db, shards_of, unique_resource_class,
 )
@@ -95,10 +93,7 @@ def test_a_node_claimed_between_its_read_and_its_write_is_put_back_to_its_live_o
     # pool-1 retires (one member wanted) while it is Ready: its free node moves to pool-0, guarded
     members = [Member("pool-0", ready=True, since=now - 600), Member("pool-1", ready=True, since=now - 600)]
     with SwitchableProxy(ironic_service.url) as proxy:
-        cloud = {**ironic_service.cloud, "baremetal_endpoint_override": proxy.url(ironic_service.url)}
-        cloud["auth"] = {**cloud["auth"], "endpoint": proxy.url(ironic_service.url)}
-        adapter = IronicAdapter.from_clouds_yaml({"clouds": {"c": cloud}}, "c",
-                                                 selector=Selector(resource_class=resource_class))
+        adapter = ironic_service.adapter(resource_class, url=proxy.url(ironic_service.url))
         proxy.before_once(f"PATCH /v1/nodes/{node} ".encode(), lambda: claim_for_instance(ironic_service, [node]))
         report = run_cycle(adapter, PoolSpec(name="pool", replicas=1), members, now=now)
     assert report.moves_planned == 1
@@ -128,10 +123,7 @@ async def test_a_claimed_move_put_back_is_counted_and_one_whose_put_back_fails_i
 
     async def retire_pool_1(proxy: SwitchableProxy) -> CloudResult:
         """One cloud side: pool-1 retires while Ready (its free nodes leave it guarded)."""
-        cloud = {**ironic_service.cloud, "baremetal_endpoint_override": proxy.url(ironic_service.url)}
-        cloud["auth"] = {**cloud["auth"], "endpoint": proxy.url(ironic_service.url)}
-        adapter = IronicAdapter.from_clouds_yaml({"clouds": {"c": cloud}}, "c",
-                                                 selector=Selector(resource_class=resource_class))
+        adapter = ironic_service.adapter(resource_class, url=proxy.url(ironic_service.url))
         now = time.time()
         side = CloudSide(CloudWork(
             key="ns/pool", pool=pool, adapter=adapter, identities=frozenset({"pool-0", "pool-1"}),

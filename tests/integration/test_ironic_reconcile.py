@@ -12,9 +12,8 @@ from collections import Counter
 
 import pytest
 
-from ironic_shard_operator.adapters.ironic import IronicAdapter
 from ironic_shard_operator.controller.ironic_cycle import run_cycle
-from ironic_shard_operator.core.model import Move, Observation, PoolSpec, Selector
+from ironic_shard_operator.core.model import Move, Observation, PoolSpec
 from ironic_shard_operator.core.planner import plan
 from testbed.ironic_service import (
     IronicService,
@@ -162,10 +161,7 @@ def test_a_failed_members_free_nodes_reach_each_heir_in_one_go(ironic_service: I
     leaving = {node for node, owner in owners.items() if owner == failed}
     now = time.time()
     with SwitchableProxy(ironic_service.url) as proxy:
-        cloud = {**ironic_service.cloud, "baremetal_endpoint_override": proxy.url(ironic_service.url)}
-        cloud["auth"] = {**cloud["auth"], "endpoint": proxy.url(ironic_service.url)}
-        adapter = IronicAdapter.from_clouds_yaml({"clouds": {"c": cloud}}, "c",
-                                                 selector=Selector(resource_class=pool_class))
+        adapter = ironic_service.adapter(pool_class, url=proxy.url(ironic_service.url))
         report = run_cycle(adapter, PoolSpec(POOL, replicas=4), members_with_down(4, down={0}, now=now), now=now)
         patched = [line.split()[1].rsplit("/", 1)[1] for line in proxy.request_lines
                    if line.startswith("PATCH /v1/nodes/")]

@@ -29,8 +29,7 @@ def test_ironic_dropping_the_first_request_still_passes(ironic_service: IronicSe
     enrol_nodes(ironic_service, 1, resource_class=resource_class)
     with SwitchableProxy(ironic_service.url) as ironic:
         ironic.cut_once(b"GET / HTTP")  # the adapter's first request: the API root
-        cloud = {**ironic_service.cloud, "baremetal_endpoint_override": ironic.url(ironic_service.url)}
-        cloud["auth"] = {**cloud["auth"], "endpoint": ironic.url(ironic_service.url)}
+        cloud = ironic_service.cloud_at(ironic.url(ironic_service.url))
         status, checks = preflight(tmp_path, {"c": cloud}, "c", "--resource-class", resource_class)
 
     assert ironic.cuts == 1  # the request was cut: the check passed on the second try
