@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,6 +40,9 @@ SILENT_SECONDS = 30.0
 # A side that has sent no request for this long is hung (10 request timeouts of 30 s: a request
 # that gets no answer times out, and the next one is sent): it is abandoned (CloudSide.hung).
 HUNG_AFTER_SECONDS = 300.0
+# A side that takes this long says in the log what each stage took: a failed member's free nodes
+# move only in its writes stage, so the stages before it are the wait a user sees.
+SLOW_SIDE_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +182,13 @@ class CloudSide:
             self._planned.set()
 
     async def _stages(self, work: CloudWork, interrupt: threading.Event) -> CloudResult:
+        times = StageTimes()
+        try:
+            return await self._timed_stages(work, interrupt, times)
+        finally:
+            times.report(work.key, work.metrics)
+
+    async def _timed_stages(self, work: CloudWork, interrupt: threading.Event, times: StageTimes) -> CloudResult:
         pool, metrics = work.pool, work.metrics
         recorded = work.pool_memory
         awaiting = host_mapping.awaiting_nova((m.name for m in work.members), nova_section=recorded.nova.section,
@@ -192,6 +203,7 @@ class CloudSide:
         except IronicError as error:
             _record_error(metrics, work.key, error)
             result = CloudResult(error=error)
+        times.lap("ironic")
         self.planned = result
         self._planned.set()
         plan = result.plan
@@ -202,7 +214,9 @@ class CloudSide:
             nodes=result.report.nodes if result.report is not None else None,
             previous=work.pool_memory.nova, now=work.now, metrics=metrics, may_write=work.may_write,
             held=work.held, member_confs=work.member_confs)
+        times.lap("nova")
         mapping = await _host_mapping(work, nova, set(plan.members_to_delete if plan else ()))
+        times.lap("host_mapping")
         # Before the writes: a member whose host this cycle found mapped (or unmapped) is in the
         # ring (or out of it) for this cycle's writes already.
         now_awaiting = host_mapping.awaiting_nova(
@@ -229,6 +243,7 @@ class CloudSide:
             except IronicError as error:
                 _record_error(metrics, work.key, error)
                 result = CloudResult(result.report, error=error)
+            times.lap("writes")
         handover_outcome = None
         if work.kube is not None:  # 5. handovers of nodes with instances (controller/handover.py)
             handover_outcome = await run_handover(
@@ -240,7 +255,35 @@ class CloudSide:
                                          if result.report is not None else ()))
             if handover_outcome.resharded and work.memory is not None:
                 work.memory.last = None  # shards written outside run_cycle: list in full next time
+            times.lap("handover")
         return CloudResult(result.report, result.error, result.applied, nova, handover_outcome, mapping)
+
+
+class StageTimes:
+    """The seconds each stage of one side took, in the order they ran (a stage that did not run
+    has none). Reported once, when the side ends: each stage to the
+    cloud_side_stage_duration_seconds histogram, and, for a side of SLOW_SIDE_SECONDS or more,
+    one log line naming them all."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._mark = clock()
+        self.seconds: list[tuple[str, float]] = []
+
+    def lap(self, stage: str) -> None:
+        """`stage` (one of metrics.CLOUD_SIDE_STAGES) ran from the last lap until now."""
+        now = self._clock()
+        self.seconds.append((stage, now - self._mark))
+        self._mark = now
+
+    def report(self, key: str, metrics: Any) -> None:
+        total = sum(seconds for _, seconds in self.seconds)
+        if metrics is not None:
+            for stage, seconds in self.seconds:
+                metrics.record_cloud_side_stage(key, stage, seconds)
+        if total >= SLOW_SIDE_SECONDS:
+            log.info("pool %s: the Ironic and Nova side took %.1f s: %s", key, total,
+                     ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in self.seconds))
 
 
 async def _host_mapping(work: CloudWork, nova: NovaOutcome, deleting: AbstractSet[str]) -> HostMappingOutcome | None:

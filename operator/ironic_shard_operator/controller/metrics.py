@@ -48,6 +48,9 @@ HANDOVER_TRIGGERS = (SCALE_DOWN, FAILURE)
 # A reconcile cycle lists every managed node (~0.4 s per 1,000) and writes only moves
 # (~50 ms each, serialised): from tens of milliseconds to minutes for a big adoption.
 CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# The stages of a pool's Ironic and Nova side (controller/cloud_side.py), in the order they run.
+CLOUD_SIDE_STAGES = ("ironic", "nova", "host_mapping", "writes", "handover")
+
 # A handed-over node: a Job's pod start and nova-manage (~5 s per node, docs/operating.md),
 # the next cycle's shard write; a failed Job's backoff reaches 960 s.
 HANDOVER_BUCKETS = (5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800)
@@ -146,6 +149,11 @@ class OperatorMetrics:
             f"{PREFIX}_reconcile_duration_seconds",
             "Duration of one reconcile cycle (observe, plan, write).",
             ["pool"], buckets=CYCLE_BUCKETS, registry=r)
+        self.cloud_side_stage_duration = Histogram(
+            f"{PREFIX}_cloud_side_stage_duration_seconds",
+            "Duration of one stage of a pool's Ironic and Nova side (a failed member's nodes move "
+            "only after the stages before the writes).",
+            ["pool", "stage"], buckets=CYCLE_BUCKETS, registry=r)
         self.nova_findings = Gauge(
             f"{PREFIX}_nova_findings",
             "Findings of the last Nova audit, by kind: nodes listed under two computes "
@@ -211,6 +219,7 @@ class OperatorMetrics:
             (self.node_moves, ((),)), (self.moves_reverted, ((),)), (self.moves_revert_failed, ((),)),
             (self.replacements, ((),)),
             (self.cycle_duration, ((),)),
+            (self.cloud_side_stage_duration, tuple((s,) for s in CLOUD_SIDE_STAGES)),
             (self.fences, tuple((m,) for m in FENCING_MODES)),
             (self.ironic_errors, tuple((k,) for k in IRONIC_ERROR_KINDS)),
             (self.nova_errors, tuple((k,) for k in NOVA_ERROR_KINDS)),
@@ -363,6 +372,12 @@ class OperatorMetrics:
         if reason not in JOB_FAILURE_REASONS:
             raise ValueError(f"handover failure reason {reason!r} is not one of {', '.join(JOB_FAILURE_REASONS)}")
         self._child(self.handover_job_failures, pool_key, reason).inc()
+
+    def record_cloud_side_stage(self, pool_key: str, stage: str, seconds: float) -> None:
+        """One stage of a side ran for `seconds`: `stage` is one of CLOUD_SIDE_STAGES."""
+        if stage not in CLOUD_SIDE_STAGES:
+            raise ValueError(f"cloud side stage {stage!r} is not one of {', '.join(CLOUD_SIDE_STAGES)}")
+        self._child(self.cloud_side_stage_duration, pool_key, stage).observe(seconds)
 
     def record_full_listing(self, pool_key: str, reason: str) -> None:
         """The pool's nodes were listed in full: `reason` is one of FULL_LISTING_KINDS
