@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 from tests.unit.nova_records import service, services
 from ironic_shard_operator.core.fencing import (
     FenceAction, NodeView, clear_when_ready_after, clear_when_ready_written, counts_as_ready, fence_verdict, forced_down_changes, grace_left,
-    past_grace,
+    grace_ends_within, past_grace,
 )
 from ironic_shard_operator.core.model import Member
 from ironic_shard_operator.core.pods import PodView
@@ -34,6 +34,15 @@ def test_a_member_never_ready_has_no_grace_and_is_not_past_one():
     assert not counts_as_ready(never, NOW, GRACE)
     assert not past_grace(never, NOW, GRACE)
     assert grace_left(never, NOW, GRACE) is None
+
+
+def test_a_grace_ends_within_seconds_only_for_a_member_within_one():
+    ending = Member("rack-1", ready=False, since=NOW - GRACE + 8)
+    assert grace_ends_within([Member("rack-0", ready=True, since=NOW), ending], NOW, GRACE, 8.0)
+    assert not grace_ends_within([ending], NOW, GRACE, 7.9)
+    over = Member("rack-1", ready=False, since=NOW - GRACE)  # past its grace: the failover is under way
+    never = Member("rack-2", ready=False, since=None)
+    assert not grace_ends_within([over, never], NOW, GRACE, 1000.0)
 
 
 @given(ready=st.booleans(), lost=st.one_of(st.none(), st.integers(0, 1000)), grace=st.integers(0, 500))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ironic_shard_operator.controller.nova_cycle import NovaRuntime, run_nova_cycle
+from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
 from ironic_shard_operator.core.model import Member
 from ironic_shard_operator.core.nova_policy import RecordedNova
 from ironic_shard_operator.core.shard_write import guarded_owners
@@ -153,3 +153,30 @@ def test_without_a_failure_the_audit_runs_when_due():
                    identities={"rack-0", "rack-1"}, deleting=set(), nova_conf=None, nodes=(),
                    previous=RecordedNova(), now=NOW)
     assert nova.hypervisor_listings == 1
+
+
+def test_a_due_audit_waits_while_a_members_grace_is_about_to_end():
+    """The last read of Nova's hypervisor list took 0.4 s; a member's grace ends in 0.5 s, within
+    twice that. An audit started now would hold up the cycle that forces that member down and
+    moves its free nodes (a side runs its stages in turn): it waits, that cycle forces the member
+    down without reading the hypervisor list, and the audit runs in the cycle after."""
+    nova, runtime = NovaAnswers(hypervisors_seconds=0.4), NovaRuntime()
+    runtime.adapter = nova
+    every_second = "[DEFAULT]\nupdate_resources_interval = 1\n"
+
+    def at(now: float, members) -> NovaOutcome:
+        return run_nova_cycle(runtime, IronicConnection(nova), POOL, members=members, identities={"rack-0", "rack-1"},
+                              deleting=set(), nova_conf=every_second, nodes=(), previous=RecordedNova(), now=now)
+
+    ready = (MEMBERS[0], Member("rack-1", ready=True, since=0.0))
+    at(NOW, ready)
+    assert nova.hypervisor_listings == 1
+    start = NOW + 5  # the audit is due again (5x its 0.4 s read); rack-1 lost readiness 59.5 s ago
+    failing = (MEMBERS[0], Member("rack-1", ready=False, since=start - 59.5))
+    at(start, failing)
+    assert nova.hypervisor_listings == 1, "the audit read Nova while rack-1's grace ran out"
+    forced = at(start + 0.5, failing)  # the grace over: forced down, no read first
+    assert [e.reason for e in forced.events if e.reason == "ForcedDown"] == ["ForcedDown"]
+    assert nova.hypervisor_listings == 1
+    at(start + 1, failing)
+    assert nova.hypervisor_listings == 2

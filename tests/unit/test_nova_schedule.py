@@ -5,7 +5,7 @@ import pytest
 
 from ironic_shard_operator.core.nova_policy import DISABLED, ENABLED, UNAVAILABLE
 from ironic_shard_operator.core.nova_schedule import (
-    AUDIT_BUSY_SHARE, FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, RECHECK_SECONDS, NovaSchedule,
+    AUDIT_BUSY_SHARE, AUDIT_LOOKAHEAD, FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, RECHECK_SECONDS, NovaSchedule,
 )
 
 NOW = 1_800_000_000.0
@@ -92,3 +92,20 @@ def test_an_audit_that_takes_long_keeps_nova_busy_at_most_its_share_of_the_time(
     assert slow.audit_due(NOW + spacing, 15.0)
     # A quick read (a small pool) keeps the members' interval.
     assert NovaSchedule().audited(NOW, seconds=0.5).audit_spacing(INTERVAL) == INTERVAL
+
+
+def test_a_due_audit_waits_for_a_failover_one_spacing_at_most():
+    """A failover's writes go before the audit's long read, but failures one after the other (or
+    a member that keeps flapping) never keep the audit waiting more than one spacing."""
+    schedule = NovaSchedule().audited(NOW, seconds=4.0)
+    assert schedule.audit_lookahead() == AUDIT_LOOKAHEAD * 4.0
+    due = NOW + schedule.audit_spacing(INTERVAL)
+    waiting = schedule.audit_postponed(due)
+    assert waiting.may_postpone_audit(due + 5, INTERVAL)
+    assert waiting.audit_postponed(due + 5).postponed_at == due  # counted from the first wait
+    assert not waiting.may_postpone_audit(due + schedule.audit_spacing(INTERVAL), INTERVAL)
+    assert waiting.audited(due + 70, seconds=4.0).may_postpone_audit(due + 200, INTERVAL)
+
+
+def test_before_any_read_no_grace_holds_the_audit_back():
+    assert NovaSchedule().audit_lookahead() == 0.0

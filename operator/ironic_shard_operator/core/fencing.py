@@ -61,6 +61,13 @@ def grace_left(member: Member, now: float, rebalance_after_seconds: float) -> fl
     return member.since + rebalance_after_seconds - now
 
 
+def grace_ends_within(members: Iterable[Member], now: float, rebalance_after_seconds: float, seconds: float) -> bool:
+    """Whether the grace of a member within one ends in `seconds` or less: a read that long,
+    started now, would stand between that member's failure and its free nodes' move."""
+    return any(left is not None and left <= seconds
+               for left in (grace_left(member, now, rebalance_after_seconds) for member in members))
+
+
 # --- the fence verdict -----------------------------------------------------------------
 
 

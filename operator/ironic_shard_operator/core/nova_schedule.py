@@ -12,6 +12,9 @@ talk to it:
   nova-api), and a member's interval is 15 s at 250 nodes (core/tracker_interval.py): tied to
   the interval alone, a slow read would be repeated back to back, in the same nova-api and
   database the computes' passes use.
+- A failover first: a due audit waits while a member is being forced down, or while a member's
+  grace ends within AUDIT_LOOKAHEAD x the last read (a read started then would hold up that
+  member's free nodes), but never more than one audit spacing past the first wait.
 - A new clouds.yaml (another cloud): asked, and audited, at once.
 - Before Nova has ever answered, it is not asked while Ironic cannot be read: with a cloud
   whose only endpoint is Ironic, "Nova" would be Ironic's dead URL, not news.
@@ -28,6 +31,9 @@ FIRST_BACKOFF_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 300.0
 # The next audit starts no sooner than the last one's duration / AUDIT_BUSY_SHARE after its start.
 AUDIT_BUSY_SHARE = 0.2
+# A due audit waits for a grace that ends within this many times the last read of Nova (a read
+# slows under the load of a failover: the heirs' passes use the same nova-api and database).
+AUDIT_LOOKAHEAD = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +41,15 @@ class NovaSchedule:
     """One pool's Nova timing between cycles. `retry_at`: Nova is not asked before then;
     `failures`: Unavailable cycles in a row; `answered`: Nova has answered at least once
     (this cloud has a Nova); `audited_at`: the last audit, None for none yet; `audit_seconds`:
-    how long its read of Nova took; `postponed`: the audit due last cycle was left to this one
-    (`audit_due`)."""
+    how long its read of Nova took; `postponed_at`: when a due audit was first left to a later
+    cycle (None: not waiting)."""
 
     retry_at: float = 0.0
     failures: int = 0
     answered: bool = False
     audited_at: float | None = None
     audit_seconds: float = 0.0
-    postponed: bool = False
+    postponed_at: float | None = None
 
     def asks_nova(self, now: float, *, ironic_read: bool) -> bool:
         """Whether this cycle talks to Nova at all."""
@@ -58,14 +64,19 @@ class NovaSchedule:
         """Seconds from one audit's start to the next's at the members' update `interval`."""
         return max(interval, self.audit_seconds / AUDIT_BUSY_SHARE)
 
-    def may_postpone_audit(self) -> bool:
-        """Whether a due audit may wait one more cycle (a failover's: its writes go first).
-        Never twice in a row: failures one after the other cannot starve the audit."""
-        return not self.postponed
+    def audit_lookahead(self) -> float:
+        """Seconds ahead within which a grace's end makes a due audit wait (0 before any read)."""
+        return AUDIT_LOOKAHEAD * self.audit_seconds
 
-    def audit_postponed(self) -> NovaSchedule:
-        """The audit due this cycle waits for the next one."""
-        return replace(self, postponed=True)
+    def may_postpone_audit(self, now: float, interval: float) -> bool:
+        """Whether a due audit may wait one more cycle (a failover's writes go first): for one
+        audit spacing from its first wait at most, so failures one after the other, or a
+        member that keeps flapping, cannot starve the audit."""
+        return self.postponed_at is None or now - self.postponed_at < self.audit_spacing(interval)
+
+    def audit_postponed(self, now: float) -> NovaSchedule:
+        """The audit due at `now` waits for a later cycle."""
+        return self if self.postponed_at is not None else replace(self, postponed_at=now)
 
     def for_new_cloud(self) -> NovaSchedule:
         """Another clouds.yaml: ask at once and audit at once, rather than show the old
@@ -78,7 +89,7 @@ class NovaSchedule:
 
     def audited(self, now: float, seconds: float = 0.0) -> NovaSchedule:
         """The audit ran at `now`; its read of Nova took `seconds`."""
-        return replace(self, audited_at=now, audit_seconds=max(0.0, seconds), postponed=False)
+        return replace(self, audited_at=now, audit_seconds=max(0.0, seconds), postponed_at=None)
 
     def after(self, state: str, now: float) -> NovaSchedule:
         """The schedule after a cycle that ended in `state` (nova_policy's ENABLED,
