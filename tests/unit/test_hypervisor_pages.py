@@ -32,3 +32,18 @@ def test_every_node_is_listed_once_whatever_the_page_boundaries() -> None:
     for count in (0, 1, LIMIT - 1, LIMIT, LIMIT + 1, 3 * LIMIT):
         nodes = [(f"node-{i}", "member") for i in range(count)]
         assert [item["id"] for item in hypervisor_pages(nova_pages(nodes, {"member"}))] == [u for u, _ in nodes]
+
+
+def test_a_read_told_to_stop_ends_between_two_pages_and_says_it_did_not_finish() -> None:
+    nodes = [(f"node-{i}", "member") for i in range(3 * LIMIT)]
+    asked: list[str | None] = []
+    whole = nova_pages(nodes, {"member"})
+
+    def page(marker: str | None) -> list[dict]:
+        asked.append(marker)
+        return whole(marker)
+
+    news = iter([False, True])  # something new happens while the second page is read
+    assert hypervisor_pages(page, stop=lambda: next(news)) is None
+    assert asked == [None, f"node-{LIMIT - 1}"]  # no third page
+    assert [item["id"] for item in hypervisor_pages(whole, stop=lambda: False)] == [u for u, _ in nodes]

@@ -43,10 +43,14 @@ class NovaAnswers:
             self.services[service.host] = replace(service, forced_down=forced_down, up=service.up and not forced_down)
         return replace(service, forced_down=forced_down)
 
-    def hypervisors(self):
+    def hypervisors(self, stop=None):
+        """Two pages, each taking half of `hypervisors_seconds`; `stop` asked between them."""
         self.hypervisor_listings += 1
-        time.sleep(self.hypervisors_seconds)  # the read's own duration, which paces the next audit
-        return []
+        time.sleep(self.hypervisors_seconds / 2)  # the read's own duration, which paces the next audit
+        if stop is not None and stop():
+            return None
+        time.sleep(self.hypervisors_seconds / 2)
+        return ()
 
 
 class IronicConnection:
@@ -180,3 +184,28 @@ def test_a_due_audit_waits_while_a_members_grace_is_about_to_end():
     assert nova.hypervisor_listings == 1
     at(start + 1, failing)
     assert nova.hypervisor_listings == 2
+
+
+def test_a_read_of_nova_under_way_stops_when_something_new_happens_and_runs_again_next_cycle():
+    """A certain failure (an out-of-service taint, a pod gone) comes with no grace to see coming:
+    the side that is reading Nova's hypervisor list when it happens stops between two pages, so
+    the next side forces the member down and moves its nodes without waiting for the read. The
+    audit runs in a later cycle; past one audit spacing of waiting it is no longer stopped."""
+    nova, runtime = NovaAnswers(), NovaRuntime()
+    runtime.adapter = nova
+    ready = (MEMBERS[0], Member("rack-1", ready=True, since=0.0))
+
+    def at(now: float, news: bool) -> None:
+        run_nova_cycle(runtime, IronicConnection(nova), POOL, members=ready, identities={"rack-0", "rack-1"},
+                       deleting=set(), nova_conf=None, nodes=(), previous=RecordedNova(), now=now,
+                       stop=lambda: news)
+
+    at(NOW, news=True)
+    assert nova.hypervisor_listings == 1 and runtime.schedule.audited_at is None  # stopped: not an audit
+    at(NOW + 1, news=False)
+    assert runtime.schedule.audited_at == NOW + 1
+    due = NOW + 1 + runtime.schedule.audit_spacing(60.0)
+    at(due, news=True)
+    assert runtime.schedule.audited_at == NOW + 1
+    at(due + runtime.schedule.audit_spacing(60.0), news=True)  # waited a whole spacing: read to the end
+    assert runtime.schedule.audited_at == due + runtime.schedule.audit_spacing(60.0)

@@ -193,10 +193,11 @@ class NovaAdapter:
         return found[0] if found else None
 
     @redacting
-    def hypervisors(self) -> tuple[Hypervisor, ...]:
+    def hypervisors(self, stop: Callable[[], bool] | None = None) -> tuple[Hypervisor, ...] | None:
         """Every compute node Nova lists with the host reporting it, read in pages of
         `page_limit` (each request bounded in time, whatever the size of the cloud) to the
-        end (`hypervisor_pages`: a short page is not the end)."""
+        end (`hypervisor_pages`: a short page is not the end). None when `stop()` said so
+        between two pages: the list was not read to its end."""
         self.check()
 
         def page(marker: str | None) -> list[Mapping[str, Any]]:
@@ -206,7 +207,8 @@ class NovaAdapter:
             self._raise_for_status(response, "list hypervisors")
             return response.json()["hypervisors"]
 
-        return tuple(_hypervisor(item) for item in hypervisor_pages(page))
+        items = hypervisor_pages(page, stop)
+        return None if items is None else tuple(_hypervisor(item) for item in items)
 
     @redacting
     def instances_on_node(self, host: str, node: str) -> int:
@@ -341,9 +343,11 @@ class NovaAdapter:
         raise NovaRequestError(f"Nova at {self.endpoint} refused to {action}: {describe(response)}")
 
 
-def hypervisor_pages(page: Callable[[str | None], list[Mapping[str, Any]]]) -> list[Mapping[str, Any]]:
+def hypervisor_pages(page: Callable[[str | None], list[Mapping[str, Any]]],
+                     stop: Callable[[], bool] | None = None) -> list[Mapping[str, Any]] | None:
     """Every item of Nova's paged hypervisor list (compute API 2.53 or later), `page(marker)`
-    being one page after the hypervisor id `marker` (None: the first page).
+    being one page after the hypervisor id `marker` (None: the first page); None when `stop()`
+    (asked before each page after the first) said to stop.
 
     Nova drops the compute nodes of a host not mapped to a cell from a page after reading it
     (nova/api/openstack/compute/hypervisors.py), and gives a next link only to a full page: a
@@ -357,6 +361,8 @@ def hypervisor_pages(page: Callable[[str | None], list[Mapping[str, Any]]]) -> l
     while items := page(marker):
         found += items
         marker = str(items[-1]["id"])
+        if stop is not None and stop():
+            return None
     return found
 
 

@@ -213,7 +213,7 @@ class CloudSide:
             deleting=set(plan.members_to_delete if plan else ()), nova_conf=work.nova_conf,
             nodes=result.report.nodes if result.report is not None else None,
             previous=work.pool_memory.nova, now=work.now, metrics=metrics, may_write=work.may_write,
-            held=work.held, member_confs=work.member_confs)
+            held=work.held, member_confs=work.member_confs, stop=interrupt.is_set)
         times.lap("nova")
         mapping = await _host_mapping(work, nova, set(plan.members_to_delete if plan else ()))
         times.lap("host_mapping")

@@ -166,7 +166,7 @@ def _nova_view(nova: NovaAdapter, subjects: set[str], nodes: Sequence[Node], per
     move, and the half moves (blocking)."""
     try:
         services = nova.compute_services()
-        hosts = {h.node_uuid: h.host for h in nova.hypervisors()}
+        hosts = {h.node_uuid: h.host for h in nova.hypervisors() or ()}
         asked = handover.nova_questions(subjects, nodes, hosts, per_source)
         instances = {uuid: nova.instances_on_node(subject, uuid) for subject, uuid in asked.count}
         left = {uuid: nova.instances_on_node(subject, uuid) for subject, uuid in asked.half_moved}

@@ -83,7 +83,8 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                    nova_conf: str | None, nodes: Sequence[Node] | None,
                    previous: nova_policy.RecordedNova, now: float, metrics: Any = None,
                    may_write: Callable[[], bool] | None = None,
-                   held: AbstractSet[str] = frozenset(), member_confs: Sequence[str | None] = ()) -> NovaOutcome:
+                   held: AbstractSet[str] = frozenset(), member_confs: Sequence[str | None] = (),
+                   stop: Callable[[], bool] | None = None) -> NovaOutcome:
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
 
     `members`: the readiness of the pool's identities; `identities`: every current member
@@ -93,11 +94,13 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
     after, and only once Nova has answered before); `previous`: the last status.nova read back (PoolMemory.nova);
     `may_write`: asked right before the writes (the leader's Lease check), none made if False;
     `held`: members a handover holds (their forced_down is never cleared); `member_confs`: the
-    members' own nova.conf files (podspec.member_conf; with `nova_conf`, their update interval paces the audit).
+    members' own nova.conf files (podspec.member_conf; with `nova_conf`, their update interval paces the audit);
+    `stop`: asked between the pages of the audit's read (the side's interrupt: something new
+    happened, a certain failure maybe, whose move must not wait for the read).
     Never raises for Nova's sake: failures become the section's state.
     """
     cycle = _NovaCycle(pool, tuple(members), identities, deleting, nova_conf, nodes, previous, now, metrics,
-                       may_write, held, tuple(member_confs))
+                       may_write, held, tuple(member_confs), stop)
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
         state.adapter, state.schedule = None, state.schedule.for_new_cloud()  # a new clouds.yaml
     recorded = (*previous.retired, *state.retired)
@@ -140,6 +143,7 @@ class _NovaCycle:
     may_write: Callable[[], bool] | None
     held: AbstractSet[str]
     member_confs: tuple[str | None, ...] = ()
+    stop: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,21 +202,29 @@ def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: M
     `failing_over` (this cycle forces a member down), or a member's grace ending within the
     read's expected time (NovaSchedule.audit_lookahead): a due audit waits for a later cycle
     (NovaSchedule.may_postpone_audit), so that the failed member's free nodes move as soon as
-    its grace ends: the read of Nova's whole hypervisor list (2-9 s at 1,000 nodes here, a
-    minute on a busy nova-api, half an hour at 100,000) never stands between a failure and its
-    recovery."""
+    its grace ends; and a read under way stops between two pages once `cycle.stop` says
+    something new happened (a failure that is certain moves at once, with no grace to see
+    coming): the read of Nova's whole hypervisor list (2-12 s at 1,000 nodes here, a minute on
+    a busy nova-api, half an hour at 100,000) never stands between a failure and its recovery.
+    Either wait is bounded (may_postpone_audit): past it the audit runs to its end."""
     interval = nova_policy.update_interval(cycle.nova_conf, cycle.member_confs)
     nodes = cycle.nodes
     if nodes is None or not state.schedule.audit_due(cycle.now, interval):
         return (), (), frozenset()
     grace_ending = fencing.grace_ends_within(cycle.members, cycle.now, cycle.pool.spec.rebalance_after_seconds,
                                              state.schedule.audit_lookahead())
-    if (failing_over or grace_ending) and state.schedule.may_postpone_audit(cycle.now, interval):
+    may_wait = state.schedule.may_postpone_audit(cycle.now, interval)
+    if (failing_over or grace_ending) and may_wait:
         state.schedule = state.schedule.audit_postponed(cycle.now)
         return (), (), frozenset()
     reading = time.monotonic()
-    hypervisors = nova.hypervisors()
+    hypervisors = nova.hypervisors(stop=cycle.stop if may_wait else None)
     took = time.monotonic() - reading
+    if hypervisors is None:  # stopped: the next side reads again
+        log.info("pool %s: the Nova audit's read stopped after %.1f s: something new is handled first",
+                 cycle.pool.key, took)
+        state.schedule = state.schedule.audit_postponed(cycle.now)
+        return (), (), frozenset()
     state.report = nova_policy.audit(
         pool_name=cycle.pool.name, identities=cycle.identities, deleting=cycle.deleting, retired=state.retired,
         nodes=nodes, hypervisors=hypervisors, services=services, since=state.since, now=cycle.now,
