@@ -277,6 +277,10 @@ class Run:
         # that can pick them up; a pass lists its nodes from Ironic when it starts)
         next_passes = [p.started for host in self.latest().services if host != victim
                        for p in self.logs.passes(host).passes if moved_wall is not None and p.started >= moved_wall]
+        # when each free node's compute node record moved to a survivor, from the survivors' own
+        # logs: the listing's true moment, free of the sampler's gaps (5-20 s under load)
+        logged = [m.at for host in self.latest().services if host != victim for m in self.logs.passes(host).moved
+                  if m.source == victim and m.node in free and m.at >= killed_wall]
         return {"victim": victim, "free_nodes": len(free), "seconds": round(at - killed_at, 1),
                 "listed_live_seconds": round(listed_at - killed_at, 1),
                 "offered_seconds": round(offered_at - killed_at, 1),
@@ -289,7 +293,8 @@ class Run:
                            "shards_moved": round(written[-1] - killed_wall, 1) if written else None,
                            "next_pass_started": round(min(next_passes) - killed_wall, 1) if next_passes else None,
                            "first_listed": after_kill(first(samples, lambda s: any_listed_live(s, free, killed_wall))),
-                           "all_listed": after_kill(listed_at)},
+                           "all_listed": after_kill(listed_at),
+                           "last_moved_logged": round(max(logged) - killed_wall, 1) if logged else None},
                 # a restarted process (same host): when it started and how long its first pass took
                 "restart_started_seconds": restarted and round(restarted[0].started - killed_wall, 1) or None,
                 "restart_first_pass_seconds": restarted and round(restarted[0].seconds, 1) or None}

@@ -29,6 +29,7 @@ PASS_START = "Running periodic task ComputeManager.update_available_resource"
 STARTUP = "Starting compute node"
 FINAL = "Final resource view: name="
 # The periodic loop moved on (another task, or its sleep), or the service went on to serve.
+MOVED = re.compile(r"ComputeNode (\S+) moving from (\S+) to (\S+)")
 PASS_END = ("Running periodic task ", "Service.periodic_tasks' sleeping for", "Creating RPC server")
 
 
@@ -60,13 +61,25 @@ def log_time(stamp: str) -> float:
     return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
 
 
+@dataclass(frozen=True)
+class Moved:
+    """A compute node record this compute took from another host (its resource tracker's
+    "ComputeNode N moving from A to B", logged as it saves the record under its own host: from
+    then on Nova lists the node under it)."""
+
+    at: float
+    node: str
+    source: str
+
+
 @dataclass
 class PassLog:
     """Feed a nova-compute log's lines in order (several processes may have written it: each
     line names its pid); `passes` are the complete ones. A pass cut short (the process killed,
-    or the log read mid-pass) is never reported."""
+    or the log read mid-pass) is never reported. `moved`: the compute node records it took."""
 
     passes: list[Pass] = field(default_factory=list)
+    moved: list[Moved] = field(default_factory=list)
     _open: dict[int, _Open] = field(default_factory=dict)
 
     def feed(self, lines: Iterable[str]) -> None:
@@ -75,6 +88,8 @@ class PassLog:
             if not match:
                 continue
             pid, message = int(match.group(2)), line[match.end():]
+            if moved := MOVED.search(message):
+                self.moved.append(Moved(log_time(match.group(1)), moved.group(1), moved.group(2)))
             if PASS_START in message or STARTUP in message:
                 self._open[pid] = _Open(log_time(match.group(1)), startup=STARTUP in message)
                 continue

@@ -57,6 +57,16 @@ def test_passes_from_a_log_two_processes_a_heartbeat_and_a_killed_pass() -> None
     assert steady.started == log_time("2025-11-25 10:01:00.000")
 
 
+def test_the_compute_node_records_a_compute_took_from_another_host() -> None:
+    log = PassLog()
+    log.feed([line("10:00:00.000", 7, f"{TASK}.update_available_resource x"),
+              line("10:00:01.250", 7, "nova.compute.resource_tracker [None req-1 - - - - - -] ComputeNode "
+                                      "5c12454b-9e68 moving from ours-1 to ours-2", "INFO"),
+              final("10:00:01.300", 7, "5c12454b-9e68")])
+    assert [(m.node, m.source, m.at) for m in log.moved] == [
+        ("5c12454b-9e68", "ours-1", log_time("2025-11-25 10:00:01.250"))]
+
+
 def test_seconds_per_node_and_the_fit() -> None:
     log = PassLog()
     log.feed([line("10:00:00.000", 1, f"{TASK}.update_available_resource x"), final("10:00:04.000", 1, "a"),
