@@ -210,8 +210,8 @@ def _operator_facts(operator: OperatorView) -> dict[str, Any]:
 
 
 def _tracker_cell(member: Mapping[str, Any]) -> str:
-    """A member's resource-tracker interval and the pass its nodes are expected to take ("every 10s,
-    pass 1.0s" as "10s/1.0s"); "-" before the operator reported one."""
+    """A member's resource-tracker interval and the pass its nodes are expected to take ("10s/1.0s":
+    Nova waits 10 s after each pass of about 1.0 s); "-" before the operator reported one."""
     interval = member.get("updateResourcesIntervalSeconds")
     if interval is None:
         return "-"
