@@ -29,8 +29,9 @@ PASS_START = "Running periodic task ComputeManager.update_available_resource"
 STARTUP = "Starting compute node"
 FINAL = "Final resource view: name="
 # The periodic loop moved on (another task, or its sleep), or the service went on to serve.
-MOVED = re.compile(r"ComputeNode (\S+) moving from (\S+) to (\S+)")
 PASS_END = ("Running periodic task ", "Service.periodic_tasks' sleeping for", "Creating RPC server")
+# The resource tracker saved a compute node record under this host, taking it from another.
+MOVED = re.compile(r"ComputeNode (\S+) moving from (\S+) to (\S+)")
 
 
 @dataclass(frozen=True)

@@ -175,14 +175,14 @@ def test_a_due_audit_waits_while_a_members_grace_is_about_to_end():
     ready = (MEMBERS[0], Member("rack-1", ready=True, since=0.0))
     at(NOW, ready)
     assert nova.hypervisor_listings == 1
-    start = NOW + 5  # the audit is due again (5x its 0.4 s read); rack-1 lost readiness 59.5 s ago
+    start = NOW + 30  # the audit is due again (5x its read of 0.4 s or more); rack-1 lost readiness 59.5 s ago
     failing = (MEMBERS[0], Member("rack-1", ready=False, since=start - 59.5))
     at(start, failing)
     assert nova.hypervisor_listings == 1, "the audit read Nova while rack-1's grace ran out"
     forced = at(start + 0.5, failing)  # the grace over: forced down, no read first
     assert [e.reason for e in forced.events if e.reason == "ForcedDown"] == ["ForcedDown"]
     assert nova.hypervisor_listings == 1
-    at(start + 1, failing)
+    at(start + 60, failing)
     assert nova.hypervisor_listings == 2
 
 
