@@ -3,7 +3,10 @@
 import configparser
 import dataclasses
 
-from ironic_shard_operator.core import podspec
+from ironic_shard_operator.core import handover_job, host_mapping, podspec
+from ironic_shard_operator.core.handover import JobBatch
+from ironic_shard_operator.core.host_mapping import MappingBatch
+from ironic_shard_operator.core.model import Move
 from ironic_shard_operator.core.spec import read_pool
 
 
@@ -126,17 +129,184 @@ def test_secret_digest_follows_the_key_content():
 
 
 def test_a_member_pod_has_defaults_a_hardened_cluster_accepts():
-    """Unset: a RuntimeDefault seccomp profile, no privilege escalation, no capabilities (Pod
-    Security "baseline", and "restricted" but for the image's user), members preferred one per
-    Kubernetes node and spread evenly over zones (soft: one zone still runs them all)."""
+    """Unset: Kolla's nova user (uid, gid and fsGroup 42436) as non-root, a RuntimeDefault
+    seccomp profile, no privilege escalation, no capabilities (Pod Security "restricted":
+    test_default_pods_pass_pod_security_restricted), members preferred one per Kubernetes node
+    and spread evenly over zones (soft: one zone still runs them all)."""
     spec = podspec.render_pod(pool_with(), "rack-a-0", "")["spec"]
-    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 42436, "runAsGroup": 42436,
+                                       "fsGroup": 42436, "seccompProfile": {"type": "RuntimeDefault"}}
     assert spec["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False,
                                                         "capabilities": {"drop": ["ALL"]}}
     assert spec["topologySpreadConstraints"] == [{
         "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
         "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "nova-compute", "ironicshards.io/pool": "rack-a"}}}]
     assert "imagePullSecrets" not in spec
+
+
+# ---- Pod Security Standard "restricted" ----------------------------------------------------
+# The pool namespaces carry `pod-security.kubernetes.io/enforce: restricted`. The rules below
+# are those PodSecurity admission enforces for "restricted:latest" in Kubernetes v1.37: the
+# checks of k8s.io/pod-security-admission v0.37.2 (policy/check_*.go; restricted = every
+# baseline check plus the restricted ones), for a Linux pod in the host's user namespace. Each
+# is named by its check ID.
+
+_SAFE_SYSCTLS = {  # sysctls, as of v1.37
+    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range", "net.ipv4.ip_unprivileged_port_start", "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_notsent_lowat"}
+_RESTRICTED_VOLUME_SOURCES = {  # restrictedVolumes: the inline volume sources allowed
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim",
+    "projected", "secret"}
+_DEFAULT_CAPABILITIES = {  # capabilities_baseline: what may be added at baseline
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+_SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t"}
+
+
+def restricted_violations(metadata: dict, spec: dict) -> list[str]:
+    """What PodSecurity "restricted:latest" (v1.37) refuses in a pod (its metadata and spec), one
+    "checkID: detail" each; [] when it admits the pod."""
+    bad: list[str] = []
+    pod_sc = spec.get("securityContext") or {}
+    containers = [*spec.get("initContainers", ()), *spec.get("containers", ()),
+                  *spec.get("ephemeralContainers", ())]
+    assert containers, "a pod with no container"
+
+    def sc(container: dict) -> dict:
+        return container.get("securityContext") or {}
+
+    # hostNamespaces: spec.hostNetwork, hostPID, hostIPC undefined or false
+    for field in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(field):
+            bad.append(f"hostNamespaces: {field}")
+    # hostPathVolumes: no spec.volumes[*].hostPath
+    # restrictedVolumes: every volume one of the allowed inline sources
+    for volume in spec.get("volumes", ()):
+        sources = set(volume) - {"name"}
+        if "hostPath" in sources:
+            bad.append(f"hostPathVolumes: {volume['name']}")
+        if len(sources) != 1 or not sources <= _RESTRICTED_VOLUME_SOURCES:
+            bad.append(f"restrictedVolumes: {volume['name']} {sorted(sources)}")
+    # sysctls: spec.securityContext.sysctls[*].name only the safe ones
+    for sysctl in pod_sc.get("sysctls", ()):
+        if sysctl.get("name") not in _SAFE_SYSCTLS:
+            bad.append(f"sysctls: {sysctl.get('name')}")
+    # appArmorProfile: annotations runtime/default or localhost/*; fields RuntimeDefault or Localhost
+    for key, value in (metadata.get("annotations") or {}).items():
+        if key.startswith("container.apparmor.security.beta.kubernetes.io/") and not (
+                value in ("", "runtime/default") or value.startswith("localhost/")):
+            bad.append(f"appArmorProfile: annotation {key}={value}")
+    for where, context in [("pod", pod_sc), *((c["name"], sc(c)) for c in containers)]:
+        apparmor = (context.get("appArmorProfile") or {}).get("type")
+        if apparmor not in (None, "RuntimeDefault", "Localhost"):
+            bad.append(f"appArmorProfile: {where} {apparmor}")
+        # seLinuxOptions: type one of the container types; no user, no role
+        selinux = context.get("seLinuxOptions") or {}
+        if selinux.get("type", "") not in _SELINUX_TYPES or selinux.get("user") or selinux.get("role"):
+            bad.append(f"seLinuxOptions: {where} {selinux}")
+        # windowsHostProcess: never true
+        if (context.get("windowsOptions") or {}).get("hostProcess"):
+            bad.append(f"windowsHostProcess: {where}")
+        # runAsUser: never 0, at pod or container level
+        if context.get("runAsUser") == 0:
+            bad.append(f"runAsUser: {where} runs as uid 0")
+    # runAsNonRoot: true at pod level (no container false), else true in every container
+    pod_non_root = pod_sc.get("runAsNonRoot")
+    if pod_non_root is False:
+        bad.append("runAsNonRoot: pod sets false")
+    # seccompProfile_restricted (and _baseline): RuntimeDefault or Localhost at pod level, or in
+    # every container; a container that sets one sets one of those
+    pod_seccomp = (pod_sc.get("seccompProfile") or {}).get("type")
+    if pod_seccomp not in (None, "RuntimeDefault", "Localhost"):
+        bad.append(f"seccompProfile_restricted: pod {pod_seccomp}")
+    for container in containers:
+        name, context = container["name"], sc(container)
+        # privileged: false or undefined
+        if context.get("privileged"):
+            bad.append(f"privileged: {name}")
+        # allowPrivilegeEscalation: set to false, explicitly
+        if context.get("allowPrivilegeEscalation") is not False:
+            bad.append(f"allowPrivilegeEscalation: {name} does not set false")
+        # capabilities_restricted: drop includes ALL, add at most NET_BIND_SERVICE
+        # capabilities_baseline: add only from the runtime's default set
+        capabilities = context.get("capabilities") or {}
+        if "ALL" not in (capabilities.get("drop") or ()):
+            bad.append(f"capabilities_restricted: {name} does not drop ALL")
+        added = set(capabilities.get("add") or ())
+        if added - {"NET_BIND_SERVICE"}:
+            bad.append(f"capabilities_restricted: {name} adds {sorted(added)}")
+        if added - _DEFAULT_CAPABILITIES:
+            bad.append(f"capabilities_baseline: {name} adds {sorted(added - _DEFAULT_CAPABILITIES)}")
+        # runAsNonRoot (per container)
+        if context.get("runAsNonRoot") is False or (context.get("runAsNonRoot") is None and pod_non_root is not True):
+            bad.append(f"runAsNonRoot: {name} may run as root")
+        # seccompProfile_restricted (per container)
+        seccomp = (context.get("seccompProfile") or {}).get("type")
+        if seccomp not in (None, "RuntimeDefault", "Localhost") or (seccomp is None and pod_seccomp is None):
+            bad.append(f"seccompProfile_restricted: {name} {seccomp}")
+        # procMount and procMount_restricted: Default or undefined
+        if context.get("procMount") not in (None, "Default"):
+            bad.append(f"procMount_restricted: {name}")
+        # hostPorts: every ports[*].hostPort undefined or 0
+        if any(port.get("hostPort") for port in container.get("ports", ())):
+            bad.append(f"hostPorts: {name}")
+        # hostProbesAndHostLifecycle: no host in probes' and lifecycle handlers' httpGet / tcpSocket
+        handlers = [container.get(p) or {} for p in ("livenessProbe", "readinessProbe", "startupProbe")]
+        handlers += [(container.get("lifecycle") or {}).get(h) or {} for h in ("postStart", "preStop")]
+        if any((handler.get(kind) or {}).get("host") for handler in handlers for kind in ("httpGet", "tcpSocket")):
+            bad.append(f"hostProbesAndHostLifecycle: {name}")
+    return bad
+
+
+def _default_pods(**spec):
+    """The member pod, the handover Job's pod and the host-mapping Job's pod of a pool with
+    `spec` (and a handover config): (what, metadata, pod spec)."""
+    pool = pool_with(handover={"novaManageConfig": {"secretRef": {"name": "nm", "key": "db.conf"}}}, **spec)
+    member = podspec.render_pod(pool, "rack-a-0", "d1")
+    moves = (Move("n-1", "rack-a-1", "rack-a-0"),)
+    handover = handover_job.render_job(pool, JobBatch("rack-a-1", "rack-a-1-handover-1", moves))
+    mapping = host_mapping.render_job(pool, MappingBatch("rack-a-map-hosts-1", (("rack-a-0", "id-0"),)))
+    return [("member pod", member["metadata"], member["spec"]),
+            ("handover Job's pod", handover["spec"]["template"]["metadata"], handover["spec"]["template"]["spec"]),
+            ("host-mapping Job's pod", mapping["spec"]["template"]["metadata"], mapping["spec"]["template"]["spec"])]
+
+
+def test_default_pods_pass_pod_security_restricted():
+    """With no podSecurityContext / securityContext, a namespace enforcing Pod Security
+    "restricted" admits the member pods and both kinds of Job pods; so it does with the
+    volumes a user adds of the kinds restricted allows (a CA bundle, a scratch emptyDir), and
+    with a container securityContext of the user's that keeps the two container-only rules:
+    the pod-level runAsNonRoot and seccomp profile still cover it."""
+    for what, metadata, spec in _default_pods():
+        assert restricted_violations(metadata, spec) == [], what
+        assert spec["securityContext"]["runAsUser"] == 42436 and spec["securityContext"]["runAsNonRoot"], what
+    extras = {"volumes": [{"name": "ca", "configMap": {"name": "private-ca"}}, {"name": "scratch", "emptyDir": {}}],
+              "volumeMounts": [{"name": "ca", "mountPath": "/etc/pki/ca"}, {"name": "scratch", "mountPath": "/tmp"}]}
+    hardened = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
+    for what, metadata, spec in _default_pods(**extras, securityContext=hardened):
+        assert restricted_violations(metadata, spec) == [], what
+
+
+def test_a_privileged_override_is_what_restricted_refuses():
+    """spec.securityContext replaces the container default as a whole: `{privileged: true}` is
+    refused by "restricted" (and the API server says so: docs/operating.md), so are the old
+    defaults without a non-root user, a hostPath volume and root as the pod's user."""
+    for what, metadata, spec in _default_pods(securityContext={"privileged": True}):
+        name = spec["containers"][0]["name"]
+        assert restricted_violations(metadata, spec) == [
+            f"privileged: {name}", f"allowPrivilegeEscalation: {name} does not set false",
+            f"capabilities_restricted: {name} does not drop ALL"], what
+    (_, metadata, spec), *_ = _default_pods(podSecurityContext={"seccompProfile": {"type": "RuntimeDefault"}})
+    assert restricted_violations(metadata, spec) == ["runAsNonRoot: nova-compute may run as root"]
+    (_, metadata, spec), *_ = _default_pods(podSecurityContext={"runAsUser": 0, "runAsNonRoot": True,
+                                                                "seccompProfile": {"type": "RuntimeDefault"}},
+                                            volumes=[{"name": "dev", "hostPath": {"path": "/dev"}}],
+                                            volumeMounts=[{"name": "dev", "mountPath": "/dev"}])
+    assert restricted_violations(metadata, spec) == [
+        "hostPathVolumes: dev", "restrictedVolumes: dev ['hostPath']", "runAsUser: pod runs as uid 0"]
 
 
 def test_pull_secrets_security_contexts_volumes_and_spread_are_the_users():

@@ -26,8 +26,21 @@ APP_NAME = "nova-compute"
 CONFIG_HASH = f"{GROUP}/config-hash"
 ZONE_KEY = "topology.kubernetes.io/zone"
 # Unset spec.podSecurityContext / spec.securityContext: what nova-compute (and nova-manage) need,
-# and no more: it talks HTTP and AMQP, needs no capability and no privilege escalation.
-DEFAULT_POD_SECURITY_CONTEXT = {"seccompProfile": {"type": "RuntimeDefault"}}
+# and no more: it talks HTTP and AMQP, needs no capability and no privilege escalation. Together
+# they pass the Pod Security Standard "restricted" (Kubernetes v1.37), so a namespace labelled
+# `pod-security.kubernetes.io/enforce: restricted` admits member pods and the Jobs' pods as they
+# are. Who the process runs as is the pod's (`runAsNonRoot` there covers every container, even
+# one whose spec.securityContext replaces the container default): Kolla's nova user, uid and gid
+# 42436 (kolla/common/users.py), the user of the nova-compute-ironic images the examples run.
+# Kolla's images say `USER nova`, a name: a kubelet refuses `runAsNonRoot` with a user it
+# cannot check as a number, hence the numeric runAsUser. fsGroup makes volumes the user adds
+# (an emptyDir, a CSI volume) writable by that user. Other images: set spec.podSecurityContext
+# (openstack-helm's LOCI images run nova as 42424).
+NOVA_UID = 42436
+DEFAULT_POD_SECURITY_CONTEXT = {
+    "runAsNonRoot": True, "runAsUser": NOVA_UID, "runAsGroup": NOVA_UID, "fsGroup": NOVA_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 DEFAULT_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 CONTAINER_NAME = "nova-compute"
