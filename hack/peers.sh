@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real peers the test tiers start, side by side: Ironic's venv with Keystone in it,
-# and the Nova stack's venv (with MariaDB/RabbitMQ where they are missing). Neither needs the
+# the Nova stack's venv (with MariaDB/RabbitMQ where they are missing), and the Kubernetes control
+# plane's binaries (built from Go modules once per machine: ~25 min cold on 2 cores). Neither needs the
 # project's venv, so hack/test.sh runs this beside hack/setup.sh.
 # Each installer is idempotent and locked, and the tests' fixtures still call it (a few seconds
 # once everything is in place). Left to those fixtures on a fresh clone, the installers ran one
@@ -13,10 +14,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
-names=(ironic-keystone nova)
+names=(ironic-keystone nova kubernetes)
 commands=(
     'python3 -c "from testbed import keystone_starter; keystone_starter.install()"'  # stdlib only
     'bash hack/nova/install.sh'
+    'bash hack/kube/build.sh'  # the control plane; a no-op once built on this machine
 )
 pids=()
 started=$SECONDS

@@ -28,7 +28,22 @@ PATCH_TYPES = {'merge': 'application/merge-patch+json', 'json': 'application/jso
 REQUEST_TIMEOUT_SECONDS = 30.0
 # The answers of the discovery paths, as the official client's typed calls parse them
 # (VersionApi.get_code, CoreApi.get_api_versions, ApisApi.get_api_versions).
+# The label of a node agent's Nodes naming the namespace whose pods they run, and the namespace
+# annotation the PodNodeSelector admission plugin turns into each pod's node selector.
+NODE_NAMESPACE_LABEL = 'testbed.ironicshards.io/namespace'
+NODE_SELECTOR_ANNOTATION = 'scheduler.alpha.kubernetes.io/node-selector'
 DISCOVERY_MODELS = {'/version': 'VersionInfo', '/api': 'V1APIVersions', '/apis': 'V1APIGroupList'}
+
+
+# What Pod Security "restricted" asks of every container (the test bed's namespaces enforce it):
+# see `restricted_container`.
+RESTRICTED_SECURITY_CONTEXT = {'allowPrivilegeEscalation': False, 'capabilities': {'drop': ['ALL']},
+                               'runAsNonRoot': True, 'runAsUser': 65534, 'seccompProfile': {'type': 'RuntimeDefault'}}
+
+
+def restricted_container(name: str, image: str, **fields: Any) -> dict[str, Any]:
+    """A container a namespace enforcing Pod Security "restricted" admits (nobody, no privilege)."""
+    return {'name': name, 'image': image, 'securityContext': RESTRICTED_SECURITY_CONTEXT, **fields}
 
 
 class KubeAPIError(Exception):
@@ -199,11 +214,15 @@ class KubeClient:
         metadata = dict(obj['metadata'], resourceVersion=current['metadata']['resourceVersion'])
         return self.replace(url, dict(obj, metadata=metadata))
 
-    def create_namespace(self, name: str) -> None:
+    def create_namespace(self, name: str, *, pod_security: str = 'restricted') -> None:
         """Create namespace `name`; return once it takes pods (its default service account exists:
-        a real cluster's controller-manager adds it a moment later, and pods are refused until then)."""
-        self.create('/api/v1/namespaces',
-                    {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': name}})
+        a real cluster's controller-manager adds it a moment later, and pods are refused until then).
+        Its pods are admitted by the Pod Security level `pod_security` (enforced) and scheduled only
+        to the Nodes of its own node agent (testbed/kubelet.py): the PodNodeSelector admission
+        plugin adds the node selector of the annotation to each of its pods."""
+        self.create('/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {
+            'name': name, 'labels': {'pod-security.kubernetes.io/enforce': pod_security},
+            'annotations': {NODE_SELECTOR_ANNOTATION: f'{NODE_NAMESPACE_LABEL}={name}'}}})
 
         def default_service_account() -> bool:
             try:

@@ -1,8 +1,10 @@
-"""A FAKE kubelet (and scheduler) for API servers where no kubelet runs pods. It writes only what
-a real API server accepts from a kubelet and a scheduler: its Nodes and their heartbeats,
-pods/binding, pods/status, and the last DELETE of a pod being deleted. Tests steer its pods (not
-ready, crash loop, failed, the outcome of a run-to-completion pod) and nodes (unreachable).
-Details: README.md, "The fake kubelet"."""
+"""The test bed's node agent: a kubelet without a container runtime, for the real control plane
+(testbed/control_plane.py). It registers Nodes, renews their Leases, serves the kubelet API the
+API server reads logs from (kubelet_server.py), and writes the status of the pods the real
+scheduler binds to its Nodes, as a kubelet does: pods/status, and the last DELETE of a pod being
+deleted. Tests steer its pods (not ready, crash loop, failed, the outcome of a run-to-completion
+pod) and Nodes (lost: heartbeats stop, the node lifecycle controller does the rest).
+Details: README.md, "The node agent"."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,15 +16,34 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from testbed.kube_client import KubeAPIError, KubeClient
-from testbed.kube_emulator.conditions import pod_ready
+from pathlib import Path
 
-FAKE_NODE_LABEL = 'kube-api.tests.ironicshards.io/fake-kubelet'  # on every Node this fake kubelet makes
+from testbed.kube_client import NODE_NAMESPACE_LABEL, KubeAPIError, KubeClient
+from testbed.kubelet_server import KubeletServer
+from testbed.waiting import wait_for
+
+FAKE_NODE_LABEL = 'kube-api.tests.ironicshards.io/fake-kubelet'  # on every Node this node agent makes
 LEASE_SECONDS = 40
-HEARTBEAT_SECONDS = 10
+# A kubelet renews its Lease every 10 s (a quarter of 40); here every 5 s, so that the node
+# lifecycle controller's shortened grace (testbed/control_plane.py) never sees a live Node late.
+HEARTBEAT_SECONDS = 5
 UNREACHABLE_TAINT = 'node.kubernetes.io/unreachable'
-# Keeps a real scheduler away from the fake nodes: only this fake kubelet binds pods to them.
-FAKE_NODE_TAINT = {'key': FAKE_NODE_LABEL, 'value': 'true', 'effect': 'NoSchedule'}
+# Every Node of every node agent has this address: its kubelet API listens on 127.0.0.1, each
+# agent on its own port (the Node's daemonEndpoints).
+NODE_IP = '127.0.0.1'
+KUBELET_VERSION = (Path(__file__).resolve().parents[1] / 'hack' / 'kube' / 'KUBE_VERSION').read_text().strip()
+LOST_NODE_TIMEOUT_SECONDS = 180.0  # the node lifecycle controller's grace plus its passes, with room
+
+
+def condition_true(obj: dict[str, Any], kind: str) -> bool:
+    """The object's condition `kind` has status "True" (False, Unknown and missing do not)."""
+    return any(c.get('type') == kind and c.get('status') == 'True'
+               for c in (obj.get('status') or {}).get('conditions') or ())
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """podutil.IsPodReady: the pod's Ready condition is True (a pod being deleted may still be)."""
+    return condition_true(pod, 'Ready')
 
 
 class PodState(enum.Enum):
@@ -60,11 +81,6 @@ def _now() -> str:
 
 def _micro_now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
-
-
-def node_ip(node: str) -> str:
-    """A fake node's InternalIP: from TEST-NET-1 (192.0.2.0/24), never a real address."""
-    return f'192.0.2.{int(node.rsplit("-", 1)[-1]) + 1}'
 
 
 def state_of(pod: dict[str, Any]) -> PodState:
@@ -132,7 +148,7 @@ def pod_status(pod: dict[str, Any], state: PodState) -> dict[str, Any]:
                        condition('ContainersReady', ready, not_ready), condition('Ready', ready, not_ready)],
         'containerStatuses': containers,
         'startTime': old.get('startTime') or now,
-        'hostIP': node_ip(pod['spec']['nodeName']), 'hostIPs': [{'ip': node_ip(pod['spec']['nodeName'])}],
+        'hostIP': NODE_IP, 'hostIPs': [{'ip': NODE_IP}],
         'qosClass': old.get('qosClass', 'BestEffort'),
     }
     if state == PodState.FAILED:
@@ -170,19 +186,9 @@ def restarted_status(pod: dict[str, Any], exit_code: int) -> dict[str, Any]:
     return status
 
 
-def hand_in_log(client: KubeClient, pod: dict[str, Any], container: str, text: str) -> None:
-    """Give the fake API server a container's whole output so far (pod_logs.py's test-only
-    route); a real API server has no such route (404) and gets its logs from real kubelets."""
-    try:
-        client.request('PUT', f'/testbed/kubelet/pods/{pod["metadata"]["uid"]}/containers/{container}/log',
-                       {'log': text})
-    except KubeAPIError as e:
-        if e.status not in (403, 404):
-            raise
-
-
 class FakeKubelet:
-    """Plays kubelet and scheduler for the pods of one namespace on `nodes` fake nodes.
+    """The kubelet of `nodes` Nodes that the pods of one namespace are scheduled to (the
+    namespace's node selector, testbed/kube_client.py `create_namespace`, names their label).
 
     By policy, every pod becomes Running and Ready (`default_state`); commands change one pod
     and return once its status is written. Pods keep a commanded state until they are
@@ -191,14 +197,17 @@ class FakeKubelet:
 
     def __init__(self, client: KubeClient, namespace: str, *, nodes: int = 3,
                  default_state: PodState = PodState.READY,
-                 runs_elsewhere: Callable[[dict[str, Any]], bool] = lambda pod: False) -> None:
+                 runs_elsewhere: Callable[[dict[str, Any]], bool] = lambda pod: False,
+                 log_of: Callable[[dict[str, Any], str], str | None] = lambda pod, container: None) -> None:
         """`runs_elsewhere(pod)`: pods whose containers another component runs (the process
-        kubelet's): this one only binds them and writes the states it is commanded to."""
+        kubelet's): this one only writes the states it is commanded to. `log_of(pod, container)`:
+        what that component's container printed (None: what this agent knows, see `set_log`)."""
         self.client = client
         self._runs_elsewhere = runs_elsewhere
+        self._log_elsewhere = log_of
         self.namespace = namespace
         self.default_state = default_state
-        self.nodes = [f'fake-kubelet-{namespace}-{i}' for i in range(nodes)]
+        self.nodes = [f'node-{namespace}-{i}' for i in range(nodes)]
         self._reachable = {node: True for node in self.nodes}
         self._wanted: dict[str, PodState] = {}  # by pod uid: commanded states
         self._held: set[str] = set()  # pod names kept Pending
@@ -206,6 +215,7 @@ class FakeKubelet:
         self._outcomes: dict[str, deque[RunOutcome]] = {}  # by Job name: for its pods not yet seen
         self._runs: dict[str, deque[RunOutcome]] = {}  # by pod uid: what its container does next
         self._logs: dict[str, str] = {}  # by pod uid: what its container printed so far
+        self._server = KubeletServer(self._log_of)
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._stream: Any = None
@@ -216,6 +226,7 @@ class FakeKubelet:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> FakeKubelet:
+        self._server.start()
         for node in self.nodes:
             self._register_node(node)
         for thread in self._threads:
@@ -237,8 +248,9 @@ class FakeKubelet:
             except KubeAPIError as e:
                 if e.status != 404:
                     raise
+        self._server.stop()
         if self.errors:
-            raise RuntimeError(f'the fake kubelet failed: {self.errors[0]!r}') from self.errors[0]
+            raise RuntimeError(f'the node agent failed: {self.errors[0]!r}') from self.errors[0]
 
     def __enter__(self) -> FakeKubelet:
         return self.start()
@@ -290,23 +302,49 @@ class FakeKubelet:
         with self._lock:
             return self._reachable[node]
 
-    def set_node_reachable(self, node: str, reachable: bool) -> None:
-        """Take a node's kubelet away (or bring it back), as a network partition would."""
+    def set_node_reachable(self, node: str, reachable: bool, *, wait: bool = True) -> None:
+        """Take a Node's kubelet away (or bring it back), as a lost host or a network partition
+        would: its Lease and status are no longer renewed and its pods' statuses no longer
+        written; their processes, if any, are the caller's to stop. What follows is the real
+        node lifecycle controller's: after its grace the Node turns Unknown, is tainted
+        unreachable (NoSchedule and NoExecute) and its pods not Ready. `wait`: return once it
+        has (or, when brought back, once the Node is Ready and untainted again)."""
         with self._lock:
             self._reachable[node] = reachable
-            taints = [FAKE_NODE_TAINT]
-            if not reachable:
-                taints += [{'key': UNREACHABLE_TAINT, 'effect': 'NoSchedule'},
-                           {'key': UNREACHABLE_TAINT, 'effect': 'NoExecute', 'timeAdded': _now()}]
-            self.client.patch(f'/api/v1/nodes/{node}', {'spec': {'taints': taints}})
+        if reachable:
             self._write_node_status(node)
+            self._renew_lease(node)
+            for pod in self._list_pods():
+                self._reconcile(pod)
+        if not wait:
+            return
+
+        def settled() -> bool:
+            obj = self.client.get(f'/api/v1/nodes/{node}')
+            taints = {(t['key'], t['effect']) for t in obj['spec'].get('taints') or [] if t['key'] == UNREACHABLE_TAINT}
             if reachable:
-                for pod in self._list_pods():
-                    self._reconcile(pod)
-                return
-            for pod in self._list_pods():  # the node lifecycle controller marks its pods NotReady
-                if pod['spec'].get('nodeName') == node and state_of(pod) not in TERMINAL_STATES:
-                    self._patch_status(pod, {'conditions': pod_status(pod, PodState.NOT_READY)['conditions']})
+                return condition_true(obj, 'Ready') and not taints
+            marked = all(not pod_ready(p) for p in self._list_pods() if p['spec'].get('nodeName') == node)
+            return taints == {(UNREACHABLE_TAINT, 'NoSchedule'), (UNREACHABLE_TAINT, 'NoExecute')} and marked
+        wait_for(settled, timeout=LOST_NODE_TIMEOUT_SECONDS, interval=0.5,
+                 what=f'the node lifecycle controller to see Node {node} {"back" if reachable else "lost"}')
+
+    def set_log(self, pod_name: str, text: str) -> None:
+        """What the container of pod `pod_name` (as it is now) has printed so far."""
+        pod = self.client.get(f'/api/v1/namespaces/{self.namespace}/pods/{pod_name}')
+        with self._lock:
+            self._logs[pod['metadata']['uid']] = text
+
+    def _log_of(self, namespace: str, pod_name: str, container: str) -> str | None:
+        """The kubelet API's answer for a container log (kubelet_server.py)."""
+        with self._lock:
+            pod = next((p for p in self._pods.values() if p['metadata']['name'] == pod_name
+                        and p['metadata']['namespace'] == namespace and p['spec'].get('nodeName') in self.nodes
+                        ), None)
+            if pod is None or container not in [c['name'] for c in pod['spec']['containers']]:
+                return None
+            elsewhere = self._log_elsewhere(pod, container) if self._runs_elsewhere(pod) else None
+            return elsewhere if elsewhere is not None else self._logs.get(pod['metadata']['uid'], '')
 
     def _command(self, pod_name: str, state: PodState) -> dict[str, Any]:
         pod = self.client.get(f'/api/v1/namespaces/{self.namespace}/pods/{pod_name}')
@@ -365,9 +403,7 @@ class FakeKubelet:
                     self._finish_deletion(pod)
                 return None
             if node is None:
-                if spec.get('schedulerName', 'default-scheduler') == 'default-scheduler':
-                    self._bind(pod)
-                return None
+                return None  # the scheduler has not bound it yet
             wanted = self._wanted.get(meta['uid'])
             if wanted is None:
                 wanted = PodState.PENDING if meta['name'] in self._held else self.default_state
@@ -397,7 +433,6 @@ class FakeKubelet:
         if runs:
             runs.popleft()
         self._logs[uid] = self._logs.get(uid, '') + outcome.log
-        hand_in_log(self.client, pod, pod['spec']['containers'][0]['name'], self._logs[uid])
         if outcome.exit_code != 0 and pod['spec'].get('restartPolicy') == 'OnFailure':
             job = (pod['metadata'].get('labels') or {}).get(JOB_NAME_LABEL, '')
             queued = self._outcomes.get(job)
@@ -405,24 +440,6 @@ class FakeKubelet:
                 runs.append(queued.popleft())
             return self._patch_status(pod, restarted_status(pod, outcome.exit_code))
         return self._patch_status(pod, ended_status(pod, outcome.exit_code))
-
-    def _bind(self, pod: dict[str, Any]) -> None:
-        load = {node: 0 for node in self.nodes if self._reachable[node]}
-        if not load:
-            return
-        for other in self._pods.values():
-            if other['spec'].get('nodeName') in load:
-                load[other['spec']['nodeName']] += 1
-        node = min(load, key=lambda n: (load[n], n))
-        binding = {'apiVersion': 'v1', 'kind': 'Binding', 'metadata': {'name': pod['metadata']['name']},
-                   'target': {'apiVersion': 'v1', 'kind': 'Node', 'name': node}}
-        try:
-            self.client.create(f'/api/v1/namespaces/{self.namespace}/pods/{pod["metadata"]["name"]}/binding', binding)
-        except KubeAPIError as e:
-            if e.status not in (404, 409):  # gone, or bound meanwhile (by a real scheduler)
-                raise
-        else:  # counted on its node before the watch reports the binding
-            self._pods[pod['metadata']['uid']] = dict(pod, spec=dict(pod['spec'], nodeName=node))
 
     def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
         path = f'/api/v1/namespaces/{self.namespace}/pods/{pod["metadata"]["name"]}/status'
@@ -461,10 +478,12 @@ class FakeKubelet:
     # -- nodes -----------------------------------------------------------------------------
 
     def _register_node(self, node: str) -> None:
+        """Register the Node as a kubelet does, labelled with its host name and zone (one zone a
+        Node: spread rules over zones mean something) and the namespace whose pods it takes."""
         labels = {'kubernetes.io/hostname': node, 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64',
-                  FAKE_NODE_LABEL: 'true'}
-        body = {'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': node, 'labels': labels},
-                'spec': {'taints': [FAKE_NODE_TAINT]}}
+                  'topology.kubernetes.io/zone': f'zone-{node.rsplit("-", 1)[-1]}',
+                  NODE_NAMESPACE_LABEL: self.namespace, FAKE_NODE_LABEL: 'true'}
+        body = {'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': node, 'labels': labels}, 'spec': {}}
         try:
             self.client.create('/api/v1/nodes', body)
         except KubeAPIError as e:
@@ -487,10 +506,11 @@ class FakeKubelet:
                            'lastHeartbeatTime': now, 'lastTransitionTime': now})
         capacity = {'cpu': '8', 'memory': '32Gi', 'pods': '110'}
         info = {key: 'fake' for key in ('machineID', 'systemUUID', 'bootID', 'kernelVersion', 'osImage')}
-        info.update(containerRuntimeVersion='fake://1.0', kubeletVersion='v1.32.0-fake', kubeProxyVersion='v1.32.0-fake',
-                    operatingSystem='linux', architecture='amd64')
+        info.update(containerRuntimeVersion='testbed://1.0', kubeletVersion=KUBELET_VERSION,
+                    kubeProxyVersion=KUBELET_VERSION, operatingSystem='linux', architecture='amd64')
         status = {'conditions': conditions, 'capacity': capacity, 'allocatable': capacity, 'nodeInfo': info,
-                  'addresses': [{'type': 'InternalIP', 'address': node_ip(node)}, {'type': 'Hostname', 'address': node}]}
+                  'addresses': [{'type': 'InternalIP', 'address': NODE_IP}, {'type': 'Hostname', 'address': node}],
+                  'daemonEndpoints': {'kubeletEndpoint': {'Port': self._server.port}}}
         self.client.patch(f'/api/v1/nodes/{node}/status', {'status': status})
 
     def _renew_lease(self, node: str) -> None:

@@ -23,7 +23,7 @@ from keystoneauth1.exceptions import ClientException
 from testbed import nova_starter
 from testbed.kube_client import KubeAPIError, KubeClient
 from testbed.kubelet import (
-    TERMINAL_STATES, FakeKubelet, PodState, ended_status, hand_in_log, pod_status, restarted_status, runs_to_completion,
+    TERMINAL_STATES, FakeKubelet, PodState, ended_status, pod_status, restarted_status, runs_to_completion,
     state_of)
 from testbed.nova_stack import ComputeProcess, NovaStack
 from testbed.nova_starter import StackError
@@ -82,7 +82,7 @@ class ProcessKubelet:
         self.workdir = Path(workdir)
         self.image = image
         self.fake = FakeKubelet(client, namespace, nodes=nodes, default_state=PodState.PENDING,
-                                runs_elsewhere=self._ours)
+                                runs_elsewhere=self._ours, log_of=self._log_of)
         self._containers: dict[str, Container] = {}  # by pod uid
         self._held: set[str] = set()
         self._unrunnable: set[str] = set()  # pod uids whose container this kubelet cannot run
@@ -281,6 +281,17 @@ class ProcessKubelet:
             self._containers[uid] = Container(name, uid, process, started_at, files=files)
         self.fake.not_ready(name)  # its container started: Running, Ready once it reports in
 
+    def _log_of(self, pod: dict[str, Any], container_name: str) -> str | None:
+        """What the pod's process has printed (its current run), for the kubelet API."""
+        with self._lock:
+            container = self._containers.get(pod["metadata"]["uid"])
+        if container is None:
+            return None
+        if isinstance(container.process, TaskProcess):
+            return container.process.output()
+        log = container.process.log_path
+        return log.read_text(errors="replace") if log.exists() else ""
+
     def _container_spec(self, pod: dict[str, Any]) -> dict[str, Any]:
         return next(c for c in pod["spec"]["containers"] if c.get("image") == self.image)
 
@@ -343,7 +354,6 @@ class ProcessKubelet:
         process = container.process
         assert isinstance(process, TaskProcess)
         code = process.exit_code()
-        hand_in_log(self.client, pod, self._container_spec(pod)["name"], process.output())
         if code is None or container.failure_reported:
             return
         path = f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}/status"
@@ -467,7 +477,6 @@ class ProcessKubelet:
             return
         if isinstance(container.process, TaskProcess):
             code = container.process.exit_code()
-            hand_in_log(self.client, pod, self._container_spec(pod)["name"], container.process.output())
         else:
             self._collect_exit(container)
             code = self._exit_code(container)

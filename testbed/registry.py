@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime
 import gzip
 import hashlib
 import io
-import ipaddress
 import json
 import secrets
 import ssl
@@ -31,6 +29,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from testbed import service_process
+from testbed.certificates import CertificateAuthority
 from testbed.ports import free_port
 from testbed.service_process import ServiceProcess
 
@@ -68,50 +67,9 @@ def install() -> Path:
 
 def make_certificates(state: Path) -> None:
     """ca.pem (a CA made for this registry only), server.pem and server.key for localhost,
-    127.0.0.1 and ::1, with the extensions a strict verifier (Python 3.13's default) wants."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def name(common: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-    def certificate(subject: x509.Name, public_key, issuer: x509.Name, signer, ca: bool) -> x509.Certificate:
-        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
-                   .public_key(public_key).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(hours=1))
-                   .not_valid_after(now + datetime.timedelta(days=30))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-                   .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
-                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()),
-                                  critical=False)
-                   .add_extension(x509.KeyUsage(
-                       digital_signature=True, content_commitment=False, key_encipherment=False,
-                       data_encipherment=False, key_agreement=False, key_cert_sign=ca, crl_sign=ca,
-                       encipher_only=False, decipher_only=False), critical=True))
-        if not ca:
-            builder = (builder
-                       .add_extension(x509.SubjectAlternativeName([
-                           x509.DNSName(HOST_NAME), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                           x509.IPAddress(ipaddress.ip_address("::1"))]), critical=False)
-                       .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
-                                      critical=False))
-        return builder.sign(signer, hashes.SHA256())
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = name("ironic-shard-operator testbed registry CA")
-    ca = certificate(ca_name, ca_key.public_key(), ca_name, ca_key, True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    server = certificate(name(HOST_NAME), key.public_key(), ca_name, ca_key, False)
-    pem = serialization.Encoding.PEM
-    (state / "ca.pem").write_bytes(ca.public_bytes(pem))
-    (state / "server.pem").write_bytes(server.public_bytes(pem))
-    (state / "server.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                                         serialization.NoEncryption()))
-    (state / "server.key").chmod(0o600)
+    127.0.0.1 and ::1 (testbed/certificates.py: the extensions a strict verifier wants)."""
+    ca = CertificateAuthority.create(state, "ironic-shard-operator testbed registry CA")
+    ca.issue(state, "server", HOST_NAME, hosts=(HOST_NAME, "127.0.0.1", "::1"), server=True)
 
 
 # --- configuration and process -----------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The local demo: a real Ironic with fake-hardware nodes, a Kubernetes API (the local
-emulator, or the cluster in $KUBECONFIG), the operator, and a fake kubelet; then
+"""The local demo: a real Ironic with fake-hardware nodes, a real Kubernetes control plane
+(testbed/control_plane.py, built from Go modules on first use; or the cluster in $KUBECONFIG),
+the operator, and the test bed's node agent; then
 apply -> fail a member -> replacement -> scale up -> (with Nova) scale down with a handover of
 nodes with instances, with a live table and what moved.
 
@@ -7,16 +8,16 @@ With Nova (the default when the real Nova stack can run here: MariaDB and Rabbit
 or installed by hack/nova/install.sh), every member pod is a REAL nova-compute process
 (testbed/process_kubelet.py) and every step prints Nova's own hypervisor list per member
 beside Ironic's shards, with whether they agree. Without it, the demo says why and runs with
-the fake kubelet only.
+the node agent's pods only.
 
 Run through hack/demo.sh (it installs what is needed first). Everything started here is
 stopped again, also on Ctrl-C or an error: the Ironic service, the operator process, the
-fake kubelet and the emulator.
+node agent and the control plane.
 
-Parts that are fakes, and why: there is no kubelet or container runtime here, so the fake
-kubelet (testbed/kubelet.py) plays the kubelet's part (pods become Running/Ready, or
-fail, on command), and without a cluster the API server is the emulator
-(testbed/kube_emulator/). Ironic and the operator are the real programs.
+The one stand-in, and why: there is no container runtime here, so the node agent
+(testbed/kubelet.py) plays the kubelet's part (it registers Nodes, the real scheduler binds pods
+to them, and it runs them: real nova-compute processes with Nova, else pods that become
+Running/Ready, or fail, on command). Ironic, Kubernetes and the operator are the real programs.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from testbed.ironic_service import running_ironic, set_provision_state, shards_of  # noqa: E402
 from testbed.kube_client import KubeAPIError, KubeClient  # noqa: E402
-from testbed.kube_emulator import EmulatorThread, kubeconfig_text  # noqa: E402
+from testbed import control_plane  # noqa: E402
 from testbed.kubelet import FAKE_NODE_LABEL, FakeKubelet  # noqa: E402
 from testbed.operator_objects import create_secrets, install_crd  # noqa: E402
 
@@ -268,18 +269,22 @@ def run(nodes: int, with_instances: int, workdir: Path, without_nova: str | None
             kubeconfig = Path(os.environ["KUBECONFIG"])
             say(f"Using the Kubernetes cluster of KUBECONFIG={kubeconfig}")
         else:
-            emulator = stack.enter_context(EmulatorThread())
-            kubeconfig = workdir / "kubeconfig"
-            kubeconfig.write_text(kubeconfig_text(emulator.url))
-            say(f"Started the local Kubernetes API emulator at {emulator.url} (no cluster given)")
+            if control_plane.built_version() is None:
+                say(f"Building the Kubernetes control plane {control_plane.KUBE_VERSION} from Go modules, once per "
+                    "machine (about 25 minutes on 2 cores; hack/kube/build.sh)")
+            plane = control_plane.start(workdir / "kube")
+            stack.callback(control_plane.stop, workdir / "kube")
+            kubeconfig = plane.kubeconfig
+            say(f"Started a Kubernetes control plane {plane.version} at {plane.url} (etcd, kube-apiserver, "
+                "controller-manager, scheduler; no cluster given)")
         client = KubeClient(kubeconfig)
         real_nodes = [n["metadata"]["name"] for n in client.get("/api/v1/nodes")["items"]
                       if FAKE_NODE_LABEL not in (n["metadata"].get("labels") or {})]
         if real_nodes:
             raise SystemExit(
                 f"demo: the cluster in KUBECONFIG has real nodes ({', '.join(real_nodes[:3])}); the demo's "
-                "pods are played by a fake kubelet and would never run there. Unset KUBECONFIG for the "
-                "local emulator, or use hack/kind-e2e.sh for a cluster with kubelets.")
+                "pods are run by the test bed's node agent and would never run there. Unset KUBECONFIG for a "
+                "local control plane, or use hack/kind-e2e.sh for a cluster with kubelets.")
         if nova is not None:
             apply_objects(client, nova_clouds_yaml(nova, ironic), nova.compute_conf(ironic.cloud))
             client.create(f"/api/v1/namespaces/{NAMESPACE}/secrets", {  # for the handover's nova-manage
@@ -296,7 +301,7 @@ def run(nodes: int, with_instances: int, workdir: Path, without_nova: str | None
             say(f"Kubelet of namespace {NAMESPACE}: each member pod runs a REAL nova-compute (Ironic driver)")
         else:
             kubelet = stack.enter_context(FakeKubelet(client, NAMESPACE))
-            say(f"Fake kubelet runs pods of namespace {NAMESPACE} on {len(kubelet.nodes)} fake nodes")
+            say(f"Node agent runs pods of namespace {NAMESPACE} on {len(kubelet.nodes)} Nodes (no container runtime)")
 
         log = workdir / "operator.log"
         env = dict(os.environ, KUBECONFIG=str(kubeconfig), WATCH_NAMESPACES=NAMESPACE, POD_NAMESPACE=NAMESPACE,

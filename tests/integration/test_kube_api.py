@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed.kube_client import KubeAPIError, KubeClient, resource_path
+from testbed.kube_client import KubeAPIError, KubeClient, resource_path, restricted_container
 from testbed.kubelet import FakeKubelet, PodState, state_of
 from testbed.waiting import wait_for
 from tests.support.kube_api import KubeAPI
@@ -60,7 +60,7 @@ def configmap(name: str, labels: dict[str, str] | None = None, **extra: Any) -> 
 
 def pod(name: str, **metadata: Any) -> dict[str, Any]:
     return {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': name, **metadata},
-            'spec': {'containers': [{'name': 'main', 'image': 'registry.k8s.io/pause:3.10'}],
+            'spec': {'containers': [restricted_container('main', 'registry.k8s.io/pause:3.10')],
                      'terminationGracePeriodSeconds': 5}}
 
 
@@ -255,7 +255,7 @@ def test_set_and_map_lists_refuse_an_item_twice(kube_api: KubeAPI, kube_namespac
     for name, spec, field, value in (
             ('twice', {'tags': ['a', 'b', 'a']}, 'spec.tags[2]', 'Duplicate value: "a"'),
             ('ports', {'ports': [{'name': 'http', 'port': 80}, {'name': 'http', 'port': 8080}]}, 'spec.ports[1]',
-             'Duplicate value: map[string]interface {}{"name":"http"}')):
+             'Duplicate value: {"name":"http"}')):
         with pytest.raises(KubeAPIError) as refused:
             client.create(path, widget(name, **spec))
         assert (refused.value.status, refused.value.reason) == (422, 'Invalid')
@@ -281,10 +281,10 @@ def test_strategic_merge_patch_merges_built_in_lists_by_key(kube_api: KubeAPI, k
     client = kube_api.client
     path = resource_path('v1', 'pods', kube_namespace)
     made = pod('smp')
-    made['spec']['containers'].append({'name': 'side', 'image': 'registry.k8s.io/pause:3.9'})
+    made['spec']['containers'].append(restricted_container('side', 'registry.k8s.io/pause:3.9'))
     client.create(path, made)
 
-    patched = client.patch(f'{path}/smp', {'spec': {'containers': [{'name': 'side', 'image': 'registry.k8s.io/pause:3.10'}]}},
+    patched = client.patch(f'{path}/smp', {'spec': {'containers': [restricted_container('side', 'registry.k8s.io/pause:3.10')]}},
                            'strategic')
     images = {c['name']: c['image'] for c in patched['spec']['containers']}
     assert images == {'main': 'registry.k8s.io/pause:3.10', 'side': 'registry.k8s.io/pause:3.10'}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from testbed.kube_client import KubeAPIError, KubeClient
+from testbed.kube_client import KubeAPIError, KubeClient, restricted_container
 from testbed.kubelet import FakeKubelet
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import is_ready
@@ -26,7 +26,7 @@ LABELS = {"app": "budgeted"}
 
 def pod(name: str, labels: dict[str, str] = LABELS) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-            "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}
+            "spec": {"containers": [restricted_container("main", "registry.k8s.io/pause:3.10")]}}
 
 
 def budget(name: str, **spec: Any) -> dict[str, Any]:

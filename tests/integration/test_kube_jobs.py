@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from testbed import service_account_tokens as tokens
-from testbed.kube_client import KubeAPIError, KubeClient
+from testbed.kube_client import KubeAPIError, KubeClient, restricted_container
 from testbed.kubelet import FakeKubelet, RunOutcome
 from tests.support.kube_api import KubeAPI
 
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.integration
 def job(name: str, *, restart_policy: str | None = "Never", backoff_limit: int | None = None,
         containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {"containers": containers if containers is not None
-                                else [{"name": "main", "image": "registry.k8s.io/busybox:1.36",
-                                       "command": ["sh", "-c", "echo done"]}]}
+                                else [restricted_container("main", "registry.k8s.io/busybox:1.36",
+                                                           command=["sh", "-c", "echo done"])]}
     if restart_policy:
         pod_spec["restartPolicy"] = restart_policy
     spec: dict[str, Any] = {"template": {"spec": pod_spec}}
@@ -78,7 +78,7 @@ def test_jobs_are_served_and_bad_ones_refused(kube_api: KubeAPI, kube_namespace:
     created = client.create(jobs, job("fine"))
     with pytest.raises(KubeAPIError) as changed:
         client.patch(f"{jobs}/fine", {"spec": {"template": {"spec": {"containers": [
-            {"name": "main", "image": "registry.k8s.io/busybox:1.37"}]}}}}, "strategic")
+            restricted_container("main", "registry.k8s.io/busybox:1.37")]}}}}, "strategic")
     assert "spec.template" in causes(changed.value)
     changed_selector = refused(lambda: client.patch(f"{jobs}/fine", {"spec": {"selector": {"matchLabels": {"a": "b"}}}}))
     assert "spec.selector" in causes(changed_selector)
@@ -218,8 +218,8 @@ def test_pod_logs_refuse_what_a_real_server_refuses(kube_api: KubeAPI, kube_name
     client, ns = kube_api.client, kube_namespace
     kubelet.hold("waiting")
     client.create(f"/api/v1/namespaces/{ns}/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiting"},
-                                                    "spec": {"containers": [{"name": "a", "image": "x:1"},
-                                                                            {"name": "b", "image": "x:1"}]}})
+                                                    "spec": {"containers": [restricted_container("a", "x:1"),
+                                                                            restricted_container("b", "x:1")]}})
     kube_api.wait_for(lambda: client.get(f"/api/v1/namespaces/{ns}/pods/waiting")["spec"].get("nodeName"),
                       what="the pod bound")
     unnamed = refused(lambda: client.pod_log(ns, "waiting"))

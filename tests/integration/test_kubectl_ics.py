@@ -21,12 +21,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from testbed.kube_client import restricted_container
 import yaml
 
 from testbed import service_account_tokens as tokens
 from testbed.ironic_service import IronicService, enrol_nodes, unique_resource_class
-from testbed.kube_emulator import kubeconfig_text
-from testbed.kubelet import RunOutcome, hand_in_log
+from testbed.control_plane import USER
+from testbed.kubelet import RunOutcome
 from testbed.operator_objects import create_secrets, install_crd
 from testbed.ports import free_port
 from tests.support.kube_api import KubeAPI
@@ -34,7 +36,6 @@ from tests.support.operator_rbac import helm as project_helm
 from tests.support.operator_harness import (
     POOLS, REPO, OperatorProcess, get_pool, http_get, lease_holder, member_pods, pool_manifest, ready_members,
     settle)
-from tests.support.switchable_proxy import SwitchableProxy
 
 pytestmark = pytest.mark.integration
 
@@ -170,22 +171,13 @@ def test_status_pause_resume_and_preflight_as_a_user_types_them(
     assert missing.returncode == 1 and "not found" in missing.stderr
 
 
-def proxied_env(api: KubeAPI, proxy: SwitchableProxy, tmp_path: Path) -> dict[str, str]:
-    """The user's environment with a kubeconfig whose server is reached through `proxy`."""
-    config = yaml.safe_load(api.kubeconfig.read_text())
-    server = config["clusters"][0]["cluster"]["server"]
-    path = tmp_path / "kubeconfig-proxied"
-    path.write_text(kubeconfig_text(proxy.url(server)))
-    return dict(api.env, KUBECONFIG=str(path))
-
-
 def test_status_of_every_pool_as_text_json_and_yaml_with_events_selected_by_the_server(
         kube_api: KubeAPI, kube_namespace: str, tmp_path: Path) -> None:
     """No POOL: every pool of the namespace, one line each; -o json|yaml: the same facts. A
     pool's Events are selected by the API server (fieldSelector), not picked out of every Event
     of the namespace by the plugin."""
-    if not kube_api.is_emulator:
-        pytest.skip("the request log needs the local API server (plain HTTP behind a forwarder)")
+    if kube_api.plane is None:
+        pytest.skip("reads what the plugin asked from the test bed API server's audit log")
     client, ns = kube_api.client, kube_namespace
     install_crd(client)
     for name in (POOL, "rack-j"):
@@ -194,12 +186,10 @@ def test_status_of_every_pool_as_text_json_and_yaml_with_events_selected_by_the_
     pool_event(kube_api, ns, POOL, "k.1", "MovedNodes", "moved 1 node of rack-k", "2026-01-01T00:00:01Z")
     pool_event(kube_api, ns, "rack-j", "j.1", "MovedNodes", "moved 9 nodes of rack-j", "2026-01-01T00:00:02Z")
 
-    with SwitchableProxy(str(yaml.safe_load(kube_api.kubeconfig.read_text())["clusters"][0]["cluster"]["server"])) \
-            as proxy:
-        env = proxied_env(kube_api, proxy, tmp_path)
-        every = kubectl_ics(kube_api, "status", "-n", ns, env=env)
-        as_json = kubectl_ics(kube_api, "status", "-n", ns, "-o", "json", env=env)
-        one = kubectl_ics(kube_api, "status", POOL, "-n", ns, "-o", "yaml", env=env)
+    env = dict(kube_api.env, KUBECONFIG=str(kube_api.plane.user_kubeconfig))  # a user whose requests are audited
+    every = kubectl_ics(kube_api, "status", "-n", ns, env=env)
+    as_json = kubectl_ics(kube_api, "status", "-n", ns, "-o", "json", env=env)
+    one = kubectl_ics(kube_api, "status", POOL, "-n", ns, "-o", "yaml", env=env)
     assert every.returncode == 0, every.stderr
     rows = {line.split()[0]: line.split() for line in every.stdout.splitlines()[1:] if line.startswith("rack-")}
     assert rows[POOL][:4] == [POOL, "False", "True", "(IronicUnavailable)"] and rows[POOL][4] == "1/2"
@@ -209,7 +199,7 @@ def test_status_of_every_pool_as_text_json_and_yaml_with_events_selected_by_the_
     assert pools["rack-j"]["observedGeneration"] is None
     facts = yaml.safe_load(one.stdout)
     assert [e["message"] for e in facts["events"]] == ["moved 1 node of rack-k"]
-    event_lists = [line for line in proxy.request_lines if f"/namespaces/{ns}/events" in line]
+    event_lists = [e["requestURI"] for e in kube_api.audit.by_user(USER) if f"/namespaces/{ns}/events" in e["requestURI"]]
     assert event_lists and all("fieldSelector=involvedObject.kind%3DIronicComputeShard%2CinvolvedObject.name%3D"
                                f"{POOL}" in line for line in event_lists), event_lists
 
@@ -230,16 +220,16 @@ def test_report_writes_a_bundle_with_what_support_needs_and_no_secret_value(
     labels = {"ironicshards.io/pool": POOL, "ironicshards.io/member": f"{POOL}-0"}
     member = client.create(f"/api/v1/namespaces/{ns}/pods", {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{POOL}-0", "labels": labels},
-        "spec": {"containers": [{"name": "nova-compute", "image": "registry.example/nova-compute:1"}]}})
+        "spec": {"containers": [restricted_container("nova-compute", "registry.example/nova-compute:1")]}})
     operator_pod = client.create(f"/api/v1/namespaces/{ns}/pods", {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "iso-operator-0"},
-        "spec": {"containers": [{"name": "operator", "image": "registry.example/ironic-shard-operator:1"}]}})
+        "spec": {"containers": [restricted_container("operator", "registry.example/ironic-shard-operator:1")]}})
     kube_api.wait_for(lambda: set(ready_members(client, ns, POOL)) == {f"{POOL}-0"}, timeout=30, what="member pod Ready")
     kube_api.wait_for(lambda: (p := client.get(f"/api/v1/namespaces/{ns}/pods/iso-operator-0"))
                       and p["status"].get("phase") == "Running" and p, timeout=30, what="operator pod running")
-    hand_in_log(client, member, "nova-compute",
-                "".join(f"line {i}\n" for i in range(500)) + f"transport rabbit://nova:{password}@mq:5672/\n")
-    hand_in_log(client, operator_pod, "operator", "pool ops/rack-k: cycle done\n")
+    kubelet.set_log(member["metadata"]["name"],
+                    "".join(f"line {i}\n" for i in range(500)) + f"transport rabbit://nova:{password}@mq:5672/\n")
+    kubelet.set_log(operator_pod["metadata"]["name"], "pool ops/rack-k: cycle done\n")
     create_lease(kube_api, ns, "iso-operator-0")
     job = f"{POOL}-handover-{POOL}-0-1"
     kubelet.run_outcomes(job, RunOutcome(1, "Destination compute is forced down!\n"))
@@ -247,7 +237,7 @@ def test_report_writes_a_bundle_with_what_support_needs_and_no_secret_value(
     client.create(f"/apis/batch/v1/namespaces/{ns}/jobs", {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job, "labels": job_labels},
         "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": job_labels}, "spec": {
-            "restartPolicy": "Never", "containers": [{"name": "nova-manage", "image": "registry.example/n:1"}]}}}})
+            "restartPolicy": "Never", "containers": [restricted_container("nova-manage", "registry.example/n:1")]}}}})
     kube_api.wait_for(lambda: any(c.get("type") == "Failed" and c.get("status") == "True" for c in
                                   (client.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{job}").get("status") or {})
                                   .get("conditions") or ()), timeout=60, what="the handover Job failed")
@@ -501,8 +491,8 @@ CHART_KINDS = [(kind, path) for kind, path in (
 
 
 def authz_refusals(kube_api: KubeAPI, pod: OperatorProcess) -> list[str]:
-    """What the fake API server refused this pod's ServiceAccount ([] on a real cluster)."""
-    if kube_api.authz is None:
+    """What the API server refused this pod's ServiceAccount (its audit log; [] on a given cluster)."""
+    if kube_api.audit is None:
         return []
     user = f"system:serviceaccount:{pod.namespace}:iso-ironic-shard-operator"
-    return [decision.message for decision in kube_api.authz.refused(user)]
+    return [refusal.message for refusal in kube_api.audit.refused(user)]

@@ -31,8 +31,8 @@ NODES = 60
 def test_a_frozen_leader_that_wakes_after_a_takeover_writes_nothing(
         kube_api: KubeAPI, kube_namespace: str, kubelet, ironic_service: IronicService,
         tmp_path: Path) -> None:
-    if kube_api.authn is None:
-        pytest.skip("counts each operator's writes in the fake API server's audit")
+    if kube_api.audit is None:
+        pytest.skip("counts each operator's writes in the test bed API server's audit log")
     client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
     install_crd(kube_api.client)
     resource_class = unique_resource_class("fencing")
@@ -70,7 +70,7 @@ def test_a_frozen_leader_that_wakes_after_a_takeover_writes_nothing(
         patch_spec(client, ns, POOL, {"paused": True})
         wait(lambda: lease_holder(client, ns) == "op-b", timeout=40, what="op-b taking the Lease over")
         wait(lambda: any(w["requestURI"].endswith(f"/{POOL}/status")
-                         for w in kube_api.authn.writes_by_token(new_token.token)),
+                         for w in kube_api.audit.writes_by_token(new_token.token)),
              timeout=30, what="op-b writing the pool's status")
         before = shards_of(ironic_service, resource_class)
         thawed_at = time.time()
@@ -82,7 +82,7 @@ def test_a_frozen_leader_that_wakes_after_a_takeover_writes_nothing(
         assert "lost leadership" in old.log()
         assert shards_of(ironic_service, resource_class) == before, \
             "op-a wrote Ironic shards after the takeover"
-        late = [f"{w['verb']} {w['requestURI']}" for w in kube_api.authn.writes_by_token(old_token.token)
+        late = [f"{w['verb']} {w['requestURI']}" for w in kube_api.audit.writes_by_token(old_token.token)
                 if w["time"] >= thawed_at]
         assert late == [], "op-a wrote to Kubernetes after the takeover"
         assert lease_holder(client, ns) == "op-b"

@@ -8,7 +8,7 @@ operator of the harness is), goes through everything it ever asks Kubernetes for
 
 One scenario test holds both checks, so the verdict does not depend on which other tests ran
 or on how pytest-xdist spread them over processes (each has its own API server and record).
-The fake API server's record of RBAC decisions (testbed/kube_emulator/authz.py) tells both.
+The real API server's audit log (testbed/audit_log.py) tells both.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ LEGACY_FINALIZER = "ironicshards.io/operator"  # put on pools by versions before
 
 def test_the_chart_grants_the_operator_exactly_what_it_uses(
         kube_api: KubeAPI, kube_namespace: str, kubelet, ironic_service: IronicService, tmp_path: Path) -> None:
-    if kube_api.authz is None:
-        pytest.skip("reads the fake API server's record of RBAC decisions")
+    if kube_api.audit is None:
+        pytest.skip("reads the test bed API server's audit log")
     client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
     install_crd(client)
     resource_class = unique_resource_class("rbac")
@@ -76,7 +76,7 @@ def test_the_chart_grants_the_operator_exactly_what_it_uses(
         print(f"----- operator op-a -----\n{operator.log()[-20000:]}")
     assert code == 0
     assert operator.refused() == [], "the operator was refused requests the chart should allow"
-    unused = kube_api.authz.unused_grants(ns, operator.service_account)
+    unused = kube_api.audit.unused_grants(client, ns, operator.service_account)
     # Handover Jobs and their logs need a real Nova (nova-manage): the real-Nova handover
     # scenario, run as the same chart identity, must use them (tests/nova/test_handover_failure_scenario.py).
     unused = [grant for grant in unused if not is_handover_grant(grant)]

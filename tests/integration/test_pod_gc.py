@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from testbed.kube_client import KubeAPIError, KubeClient
+from testbed.kube_client import KubeAPIError, KubeClient, restricted_container
 from testbed.kubelet import FakeKubelet, PodState, state_of
 from tests.support.kube_api import KubeAPI
 
@@ -25,7 +25,7 @@ WITHIN = 90
 
 
 def pod(name: str, node: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+    spec: dict[str, Any] = {"containers": [restricted_container("main", "registry.k8s.io/pause:3.10")],
                             "terminationGracePeriodSeconds": 30}
     if node:
         spec["nodeName"] = node

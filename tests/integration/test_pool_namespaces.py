@@ -17,7 +17,7 @@ import pytest
 
 from testbed import service_account_tokens as tokens
 from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, unique_resource_class
-from testbed.kube_client import KubeAPIError, KubeClient
+from testbed.kube_client import KubeAPIError, KubeClient, restricted_container
 from testbed.kubelet import FakeKubelet
 from testbed.operator_objects import create_secrets, install_crd
 from tests.support.kube_api import KubeAPI
@@ -83,7 +83,7 @@ def test_a_pool_outside_the_pool_namespaces_reports_the_refusal_and_runs_nothing
             with pytest.raises(KubeAPIError) as forbidden:
                 as_operator.create(f"/api/v1/namespaces/{elsewhere}/pods", {
                     "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mounts-a-secret"},
-                    "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})
+                    "spec": {"containers": [restricted_container("c", "registry.k8s.io/pause:3.10")]}})
             assert forbidden.value.status == 403
             assert f'cannot create resource "pods" in API group "" in the namespace "{elsewhere}"' \
                 in forbidden.value.body["message"]

@@ -201,7 +201,7 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                      what="Degraded cleared")
             handover_pool.assert_each_moved_once(watch, movable, m1, final)
             # The chart's identity used every handover grant (jobs, and pods/log for the failure).
-            unused = [g for g in kube_api.authz.unused_grants(ns, operator.service_account) if is_handover_grant(g)]
+            unused = [g for g in kube_api.audit.unused_grants(client, ns, operator.service_account) if is_handover_grant(g)]
             assert not unused, unused
             for reason in ("HandoverJobCreated", "HandedOverNodes"):
                 assert events(client, ns, reason), f"no {reason} Event"

@@ -4,50 +4,70 @@ Register it in the root conftest: `pytest_plugins = ["tests.support.kube_api"]`.
 
 - If KUBECONFIG is set when the session starts, the tests use that cluster (kind or any real
   API server) and start nothing.
-- Otherwise the session starts the FAKE API server of testbed/kube_emulator/ in a
-  background thread, writes a kubeconfig for it into a temp dir, and stops it at the end
-  (no thread, port or process left).
+- Otherwise the session (each xdist worker) starts the test bed's REAL control plane
+  (testbed/control_plane.py: etcd, kube-apiserver, kube-controller-manager, kube-scheduler built
+  from Go modules by hack/kube/build.sh, which the first session on a machine runs) and stops it
+  at the end, also on Ctrl-C and SIGTERM; a run that was killed outright is reaped by the next.
+  When a test failed, the control plane's logs are kept in test-artefacts/.
 
 Fixtures:
-- `kube_api` (session): a `KubeAPI` -- `kubeconfig`, `is_emulator`, `client` (a
-  testbed.kube_client.KubeClient), `env` (for subprocesses such as `kopf run`), `kubectl(...)`,
-  `create_namespace(...)`, `has_kubelets`, `wait_for(...)`, `authn` (the fake's token checks
-  and audit of writes; None on a real cluster), `authz` (the fake's RBAC decisions; None on a
-  real cluster).
-- `kube_namespace` (function): a fresh namespace, deleted after the test.
-- `kubelet` (function): the fake kubelet (testbed/kubelet.py) for `kube_namespace`,
-  started and stopped around the test; the test is skipped where real kubelets run pods.
+- `kube_api` (session): a `KubeAPI` -- `kubeconfig`, `client` (a testbed.kube_client.KubeClient),
+  `env` (for subprocesses such as `kopf run`), `kubectl(...)`, `create_namespace(...)`,
+  `has_kubelets`, `wait_for(...)`, `plane` (the control plane started here, None on a given
+  cluster) and `audit` (its API server's audit log, testbed/audit_log.py; None on a given cluster).
+- `kube_namespace` (function): a fresh namespace (Pod Security "restricted" enforced, its pods
+  scheduled to its own node agent's Nodes), deleted after the test.
+- `kubelet` (function): the node agent (testbed/kubelet.py) for `kube_namespace`, started and
+  stopped around the test; the test is skipped where real kubelets run pods.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from testbed import control_plane
+from testbed.audit_log import AuditLog
 from testbed.kube_client import KubeAPIError, KubeClient
-from testbed.kube_emulator import EmulatorThread, kubeconfig_text
-from testbed.kube_emulator.authn import Authenticator
-from testbed.kube_emulator.authz import Authorizer
 from testbed.kubelet import FAKE_NODE_LABEL, FakeKubelet
 from testbed.waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+ARTEFACTS = REPO / 'test-artefacts'
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The session banner names what the suite runs against (every CI log shows it)."""
+    if os.environ.get('KUBECONFIG'):
+        return f'kubernetes: the cluster of KUBECONFIG={os.environ["KUBECONFIG"]}'
+    built = control_plane.built_version()
+    if built is None:
+        return (f'kubernetes: the test bed control plane {control_plane.KUBE_VERSION} (not built yet: '
+                'the first test that needs it builds it, hack/kube/build.sh)')
+    return f'kubernetes: kube-apiserver {built}, etcd, controller-manager, scheduler (testbed/control_plane.py)'
 
 
 @dataclasses.dataclass
 class KubeAPI:
-    """One API server for the session: the given cluster, or the fake."""
+    """One API server for the session: the given cluster, or the test bed's control plane."""
     kubeconfig: Path
-    is_emulator: bool
     client: KubeClient
     workdir: Path
+    plane: control_plane.ControlPlane | None = None
     namespaces: list[str] = dataclasses.field(default_factory=list)
-    authn: Authenticator | None = None
-    authz: Authorizer | None = None
+
+    @property
+    def audit(self) -> AuditLog | None:
+        """The audit log of the test bed's API server (None on a given cluster)."""
+        return AuditLog(self.plane.audit_log) if self.plane is not None else None
 
     @property
     def env(self) -> dict[str, str]:
@@ -89,22 +109,43 @@ class KubeAPI:
 
 
 @pytest.fixture(scope='session')
-def kube_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
+def kube_api(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[KubeAPI]:
     workdir = tmp_path_factory.mktemp('kube-api')
     given = os.environ.get('KUBECONFIG')
     if given:  # may be a list of files (a:b), as kubectl and kopf read it
-        api = KubeAPI(Path(given), False, KubeClient(Path(given)), workdir)
+        api = KubeAPI(Path(given), KubeClient(Path(given)), workdir)
         try:
             yield api
         finally:
             for name in api.namespaces:  # not waited for: a real cluster drains them on its own
                 api.delete_namespace(name)
         return
-    with EmulatorThread() as emulator:
-        kubeconfig = workdir / 'kubeconfig'
-        kubeconfig.write_text(kubeconfig_text(emulator.url))
-        yield KubeAPI(kubeconfig, True, KubeClient(kubeconfig), workdir, authn=emulator.api.authn,
-                      authz=emulator.api.authz)
+    # Short: the state holds UNIX sockets' paths nowhere, but its logs are read by people.
+    state = Path(tempfile.mkdtemp(prefix='kube-', dir=workdir))
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM tears down as Ctrl-C does
+    try:
+        plane = control_plane.start(state)
+        yield KubeAPI(plane.kubeconfig, KubeClient(plane.kubeconfig), workdir, plane=plane)
+    finally:
+        if request.session.testsfailed:
+            _keep_logs(state)
+        control_plane.stop(state)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f'signal {signum}')
+
+
+def _keep_logs(state: Path) -> None:
+    """Copy the control plane's logs and audit log to test-artefacts/ (a test failed)."""
+    worker = os.environ.get('PYTEST_XDIST_WORKER', 'main')
+    target = ARTEFACTS / f'control-plane-{worker}'
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for log in state.glob('*.log'):
+        shutil.copy2(log, target / log.name)
 
 
 @pytest.fixture

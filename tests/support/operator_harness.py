@@ -104,11 +104,12 @@ class OperatorProcess:
         return self.process.returncode
 
     def refused(self) -> list[str]:
-        """What the fake API server refused this operator (403 messages); [] on a real cluster."""
-        if self._api.authz is None or not self.service_account:
+        """What the API server refused this operator (its 403 messages, from the test bed's audit
+        log); [] on a given cluster."""
+        if self._api.audit is None or not self.service_account:
             return []
         user = f"system:serviceaccount:{self.namespace}:{self.service_account}"
-        return [decision.message for decision in self._api.authz.refused(user)]
+        return [refusal.message for refusal in self._api.audit.refused(user)]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
