@@ -19,7 +19,7 @@ from typing import Any
 from pathlib import Path
 
 from testbed.kube_client import NODE_NAMESPACE_LABEL, KubeAPIError, KubeClient
-from testbed.kubelet_server import KubeletServer
+from testbed.kubelet_server import KubeletServer, LogRefused
 from testbed.waiting import wait_for
 
 FAKE_NODE_LABEL = 'kube-api.tests.ironicshards.io/fake-kubelet'  # on every Node this node agent makes
@@ -343,6 +343,8 @@ class FakeKubelet:
                         ), None)
             if pod is None or container not in [c['name'] for c in pod['spec']['containers']]:
                 return None
+            if state_of(pod) == PodState.PENDING:
+                raise LogRefused(f'container "{container}" in pod "{pod_name}" is waiting to start: ContainerCreating')
             elsewhere = self._log_elsewhere(pod, container) if self._runs_elsewhere(pod) else None
             return elsewhere if elsewhere is not None else self._logs.get(pod['metadata']['uid'], '')
 

@@ -5,7 +5,8 @@ operator's log reads take the real server's path, query handling and errors incl
 
 Invariants:
 - It serves what `log_of(namespace, pod, container)` returns (None: 404, as a kubelet answers for
-  a container it does not know), cut as the kubelet does for `tailLines` and `limitBytes`.
+  a container it does not know; LogRefused: 400 with its message, as for a container waiting to
+  start), cut as the kubelet does for `tailLines` and `limitBytes`.
 - Its serving certificate is its own (a CA made for it), as a kubelet's self-signed one is: the
   test bed's API server, like kubeadm's by default, does not verify kubelets' certificates.
 """
@@ -23,6 +24,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from testbed.certificates import CertificateAuthority
 
 LogSource = Callable[[str, str, str], "str | None"]
+
+
+class LogRefused(Exception):
+    """What a kubelet answers 400 to: a container that has not started (message as the kubelet's)."""
 
 
 def cut(text: str, tail_lines: int | None, limit_bytes: int | None) -> bytes:
@@ -81,7 +86,10 @@ class KubeletServer:
             values = query.get(name)
             return int(values[0]) if values else None
 
-        text = self._log_of(parts[1], parts[2], parts[3])
+        try:
+            text = self._log_of(parts[1], parts[2], parts[3])
+        except LogRefused as refused:
+            return self._send(request, 400, str(refused).encode())
         if text is None:
             message = f"container {parts[3]} of pod {parts[1]}/{parts[2]} is not known to this kubelet\n"
             return self._send(request, 404, message.encode())

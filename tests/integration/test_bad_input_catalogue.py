@@ -149,7 +149,7 @@ def test_a_changed_selector_is_refused(crd_installed: KubeAPI, kube_namespace: s
 SECRETS_REFUSED = {  # id -> (Secret data, what the refusal says): the API server's own rules
     "a key with a space": ({"nova conf": "[DEFAULT]\n"}, ('data[nova conf]', "a valid config key must consist of")),
     "a key with a slash": ({"etc/nova.conf": "[DEFAULT]\n"}, ("a valid config key must consist of",)),
-    "a nova.conf over 1 MiB": ({"nova.conf": "#" * (1024 * 1024 + 1)}, ("data", "Too long: must have at most 1048576 bytes")),
+    "a nova.conf over 1 MiB": ({"nova.conf": "#" * (1024 * 1024 + 1)}, ("data", "Too long: may not be more than 1048576 bytes")),
 }
 
 

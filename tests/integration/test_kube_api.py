@@ -91,7 +91,7 @@ def widgets(kube_api: KubeAPI) -> Iterator[str]:
     def established() -> bool:
         crd = client.get(f'/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{GROUP}')
         return any(c['type'] == 'Established' and c['status'] == 'True'
-                   for c in (crd.get('status') or {}).get('conditions', []))
+                   for c in (crd.get('status') or {}).get('conditions') or [])
     wait_for(established, what='the Widget CRD to be Established')
     wait_for(lambda: any(r['name'] == 'widgets' for r in client.get(f'/apis/{WIDGETS}')['resources']),
              what='the Widget resource in discovery')
@@ -359,14 +359,18 @@ def test_kubelet_binds_runs_readies_and_finishes_deleted_pods(kube_api: KubeAPI,
                                                               kubelet: FakeKubelet) -> None:
     client = kube_api.client
     path = resource_path('v1', 'pods', kube_namespace)
+    spread = {'podAntiAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': [{
+        'labelSelector': {'matchLabels': {'app': 'member'}}, 'topologyKey': 'kubernetes.io/hostname'}]}}
     for i in range(3):
-        client.create(path, pod(f'member-{i}'))
+        member = pod(f'member-{i}', labels={'app': 'member'})
+        member['spec']['affinity'] = spread
+        client.create(path, member)
 
     def ready_pods() -> list[dict[str, Any]] | None:
         ready = [p for p in client.get(path)['items'] if state_of(p) == PodState.READY]
         return ready if len(ready) == 3 else None
     running = wait_for(ready_pods, what='three Ready pods')
-    assert sorted(p['spec']['nodeName'] for p in running) == sorted(kubelet.nodes)  # spread like anti-affinity
+    assert sorted(p['spec']['nodeName'] for p in running) == sorted(kubelet.nodes)  # the scheduler honoured the anti-affinity
     conditions = {c['type']: c for c in running[0]['status']['conditions']}
     assert {k: c['status'] for k, c in conditions.items()} == {
         'PodScheduled': 'True', 'Initialized': 'True', 'ContainersReady': 'True', 'Ready': 'True'}

@@ -159,13 +159,13 @@ def test_a_binding_to_a_missing_role_says_so_and_its_role_ref_cannot_change(
                              what="the refusal to name the missing role")
     assert body["message"].endswith(
         f'cannot list resource "secrets" in API group "" in the namespace "{ns}": '
-        f'RBAC: role.rbac.authorization.k8s.io "missing" not found')
+        f'rbac: RBAC: role.rbac.authorization.k8s.io "missing" not found')
     changed = admin.get(f"{path}/dangling")
     changed["roleRef"]["name"] = "other"
     with pytest.raises(KubeAPIError) as refused:
         admin.replace(f"{path}/dangling", changed)
     assert refused.value.status == 422
-    assert "cannot change roleRef" in refused.value.body["message"]
+    assert 'roleRef: Invalid value: {"APIGroup":"rbac.authorization.k8s.io","Kind":"Role","Name":"other"}: field is immutable' in refused.value.body["message"]
 
 
 def test_the_record_tells_what_was_refused_and_which_grants_went_unused(

@@ -390,8 +390,8 @@ def deployment_pods(kube_api: KubeAPI, deployment: dict, log_dir: Path) -> list[
     for index in range(deployment["spec"]["replicas"]):
         pod = f"{deployment['metadata']['name']}-7d4b9c6f5-{index}x{uuid.uuid4().hex[:3]}"
         fields = {"metadata.namespace": namespace, "metadata.name": pod}
-        env = {e["name"]: e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
-               for e in container.get("env") or []}
+        env = {e["name"]: fields[e["valueFrom"]["fieldRef"]["fieldPath"]] if "valueFrom" in e else e.get("value", "")
+               for e in container.get("env") or []}  # an empty value comes back without `value`
         health_port = free_port()
         env.update(METRICS_PORT=str(free_port()), HEALTH_PORT=str(health_port))
         token = tokens.issue(kube_api.client, namespace, template["spec"]["serviceAccountName"])

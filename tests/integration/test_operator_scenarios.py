@@ -308,10 +308,11 @@ def test_member_on_an_unreachable_node_is_replaced_only_as_fencing_allows(
 
 def test_an_out_of_service_taint_counts_a_not_ready_member_out_within_seconds(
         kube_api: KubeAPI, kube_namespace: str, kubelet, operators, ironic_service: IronicService) -> None:
-    """A member not Ready (grace 10 minutes, poll 5 minutes) whose Kubernetes node is then
-    declared out of service: nothing of its pod changes, so no pod event wakes the operator, yet
-    its free nodes move within seconds: a member within its grace is looked at every few
-    seconds, and the taint makes its failure certain."""
+    """A member whose Kubernetes node is lost (grace 10 minutes, poll 5 minutes) and then
+    declared out of service, as after a non-graceful node shutdown: the real pod garbage collector
+    force-deletes its pod, its replacement cannot start (held), and its free nodes move within
+    seconds: a member within its grace is looked at every few seconds, and the taint on the node
+    its pod last ran on makes its failure certain."""
     client, ns = kube_api.client, kube_namespace
     resource_class = unique_resource_class("taint")
     seed_nodes_directly_in_db(ironic_service, 10, resource_class=resource_class)
@@ -322,11 +323,13 @@ def test_an_out_of_service_taint_counts_a_not_ready_member_out_within_seconds(
         ironic={"pollIntervalSeconds": 300}, failover={"rebalanceAfterSeconds": 600}))
     kube_api.wait_for(lambda: set(owners_now(ironic_service, resource_class).values()) == {"taint-0", "taint-1"},
                       timeout=120, what="the nodes shared by two members")
-    kubelet.not_ready("taint-1")
+    node = member_pods(client, ns, "taint")["taint-1"]["spec"]["nodeName"]
+    kubelet.hold("taint-1")  # its replacement, once there is one, does not start
+    kubelet.set_node_reachable(node, False)  # the node lifecycle controller marks the pod not Ready
     kube_api.wait_for(lambda: any(m["name"] == "taint-1" and m.get("ready") is False
                                   for m in get_pool(client, ns, "taint").get("status", {}).get("members", [])),
                       timeout=60, what="the operator to see taint-1 not Ready (its grace begins)")
-    node = member_pods(client, ns, "taint")["taint-1"]["spec"]["nodeName"]
+    assert set(owners_now(ironic_service, resource_class).values()) == {"taint-0", "taint-1"}
     taints = client.get(f"/api/v1/nodes/{node}")["spec"].get("taints") or []
     client.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": [
         *taints, {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]}})

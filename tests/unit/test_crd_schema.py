@@ -47,9 +47,7 @@ import yaml
 from ironic_shard_operator.core import autoscale, model, nova_policy
 from ironic_shard_operator.core.status import CycleFacts, build_status
 from ironic_shard_operator.core.tracker_interval import IntervalSettings
-from testbed.kube_emulator.resources import custom_resource_types
 from tests.support.manifest_edits import delete_at, set_at
-from testbed.kube_emulator.tables import table
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
@@ -200,9 +198,21 @@ def list_map_errors(obj: dict[str, Any]) -> list[str]:
 _CEL = celpy.Environment()
 
 
+def _substring(text: celpy.celtypes.StringType, start: celpy.celtypes.IntType,
+               end: celpy.celtypes.IntType | None = None) -> celpy.celtypes.StringType:
+    """Kubernetes' CEL strings extension (ext.Strings): `s.substring(start[, end])`."""
+    if not 0 <= start <= (len(text) if end is None else end) <= len(text):
+        raise ValueError(f"substring({start}, {end}) out of range for a string of {len(text)}")
+    return celpy.celtypes.StringType(text[start:end])
+
+
+# The functions of Kubernetes' CEL environment that the CRD's rules use beyond CEL's own.
+KUBERNETES_CEL_FUNCTIONS = {"substring": _substring}
+
+
 @functools.cache
 def cel_program(rule: str) -> celpy.Runner:
-    return _CEL.program(_CEL.compile(rule))
+    return _CEL.program(_CEL.compile(rule), functions=KUBERNETES_CEL_FUNCTIONS)
 
 
 def cel_errors(obj: dict[str, Any], old: dict[str, Any] | None) -> list[str]:
@@ -472,7 +482,7 @@ REFUSED = {
         _set("spec.failover", {"fencing": {"forceAfterSeconds": 60}}), "applies only to mode ForceAfter"),
     "ForceAfter without forceAfterSeconds": (
         _set("spec.failover", {"fencing": {"mode": "ForceAfter"}}), "required when mode is ForceAfter"),
-    "name longer than 52": (_set("metadata.name", "r" * 53), "is too long"),
+    "name longer than 52": (_set("metadata.name", "r" * 53), "metadata.name must be at most 52"),  # the rule that says why (maxLength is 253)
     "name with a dot": (_set("metadata.name", "rack.a"), "metadata.name must be at most 52"),
     "name with a trailing dash": (_set("metadata.name", "rack-"), "metadata.name must be at most 52"),
     "missing image": (_delete("spec.image"), "'image' is a required property"),
@@ -770,37 +780,8 @@ def test_no_field_of_a_status_with_members_handovers_and_guard_holds_is_pruned()
     assert list(_undeclared(status, schema()["properties"]["status"], ".status")) == []
 
 
-def test_kubectl_get_wide_shows_a_value_in_every_status_column():
-    """`kubectl get ics -o wide`, as the fake API server's Table prints it: every column read
-    from .status shows what the operator wrote (Target, status.desiredReplicas, stayed empty)."""
-    (resource_type,) = custom_resource_types(crd())
-    pool = {**defaulted(example_pool("minimal")), "status": _written_status(_converged_plan())}
-    pool["metadata"] = {**pool["metadata"], "creationTimestamp": "2025-01-01T00:00:00Z"}
-    printed = table(resource_type, [pool], {})
-    (row,) = printed["rows"]
-    cells = dict(zip((c["name"] for c in printed["columnDefinitions"]), row["cells"]))
-    status_columns = [c["name"] for c in version()["additionalPrinterColumns"] if c["jsonPath"].startswith(".status.")]
-    assert "Target" in status_columns
-    assert [name for name in status_columns if cells[name] is None] == []
-    assert (cells["Target"], cells["Ready Members"], cells["Nodes"]) == (2, 2, 600)
-
-
-def test_kubectl_get_shows_the_ready_and_degraded_conditions_without_wide():
-    """`kubectl get ics` (no -o wide) shows conditions Ready and Degraded as the operator wrote
-    them: a pool that is not Ready, and why it is Degraded, is seen in the list of pools."""
-    (resource_type,) = custom_resource_types(crd())
-    members = (model.Member("rack-a-0", True, 1.7e9), model.Member("rack-a-1", False, 1.7e9))
-    status, _ = build_status(CycleFacts(
-        generation=1, members=members, plan=_converged_plan(), pods_existing=2, pods_ready=1,
-        selector="ironicshards.io/pool=rack-a", now=1.8e9, error="Ironic at http://x is not answering",
-        error_reason="IronicUnavailable"), None)
-    pool = {**defaulted(example_pool("minimal")), "status": status}
-    pool["metadata"] = {**pool["metadata"], "creationTimestamp": "2025-01-01T00:00:00Z"}
-    printed = table(resource_type, [pool], {})
-    shown = [c["name"] for c in printed["columnDefinitions"] if c["priority"] == 0]
-    cells = dict(zip((c["name"] for c in printed["columnDefinitions"]), printed["rows"][0]["cells"]))
-    assert {"Ready", "Degraded"} <= set(shown)
-    assert (cells["Ready"], cells["Degraded"], cells["Ready Members"]) == ("False", "True", 1)
+# The printer columns of `kubectl get ics` read from these statuses, as the real API server prints
+# them: tests/integration/test_crd_printer_columns.py.
 
 
 # --- kubectl ----------------------------------------------------------------------------
