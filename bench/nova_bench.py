@@ -6,7 +6,8 @@ measured one after another:
   (b) Nova's own hash ring: k nova-compute processes with no [ironic]shard (every compute that is
       up re-maps the nodes at each resource-tracker pass);
   (c) this operator with k members (its pods run as real nova-compute processes on the process
-      kubelet, testbed/process_kubelet.py, against the local fake Kubernetes API).
+      kubelet, testbed/process_kubelet.py, against the test bed's real Kubernetes control plane,
+      testbed/control_plane.py).
 
 Every setup gets a fresh Nova stack (its own databases, Placement and vhost) over the same Ironic
 nodes: 10-20 % of them (--instances) carry an instance, seeded as the tests seed them (through
@@ -411,9 +412,10 @@ def ring(run: Run, workdir: Path) -> dict:
 
 
 def operator(run: Run, workdir: Path) -> dict:
-    """(c) this operator with k members, on the local fake Kubernetes API."""
+    """(c) this operator with k members, on the test bed's real Kubernetes control plane (its
+    state, logs and audit log in WORKDIR/kube)."""
+    from testbed import control_plane
     from testbed.kube_client import KubeClient
-    from testbed.kube_emulator import EmulatorThread, kubeconfig_text
     from testbed.operator_objects import create_secrets, install_crd
     from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
     from tests.nova import handover_pool
@@ -426,11 +428,11 @@ def operator(run: Run, workdir: Path) -> dict:
     stack, settings, k, out = run.stack, run.settings, run.settings.members, {}
     members = [f"{POOL}-{i}" for i in range(k)]
     with ExitStack() as cleanup:
-        emulator = cleanup.enter_context(EmulatorThread())
-        kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(kubeconfig_text(emulator.url))
-        client = KubeClient(kubeconfig)
-        api = KubeAPI(kubeconfig, True, client, workdir, authn=emulator.api.authn, authz=emulator.api.authz)
+        state = workdir / "kube"
+        cleanup.callback(control_plane.stop, state)  # the first registered, the last run; also after a failed start
+        plane = control_plane.start(state)
+        client = KubeClient(plane.kubeconfig)
+        api = KubeAPI(plane.kubeconfig, client, workdir, plane=plane)
         ns = api.create_namespace("bench")
         install_crd(client)
         cloud = yaml.safe_load(clouds_yaml(stack, run.ironic, stack.compute_url))

@@ -6,6 +6,7 @@ lives in, and nothing that is a test (what each part does in detail: README.md):
 - kube_emulator/            the FAKE Kubernetes API server (the only fake of a peer; see its README.md)
 - kube_client.py            the official `kubernetes` client behind a small path-based interface, its
                             answers parsed by the client's models (any Kubernetes API server)
+- api_paths.py              a resource URL of the Kubernetes API parsed into its parts (kube_client.py's)
 - kubelet.py                a FAKE kubelet (and scheduler) for API servers where no kubelet runs pods
 - process_kubelet.py        a FAKE kubelet whose pods run as REAL nova-compute processes
 - task_pods.py              a Job pod's nova-manage or shell script, run for real by the process kubelet

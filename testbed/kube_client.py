@@ -1,7 +1,7 @@
-"""The test bed's synchronous client for any Kubernetes API server (the fake, kind, a real
-cluster): the official `kubernetes` client under a path-based interface. Every answer is parsed
-strictly into the official client's model of what was asked for (MalformedAnswer when it does
-not fit), so a fake API server that answers other than a real one fails the test that asked.
+"""The test bed's synchronous client for any Kubernetes API server (the test bed's control plane,
+kind, a real cluster): the official `kubernetes` client under a path-based interface. Every answer
+is parsed strictly into the official client's model of what was asked for (MalformedAnswer when it
+does not fit), so an answer no real API server gives fails the test that asked.
 Callers get the API's JSON as the server sent it. Details: README.md, "kube_client.py"."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import RESTResponse
 
-from testbed.kube_emulator.paths import ApiPath
+from testbed.api_paths import ApiPath
 from testbed.waiting import wait_for
 
 PATCH_TYPES = {'merge': 'application/merge-patch+json', 'json': 'application/json-patch+json',
@@ -33,6 +33,8 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 NODE_NAMESPACE_LABEL = 'testbed.ironicshards.io/namespace'
 NODE_SELECTOR_ANNOTATION = 'scheduler.alpha.kubernetes.io/node-selector'
 DISCOVERY_MODELS = {'/version': 'VersionInfo', '/api': 'V1APIVersions', '/apis': 'V1APIGroupList'}
+# What `kubectl get` asks for: the server's own printing of objects (the official client has no model of it).
+TABLE = 'application/json;as=Table;g=meta.k8s.io;v=v1'
 
 
 # What Pod Security "restricted" asks of every container (the test bed's namespaces enforce it):
@@ -182,11 +184,21 @@ class KubeClient:
     def pod_log(self, namespace: str, name: str, **params: Any) -> str:
         """A pod's log as text (`container`, `tailLines`, `limitBytes`), or KubeAPIError."""
         response = self._send('GET', f'/api/v1/namespaces/{namespace}/pods/{name}/log', None, params, None,
-                              REQUEST_TIMEOUT_SECONDS, accept='text/plain')
+                              REQUEST_TIMEOUT_SECONDS, accept='application/json')  # as the official client asks:
+        # the log comes as text all the same, and `Accept: text/plain` alone is refused (406)
         return self._parsed(response, 'str')  # CoreV1Api.read_namespaced_pod_log's answer
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request('GET', path, params=params)
+
+    def table(self, path: str, **params: Any) -> Any:
+        """The object or collection at `path` as the server prints it for `kubectl get`: a
+        meta.k8s.io/v1 Table (`columnDefinitions`, a row of `cells` per object), or KubeAPIError."""
+        response = self._send('GET', path, None, params, None, REQUEST_TIMEOUT_SECONDS, accept=TABLE)
+        answer = self._parsed(response, 'object')
+        if not isinstance(answer, dict) or answer.get('kind') != 'Table':
+            raise MalformedAnswer(f'asked for a Table, the answer is no Table: {str(answer)[:200]}')
+        return answer
 
     def create(self, path: str, obj: dict[str, Any], **params: Any) -> Any:
         return self.request('POST', path, obj, params=params)

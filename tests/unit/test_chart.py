@@ -20,6 +20,8 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,11 +36,15 @@ from ironic_shard_operator.core.events import Event
 from ironic_shard_operator.core.lease import LEASE_NAME
 from ironic_shard_operator.core.podspec import configmap_name, render_budget, render_configmap, render_pod
 from ironic_shard_operator.core.spec import GROUP, KIND, PLURAL, VERSION, read_pool
+from testbed import control_plane
 from testbed import service_account_tokens as tokens
-from testbed.kube_client import KubeClient
-from testbed.kube_emulator import EmulatorThread, kubeconfig_text
+from testbed.audit_log import AuditLog, service_account_user
+from testbed.kube_client import KubeAPIError, KubeClient, restricted_container
+from testbed.kubelet import FakeKubelet
 from testbed.operator_objects import install_crd
 from testbed.registry import make_certificates
+from testbed.waiting import wait_for
+from tests.support.kube_api import KubeAPI
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ironic-shard-operator"
@@ -134,11 +140,12 @@ def test_contradictory_values_are_refused_with_the_fix(tools, helm, settings, me
 # -- RBAC: exactly what the operator's code asks Kubernetes for, derived from the code ----------
 #
 # The operator's own requests: every method of the Kubernetes adapter (adapters/kube.py) that the
-# controllers call (found in their source), sent to the fake API server, whose RBAC authorizer
-# records each request's API group, resource and verb. kopf's requests: list and watch of every
-# resource its handlers are registered for, a patch of the pools that still carry the finalizer
-# of earlier versions (handlers.LEGACY_FINALIZER: kopf takes it off), and its cluster observation
-# (kopf/_core/reactor/observation.py): CRDs always, namespaces when given namespaces to watch.
+# controllers call (found in their source), sent as a ServiceAccount to the test bed's real API
+# server (testbed/control_plane.py), whose audit log records each request's API group, resource and
+# verb. kopf's requests: list and watch of every resource its handlers are registered for, a patch
+# of the pools that still carry the finalizer of earlier versions (handlers.LEGACY_FINALIZER: kopf
+# takes it off), and its cluster observation (kopf/_core/reactor/observation.py): CRDs always,
+# namespaces when given namespaces to watch.
 # tests/integration/test_operator_rbac.py checks the same against the running operator.
 
 CONTROLLERS = REPO / "operator" / "ironic_shard_operator" / "controller"
@@ -156,13 +163,15 @@ def kube_methods_the_controllers_call() -> set[str]:
     return called
 
 
+CLUSTER_ROLE_BINDINGS = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
 POOL_BODY = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": "rack-a"},
              "spec": {"image": "nova:1", "replicas": 1, "novaConfig": {"secretRef": {"name": "nova-conf"}},
                       "cloud": {"secretRef": {"name": "cloud"}}}}
 
 
-async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> dict[str, Any]:
-    """One call of each adapter method, with what it needs set up by the (unrecorded) admin."""
+async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict, node: str) -> dict[str, Any]:
+    """One call of each adapter method, with what it needs set up by the (unaudited) admin; `node`:
+    a Node of the node agent that runs the pods of `ns`."""
     spec = read_pool(pool)
     lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEASE_NAME},
              "spec": {"holderIdentity": "me"}}
@@ -182,15 +191,19 @@ async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> d
         await kube.delete_configmap(ns, configmap_name("rack-a-8"))
 
     async def job_log_tail() -> None:  # the Job's pods are found by label, then one log is read
+        pod = f"{pods}/rack-a-2-handover-1"
         admin.create(pods, {"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": "rack-a-2-handover-1", "labels": {"batch.kubernetes.io/job-name": "rack-a-2-handover"}},
-            "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "k8s-node-1"}})
+            "spec": {"containers": [restricted_container("c", "i")]}})
+        # Running on a Node of the node agent: the API server reads the log from its kubelet API.
+        wait_for(lambda: (admin.get(pod).get("status") or {}).get("phase") == "Running",
+                 what="the sample Job pod to run")
         await kube.job_log_tail(ns, "rack-a-2-handover")
 
     async def create_and_delete_job() -> None:
         job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sample-job"},
                "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                              "containers": [{"name": "c", "image": "i"}]}}}}
+                                              "containers": [restricted_container("c", "i")]}}}}
         await kube.create_job(ns, job)
         await kube.delete_job(ns, "sample-job")
 
@@ -204,7 +217,7 @@ async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> d
         await kube.replace_lease(ns, admin.get(f"{leases}/{LEASE_NAME}"))
 
     return {
-        "get_node": lambda: kube.get_node("k8s-node-1"),
+        "get_node": lambda: kube.get_node(node),
         "get_secret": lambda: kube.get_secret(ns, "nova-conf"),
         "list_pods": lambda: kube.list_pods(ns, "ironicshards.io/pool=rack-a"),
         "create_pod": lambda: kube.create_pod(ns, render_pod(spec, "rack-a-0", "")),
@@ -228,40 +241,83 @@ async def _sample_calls(kube: Kube, admin: KubeClient, ns: str, pool: dict) -> d
 
 
 @pytest.fixture(scope="module")
-def adapter_needs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[tuple[Need, bool]]]:
-    """Per adapter method the controllers call: the (need, namespaced) of the requests it sends."""
-    called = kube_methods_the_controllers_call()
-    needs: dict[str, set[tuple[Need, bool]]] = {}
-    with EmulatorThread() as emulator:
-        kubeconfig = tmp_path_factory.mktemp("chart-rbac") / "kubeconfig"
-        kubeconfig.write_text(kubeconfig_text(emulator.url))
-        admin, authz = KubeClient(kubeconfig), emulator.api.authz
-        install_crd(admin)
-        for name in ("ops", "lease-ops"):
-            admin.create_namespace(name)
-        admin.create("/api/v1/namespaces/ops/serviceaccounts",
-                     {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator"}})
-        admin.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "operator-may-do-anything"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": "ops"}]})
-        token = tokens.issue(admin, "ops", "operator").token
-        pool = admin.create(f"/apis/{GROUP}/{VERSION}/namespaces/ops/{PLURAL}", POOL_BODY)
+def audited_plane(kube_api: KubeAPI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[control_plane.ControlPlane]:
+    """A real control plane whose audit log this module reads: the session's (tests/support/kube_api.py),
+    or, where the session uses a cluster given by KUBECONFIG (its audit log out of reach), one of its own."""
+    if kube_api.plane is not None:
+        yield kube_api.plane
+        return
+    state = tmp_path_factory.mktemp("chart-rbac-plane")
+    try:
+        yield control_plane.start(state)
+    finally:
+        control_plane.stop(state)
 
-        async def drive() -> None:
-            async with Kube(lambda: kopf.ConnectionInfo(server=emulator.url, token=token)) as kube:
-                calls = await _sample_calls(kube, admin, "ops", pool)
+
+@pytest.fixture(scope="module")
+def adapter_needs(audited_plane: control_plane.ControlPlane) -> dict[str, set[tuple[Need, bool]]]:
+    """Per adapter method the controllers call: the (need, namespaced) of the requests it sends, as
+    the API server's audit log records them (the objectRef and verb of each request the method's
+    ServiceAccount made while the call ran)."""
+    called = kube_methods_the_controllers_call()
+    plane = audited_plane
+    admin, audit = KubeClient(plane.kubeconfig), AuditLog(plane.audit_log)
+    ns = f"ops-{uuid.uuid4().hex[:8]}"
+    namespaces = (ns, f"lease-{ns}")  # create_lease's sample call writes to "lease-" + ns
+    binding = f"operator-may-do-anything-{ns}"
+    user = service_account_user(ns, "operator")
+    spans: dict[str, tuple[float, float]] = {}  # method -> when its call began and ended (epoch seconds)
+    install_crd(admin)
+    try:
+        for name in namespaces:
+            admin.create_namespace(name)
+        admin.create(f"/api/v1/namespaces/{ns}/serviceaccounts",
+                     {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator"}})
+        admin.create(CLUSTER_ROLE_BINDINGS, {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": ns}]})
+        token = tokens.issue(admin, ns, "operator").token
+        pool = admin.create(f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}", POOL_BODY)
+        login = kopf.ConnectionInfo(server=plane.url, token=token, ca_path=str(plane.ca))
+
+        async def drive(node: str) -> None:
+            async with Kube(lambda: login) as kube:
+                calls = await _sample_calls(kube, admin, ns, pool, node)
                 missing = called - set(calls)
                 assert not missing, f"the controllers call Kube.{missing}: add a sample call here"
                 for method in sorted(called):
-                    before = len(authz.decisions)
+                    before = time.time()
                     await calls[method]()
-                    needs[method] = {((d.request.api_group, d.request.combined_resource, d.request.verb),
-                                      bool(d.request.namespace))
-                                     for d in authz.decisions[before:] if d.username.endswith(":ops:operator")}
-        asyncio.run(drive())
-    return needs
+                    spans[method] = (before, time.time())
+                await kube.get_lease(ns, "audit-sentinel")  # the last request: its event closes the log
+
+        with FakeKubelet(admin, ns, nodes=1) as kubelet:
+            asyncio.run(drive(kubelet.nodes[0]))
+
+        def recorded() -> list[dict[str, Any]] | None:
+            """The user's resource requests, once the sentinel's is among them."""
+            events = [e for e in audit.by_user(user) if e.get("objectRef")]
+            return events if any(e["objectRef"].get("name") == "audit-sentinel" for e in events) else None
+        events = wait_for(recorded, what="the audit event of the last request")
+    finally:  # what was made (a failed setup made less), namespaces not waited for
+        for path in [f"{CLUSTER_ROLE_BINDINGS}/{binding}", *(f"/api/v1/namespaces/{name}" for name in namespaces)]:
+            try:
+                admin.delete(path)
+            except KubeAPIError as error:
+                if error.status != 404:
+                    raise
+    return {method: {audited_need(e) for e in events if before <= e["time"] <= after}
+            for method, (before, after) in spans.items()}
+
+
+def audited_need(event: dict[str, Any]) -> tuple[Need, bool]:
+    """(API group, resource[/subresource], verb) of an audit event's request, and whether it was
+    made in a namespace."""
+    ref = event["objectRef"]
+    resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    return (ref.get("apiGroup", ""), resource, event["verb"]), bool(ref.get("namespace"))
 
 
 def kopf_needs(watch_namespaces: bool) -> set[tuple[Need, bool]]:
