@@ -3,12 +3,16 @@
 What belongs here: code that tests/, hack/ and bench/ use to bring up the world the operator
 lives in, and nothing that is a test (what each part does in detail: README.md):
 
-- kube_emulator/            the FAKE Kubernetes API server (the only fake of a peer; see its README.md)
+- control_plane.py          the REAL Kubernetes control plane (etcd, kube-apiserver, controller-manager,
+                            scheduler), built from Go modules by hack/kube/build.sh
+- audit_log.py              what the API server's audit log tells: refusals, writes by token, unused grants
+- certificates.py           a CA and the certificates it signs, for the test bed's own services
 - kube_client.py            the official `kubernetes` client behind a small path-based interface, its
                             answers parsed by the client's models (any Kubernetes API server)
 - api_paths.py              a resource URL of the Kubernetes API parsed into its parts (kube_client.py's)
-- kubelet.py                a FAKE kubelet (and scheduler) for API servers where no kubelet runs pods
-- process_kubelet.py        a FAKE kubelet whose pods run as REAL nova-compute processes
+- kubelet.py                the node agent: a kubelet without a container runtime (the one stand-in)
+- kubelet_server.py         the node agent's kubelet API (container logs), which the API server calls
+- process_kubelet.py        the node agent whose pods run as REAL nova-compute processes
 - task_pods.py              a Job pod's nova-manage or shell script, run for real by the process kubelet
 - service_account_tokens.py ServiceAccount tokens for a process, issued, rotated and revoked
 - operator_objects.py       the CRD and a pool's Secrets, created as a user creates them

@@ -106,12 +106,13 @@ class ControlPlane:
     def logs(self) -> list[Path]:
         return [self.state / f"{component}.log" for component in COMPONENTS]
 
-    def resident_bytes(self) -> int:
-        """The resident memory of its four process groups together."""
+    def resident_bytes(self, field: str = "VmRSS") -> dict[str, int]:
+        """The resident memory of each of its four components (procgroup.resident_bytes:
+        now, or with field "VmHWM" each one's peak so far)."""
         from testbed.procgroup import resident_bytes
 
-        return sum(resident_bytes(pid) for service in _services(self.state)
-                   if (pid := service.running_pid()) is not None)
+        return {component: resident_bytes(pid, field) for component, service in zip(COMPONENTS, _services(self.state))
+                if (pid := service.running_pid()) is not None}
 
 
 def built_version() -> str | None:

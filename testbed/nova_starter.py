@@ -24,6 +24,7 @@ compute-conf, stop. Only the standard library. Details: README.md, "The Nova sta
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import secrets
@@ -288,7 +289,8 @@ def _drop_storage(stack_id: str) -> None:
         if stack_id in vhosts.split():
             _run(("rabbitmqctl", "-q", "delete_vhost", stack_id), "RabbitMQ: delete vhost", timeout=60)
     except StackError as exc:
-        errors.append(str(exc))
+        if "does not exist" not in str(exc):  # deleted by someone else meanwhile: already gone
+            errors.append(str(exc))
     if errors:
         raise StackError("; ".join(errors))
 
@@ -380,17 +382,22 @@ def reap_stale() -> list[str]:
     it has no owner (CLI) and none of its processes is alive.
     """
     reaped = []
-    for entry in sorted(REGISTRY.glob("*.json")) if REGISTRY.is_dir() else []:
-        try:
-            state = json.loads(entry.read_text())
-        except (OSError, ValueError):
-            continue
-        run_dir = Path(state["run_dir"])
-        owner_dead = state.get("owner") is not None and not _alive(state["owner"])
-        nothing_runs = not any(is_running(run_dir, n) for n in process_names(run_dir))
-        if owner_dead or (state.get("owner") is None and nothing_runs):
-            stop(state)
-            reaped.append(state["id"])
+    REGISTRY.mkdir(parents=True, exist_ok=True)
+    # One reaper at a time: the xdist workers of one run all start by reaping, and two reaping the
+    # same stack raced on its vhost ("Virtual host ... does not exist") and failed their setup.
+    with open(REGISTRY / ".reap.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for entry in sorted(REGISTRY.glob("*.json")):
+            try:
+                state = json.loads(entry.read_text())
+            except (OSError, ValueError):
+                continue  # gone meanwhile (reaped or stopped): nothing to do
+            run_dir = Path(state["run_dir"])
+            owner_dead = state.get("owner") is not None and not _alive(state["owner"])
+            nothing_runs = not any(is_running(run_dir, n) for n in process_names(run_dir))
+            if owner_dead or (state.get("owner") is None and nothing_runs):
+                stop(state)
+                reaped.append(state["id"])
     return reaped
 
 

@@ -38,13 +38,14 @@ def cpu_seconds(pgid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def resident_bytes(pgid: int) -> int:
-    """Resident memory (VmRSS) of the live processes of group `pgid`, in bytes."""
+def resident_bytes(pgid: int, field: str = "VmRSS") -> int:
+    """Resident memory of the live processes of group `pgid`, in bytes: now (VmRSS), or each
+    process's peak so far summed (field "VmHWM")."""
     total = 0
     for pid in group_members(pgid):
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     total += int(line.split()[1]) * 1024
         except OSError:
             pass

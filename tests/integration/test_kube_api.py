@@ -3,7 +3,7 @@ our operator, kopf and kubectl depend on it.
 
 Every test is written against the Kubernetes API contract, never against the fake: run with
 KUBECONFIG pointing at a real cluster (kind, or any API server) and the same tests must pass.
-Without KUBECONFIG they run against the fake of testbed/kube_emulator/.
+Without KUBECONFIG they run against the test bed's real control plane (testbed/control_plane.py).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ until the budget's pods are healthy again; a pod that is not Ready goes when the
 AlwaysAllow; a pod under two budgets cannot be evicted at all (500).
 
 Written against the Kubernetes API contract (a real cluster's controller-manager keeps the
-budgets there); without KUBECONFIG it checks the fake of testbed/kube_emulator/ (disruption.py).
+budgets there); without KUBECONFIG it runs on the test bed's real control plane (testbed/control_plane.py).
 The pods are run by the fake kubelet, so the test skips where real kubelets run pods."""
 from __future__ import annotations
 

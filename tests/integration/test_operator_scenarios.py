@@ -1,5 +1,5 @@
-"""The operator end to end: real operator processes, a Kubernetes API server (the session's
-cluster, or the local emulator), the fake kubelet, and the real Ironic service.
+"""The operator end to end: real operator processes, the test bed's real Kubernetes control plane
+(or the cluster of KUBECONFIG), the node agent, and the real Ironic service.
 
 Everything is checked where a user would look: pods, the CR's status and Events, and the
 shard of every Ironic node. The same tests run unchanged against a real API server given

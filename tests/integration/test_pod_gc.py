@@ -1,11 +1,11 @@
-"""The pod garbage collector of a cluster (kube-controller-manager's pod-garbage-collector; in the
-fake: testbed/kube_emulator/pod_gc.py) as fencing meets it: it force-deletes a terminating pod on
+"""The pod garbage collector of a cluster (kube-controller-manager's pod-garbage-collector) as
+fencing meets it: it force-deletes a terminating pod on
 a node that is not Ready and carries the `node.kubernetes.io/out-of-service` taint, and any pod
 whose Node object was deleted; both are first set to phase Failed. Pods it has no reason to
 touch stay.
 
-Written against the Kubernetes API contract: on a real cluster (KUBECONFIG) the same checks hold,
-only later (a real collector looks every 20 s and quarantines a missing node for 40 s).
+Run on the test bed's real control plane (or the cluster of KUBECONFIG): the collector looks
+every 20 s and quarantines a missing node for 40 s, so the waits are bounded generously.
 """
 from __future__ import annotations
 

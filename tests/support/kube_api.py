@@ -23,6 +23,7 @@ Fixtures:
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -128,10 +129,23 @@ def kube_api(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
         plane = control_plane.start(state)
         yield KubeAPI(plane.kubeconfig, KubeClient(plane.kubeconfig), workdir, plane=plane)
     finally:
+        if control_plane.running(state) is not None:  # its peak memory, for the session's summary
+            peaks = control_plane.ControlPlane(state, '', '').resident_bytes('VmHWM')
+            (tmp_path_factory.getbasetemp() / 'control-plane-peak.json').write_text(json.dumps(peaks))
         if request.session.testsfailed:
             _keep_logs(state)
         control_plane.stop(state)
         signal.signal(signal.SIGTERM, previous)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """One line per control plane the session (its workers) started: its components' peak RSS."""
+    base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    for found in sorted(base.glob('**/control-plane-peak.json')):
+        peaks = json.loads(found.read_text())
+        parts = ', '.join(f'{name} {size / 2**20:.0f}' for name, size in peaks.items())
+        terminalreporter.write_line(f'control plane ({found.parent.name}): peak RSS {sum(peaks.values()) / 2**20:.0f} MiB '
+                                    f'({parts})')
 
 
 def _interrupt(signum: int, frame: object) -> None:

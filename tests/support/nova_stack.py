@@ -27,7 +27,17 @@ _session_stacks: list[NovaStack] = []  # the stacks this process started, for th
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line per Nova stack the session used: start time and peak resident memory."""
+    """One line per Nova stack the session used: start time and peak resident memory; and, where
+    a Nova stack ran (in this process or its xdist workers), MariaDB's peak of connections
+    against its limit (the peak since MariaDB started: the tiers share one server)."""
+    if any("nova" in str(report.fspath) for reports in terminalreporter.stats.values()
+           for report in reports if hasattr(report, "fspath")):
+        try:
+            peak = nova_starter.sql("SHOW GLOBAL STATUS LIKE 'Max_used_connections'").split()[-1]
+            limit = nova_starter.sql("SHOW VARIABLES LIKE 'max_connections'").split()[-1]
+            terminalreporter.write_line(f"mariadb: peak {peak} connections of max_connections {limit}")
+        except nova_starter.StackError as error:
+            terminalreporter.write_line(f"mariadb: connections not read ({error})")
     for stack in _session_stacks:
         line = f"nova stack: started in {stack.start_seconds:.1f} s"
         rss = stack.peak_rss

@@ -4,8 +4,8 @@ install` creates them; the operator process then authenticates with a TokenReque
 ServiceAccount, as the kubelet projects one into the operator's pod.
 
 The harness (operator_harness.OperatorProcess) runs every operator process that way. So the
-operator under test may do exactly what the chart grants it, and the API server (the fake
-one authorizes as a real one does: testbed/kube_emulator/authz.py) refuses anything else with 403.
+operator under test may do exactly what the chart grants it, and the API server (the test
+bed's real one, testbed/control_plane.py) refuses anything else with 403.
 
 The chart is rendered per test namespace as `helm template NS charts/ironic-shard-operator
 --namespace NS --set watchNamespaces={NS}`: the operator then runs as its harness starts it
