@@ -3,8 +3,9 @@ line, level Metadata for every client but the control plane's own) tells a test:
 what, which writes a credential made, which RBAC grants nobody used.
 
 Invariants:
-- Only the API server's own record is read: an event is what the server decided (its HTTP code;
-  403 is a refusal by the Node authorizer or RBAC), never what a client believes it sent.
+- Only the API server's own record is read: an event is what the server decided (its HTTP code,
+  and the authorizer's decision: a 403 with decision "forbid" is a refusal by the Node authorizer
+  or RBAC, a 403 after "allow" an admission plugin's), never what a client believes it sent.
 - A ServiceAccount token is known by its JWT ID: the server records it in every event made with
   it (`user.extra["authentication.kubernetes.io/credential-id"] == ["JTI=<jti>"]`).
 - A grant is unused when no allowed request of the user matches it, rule by rule as the RBAC
@@ -26,6 +27,7 @@ RBAC = "/apis/rbac.authorization.k8s.io/v1"
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 BOOTSTRAP_LABEL = "kubernetes.io/bootstrapping"
 CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
+DECISION = "authorization.k8s.io/decision"  # the authorizer's verdict, "allow" or "forbid"
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,12 @@ class AuditLog:
         return [e for e in self.events() if e["user"].get("username") == username]
 
     def refused(self, username: str, since: float = 0.0) -> list[Refusal]:
-        """The requests of `username` the server refused (403) from `since` (epoch seconds) on,
-        oldest first."""
+        """The requests of `username` the authorizer (Node, RBAC) refused from `since` (epoch
+        seconds) on, oldest first. An admission plugin's 403 (PodSecurity refusing a pod) is
+        not one: the user had the right, the object was refused."""
         return [Refusal(e["verb"], e["requestURI"], e["responseStatus"].get("message", ""))
-                for e in self.by_user(username) if e["code"] == 403 and e["time"] >= since]
+                for e in self.by_user(username) if e["code"] == 403 and e["time"] >= since
+                and (e.get("annotations") or {}).get(DECISION) == "forbid"]
 
     def writes_by_token(self, token: str) -> list[dict[str, Any]]:
         """The write requests made with `token` (allowed or not), as audit events."""

@@ -101,3 +101,37 @@ def test_a_drain_evicts_one_member_at_a_time(kube_api: KubeAPI, kube_namespace: 
         client.delete(f"{POOLS.format(ns=ns)}/{POOL}")
         wait(lambda: budget_of(client, ns) is None or None, timeout=60, what="the budget garbage-collected")
         assert not operator.refused()
+
+
+def test_a_privileged_override_is_refused_by_pod_security_and_the_pool_says_so(
+        kube_api: KubeAPI, kube_namespace: str, kubelet, tmp_path: Path, ironic_service: IronicService) -> None:
+    """The namespace enforces Pod Security "restricted" (as every test namespace does): the
+    chart's defaults are admitted, a user's privileged securityContext is not, and the pool's
+    Degraded condition and a Warning Event name the refusal and its cause."""
+    client, ns, wait = kube_api.client, kube_namespace, kube_api.wait_for
+    assert client.get(f"/api/v1/namespaces/{ns}")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    install_crd(client)
+    resource_class = unique_resource_class("priv")
+    seed_nodes_directly_in_db(ironic_service, 2, resource_class=resource_class)
+    create_secrets(client, ns, ironic_service.clouds_yaml)
+    with OperatorProcess(kube_api, ns, "op-a", tmp_path) as operator:
+        client.create(POOLS.format(ns=ns), pool_manifest(
+            "priv", cloud_name=ironic_service.cloud_name, resource_class=resource_class, replicas=1,
+            securityContext={"privileged": True}))
+
+        def degraded() -> dict[str, Any] | None:
+            pool = client.get(f"{POOLS.format(ns=ns)}/priv")
+            return next((c for c in (pool.get("status") or {}).get("conditions") or []
+                         if c["type"] == "Degraded" and c["status"] == "True"
+                         and c["reason"] == "PodCreateRefused"), None)
+        condition = wait(degraded, timeout=60, what="Degraded PodCreateRefused")
+        assert 'violates PodSecurity "restricted:' in condition["message"] and "privileged" in condition["message"], \
+            condition["message"]
+        assert member_pods(client, ns, "priv") == {}
+        events = client.get(f"/api/v1/namespaces/{ns}/events",
+                            fieldSelector="involvedObject.name=priv,reason=PodCreateRefused")["items"]
+        assert events and events[0]["type"] == "Warning" and "PodSecurity" in events[0]["message"]
+
+        patch_spec(client, ns, "priv", {"securityContext": None})  # back to the chart's defaults: admitted
+        wait(lambda: ready_members(client, ns, "priv") == ["priv-0"], timeout=60, what="the member admitted and Ready")
+    assert operator.refused() == []
