@@ -14,7 +14,10 @@ lives in, and nothing that is a test (what each part does in detail: README.md):
 - kubelet_server.py         the node agent's kubelet API (container logs), which the API server calls
 - process_kubelet.py        the node agent whose pods run as REAL nova-compute processes
 - task_pods.py              a Job pod's nova-manage or shell script, run for real by the process kubelet
-- service_account_tokens.py ServiceAccount tokens for a process, issued, rotated and revoked
+- operator_pods.py          the node agent whose operator pods (the chart's Deployment) run as REAL
+                            `ironic-shard-operator run` processes
+- service_account_tokens.py ServiceAccount tokens for a process, issued (or bound to a pod), rotated
+                            and revoked
 - operator_objects.py       the CRD and a pool's Secrets, created as a user creates them
 - ironic_venv.py            Ironic's own virtualenv, and `ironic` installed into it (Keystone joins it)
 - ironic_starter.py         the real Ironic service: install, start, stop (hack/ironic/service.py runs it)

@@ -22,19 +22,18 @@ from pathlib import Path
 
 import pytest
 
-from testbed.kube_client import restricted_container
+from testbed.kube_client import KubeClient, restricted_container
 import yaml
 
-from testbed import service_account_tokens as tokens
 from testbed.ironic_service import IronicService, enrol_nodes, unique_resource_class
 from testbed.control_plane import USER
-from testbed.kubelet import RunOutcome
+from testbed.kubelet import RunOutcome, pod_ready
 from testbed.operator_objects import create_secrets, install_crd
-from testbed.ports import free_port
+from testbed.operator_pods import OperatorPods
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_rbac import helm as project_helm
 from tests.support.operator_harness import (
-    POOLS, REPO, OperatorProcess, get_pool, http_get, lease_holder, member_pods, pool_manifest, ready_members,
+    POOLS, REPO, OperatorProcess, get_pool, lease_holder, member_pods, pool_manifest, ready_members,
     settle)
 
 pytestmark = pytest.mark.integration
@@ -376,37 +375,44 @@ def quick_start() -> list[str]:
     return [line.split(" # ", 1)[0].strip() for line in lines if line.startswith(("helm ", "kubectl "))]
 
 
-def deployment_pods(kube_api: KubeAPI, deployment: dict, log_dir: Path) -> list[tuple[OperatorProcess, int]]:
-    """The operator processes a Deployment's pods would run, here where no image runs: one per
-    replica, as the pod template's ServiceAccount (a token of its own, as the kubelet mounts
-    one), with the container's env (fieldRefs resolved as the kubelet resolves them) and args.
-    Each pod has its own network namespace, so the ports the env names are mapped to free ones;
-    each process comes with its health port."""
-    template = deployment["spec"]["template"]
-    container = template["spec"]["containers"][0]
-    assert container.get("args") == ["run"]  # the image's ENTRYPOINT is ironic-shard-operator
-    namespace = deployment["metadata"]["namespace"]
-    pods = []
-    for index in range(deployment["spec"]["replicas"]):
-        pod = f"{deployment['metadata']['name']}-7d4b9c6f5-{index}x{uuid.uuid4().hex[:3]}"
-        fields = {"metadata.namespace": namespace, "metadata.name": pod}
-        env = {e["name"]: fields[e["valueFrom"]["fieldRef"]["fieldPath"]] if "valueFrom" in e else e.get("value", "")
-               for e in container.get("env") or []}  # an empty value comes back without `value`
-        health_port = free_port()
-        env.update(METRICS_PORT=str(free_port()), HEALTH_PORT=str(health_port))
-        token = tokens.issue(kube_api.client, namespace, template["spec"]["serviceAccountName"])
-        kubeconfig = log_dir / f"kubeconfig-{pod}"
-        tokens.write_kubeconfig(kubeconfig, kube_api.kubeconfig, token)
-        pods.append((OperatorProcess(kube_api, namespace, pod, log_dir, KUBECONFIG=str(kubeconfig), **env), health_port))
-    return pods
+RELEASE_NS = "iso-system"  # the README's --namespace
+DEPLOYMENT = f"/apis/apps/v1/namespaces/{RELEASE_NS}/deployments/iso-ironic-shard-operator"
+RELEASE = "app.kubernetes.io/instance=iso"
+
+
+def rolled_out(client: KubeClient, agent: OperatorPods) -> dict | None:
+    """The Deployment's pods once its rollout is done (kubectl rollout status): the current
+    generation observed, every replica updated and Ready, no pod of an older ReplicaSet left,
+    each pod running a process of the agent; None until then. {pod name: pod}."""
+    deployment = client.get(DEPLOYMENT)
+    status, replicas = deployment.get("status") or {}, deployment["spec"]["replicas"]
+    if status.get("observedGeneration", 0) < deployment["metadata"]["generation"] or not (
+            status.get("updatedReplicas") == status.get("replicas") == status.get("readyReplicas") == replicas):
+        return None
+    current = next(rs for rs in client.get(f"/apis/apps/v1/namespaces/{RELEASE_NS}/replicasets",
+                                           labelSelector=RELEASE)["items"]
+                   if rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+                   == deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"])
+    pods = {p["metadata"]["name"]: p for p in client.get(f"/api/v1/namespaces/{RELEASE_NS}/pods",
+                                                         labelSelector=RELEASE)["items"]}
+    hash_ = current["metadata"]["labels"]["pod-template-hash"]
+    fine = len(pods) == replicas and all(
+        p["metadata"]["labels"].get("pod-template-hash") == hash_ and pod_ready(p) and not p["metadata"].get(
+            "deletionTimestamp") and p["spec"].get("nodeName") in agent.fake.nodes for p in pods.values())
+    return pods if fine else None
 
 
 def test_the_readme_quick_start_as_a_user_types_it(
         kube_api: KubeAPI, kube_namespace: str, kubelet, tmp_path: Path) -> None:
-    """helm install (the real helm and the chart, against the session's API server), then the
-    operator's pods as the rendered Deployment runs them, the Secrets as the user edits them
-    (a real Ironic of their own, cloud 'ironic'), preflight, the pool, its status; helm uninstall
-    at the end leaves nothing of what the chart made."""
+    """helm install (the real helm and the chart, against the session's API server); the real
+    Deployment and ReplicaSet controllers make the operator's pods, the real scheduler binds
+    them, and the node agent (testbed/operator_pods.py) runs each as a real operator process
+    with its container's env and a token bound to the pod; one takes the Lease. The Secrets as
+    the user edits them (a real Ironic of their own, cloud 'ironic'), preflight, the pool, its
+    status. `helm upgrade --reuse-values --set logFormat=json` rolls the Deployment: a new
+    ReplicaSet, its pods Ready and logging JSON, the old ones stopped by SIGTERM (exit 0) and
+    gone, a leader among the new ones. helm uninstall at the end leaves nothing of what the
+    chart made; the CRD and the pool stay."""
     import yaml
 
     from testbed.ironic_service import running_ironic
@@ -415,6 +421,7 @@ def test_the_readme_quick_start_as_a_user_types_it(
     assert [c.split()[:3] for c in commands] == [["helm", "install", "iso"], ["kubectl", "apply", "-f"],
                                                  ["kubectl", "ics", "preflight"], ["kubectl", "apply", "-f"],
                                                  ["kubectl", "ics", "status"]]
+    assert f"--namespace {RELEASE_NS} --create-namespace" in commands[0]
     helm = str(project_helm())  # the project's helm (hack/tools.sh installs it once), as CI has it
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(kube_api.kubeconfig.read_text())
@@ -423,23 +430,30 @@ def test_the_readme_quick_start_as_a_user_types_it(
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{Path(helm).parent}{os.pathsep}{os.environ['PATH']}")
     subprocess.run(["kubectl", "config", "set-context", "--current", f"--namespace={kube_namespace}"],
                    env=env, check=True, capture_output=True)
-    client, release_ns = kube_api.client, "iso-system"
+    client = kube_api.client
 
     def run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         args = shlex.split(command.replace("{default}", f"{{{kube_namespace}}}"))  # the user's namespace
         return subprocess.run(args + (["--skip-image"] if "preflight" in command else []),
                               cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
-    installed = run(commands[0], REPO)
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    pods: list[OperatorProcess] = []
+    # The release namespace is made before the README's `helm install ... --create-namespace`,
+    # which then installs into it as it is (as on a cluster whose admin makes the namespaces):
+    # made by the test bed, it carries the node selector that sends its pods to the agent's
+    # Nodes (a namespace helm made would have none, and its pods could be bound to any node
+    # agent's Nodes, among them those of `kubelet`, which runs nothing of another namespace),
+    # and it enforces Pod Security "restricted": the chart's pod must be admitted under it.
+    client.create_namespace(RELEASE_NS)
+    agent = OperatorPods(client, RELEASE_NS, kube_api.kubeconfig, tmp_path / "operator-pods").start()
+    left = ["(not looked at)"]
     try:
-        deployment = client.get(f"/apis/apps/v1/namespaces/{release_ns}/deployments/iso-ironic-shard-operator")
-        started = [(pod.start(), port) for pod, port in deployment_pods(kube_api, deployment, tmp_path)]
-        pods = [pod for pod, _ in started]
-        probe = deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"]
-        kube_api.wait_for(lambda: all(http_get(port, probe) for _, port in started),
-                          timeout=60, what=f"each operator pod answering its readinessProbe {probe}")
+        installed = run(commands[0], REPO)
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        assert "PodSecurity" not in installed.stderr, installed.stderr  # no warning: "restricted" admits the pods
+        first = kube_api.wait_for(lambda: rolled_out(client, agent), timeout=120,
+                                  what="the Deployment's pods Ready, run by the node agent")
+        kube_api.wait_for(lambda: lease_holder(client, RELEASE_NS) in first, timeout=60,
+                          what="a Deployment's pod holding the Lease")
         with running_ironic(tmp_path / "ironic", auth="http_basic") as ironic:
             enrol_nodes(ironic, 3, resource_class="baremetal")
             secrets = list(yaml.safe_load_all((REPO / "examples" / "secrets.yaml").read_text()))
@@ -458,26 +472,79 @@ def test_the_readme_quick_start_as_a_user_types_it(
             kube_api.wait_for(lambda: (get_pool(client, kube_namespace, "rack-a").get("status") or {})
                               .get("readyReplicas") == 3, timeout=90, what="3 ready members")
             shown = run(commands[4], tmp_path)
-        assert shown.returncode == 0, shown.stderr
-        rows = [line.split() for line in shown.stdout.splitlines() if line.startswith("rack-a-")]
-        assert [r[:2] for r in rows] == [["rack-a-0", "yes"], ["rack-a-1", "yes"], ["rack-a-2", "yes"]]
-        assert sum(int(r[3]) for r in rows) == 3  # every node owned by a member
-        holder = lease_holder(client, release_ns)
-        assert holder in {pod.identity for pod in pods}  # the leader is one of the Deployment's pods
-        assert not [message for pod in pods for message in authz_refusals(kube_api, pod)], "RBAC refused the chart's SA"
+            assert shown.returncode == 0, shown.stderr
+            rows = [line.split() for line in shown.stdout.splitlines() if line.startswith("rack-a-")]
+            assert [r[:2] for r in rows] == [["rack-a-0", "yes"], ["rack-a-1", "yes"], ["rack-a-2", "yes"]]
+            assert sum(int(r[3]) for r in rows) == 3  # every node owned by a member
+            leader = lease_holder(client, RELEASE_NS)
+            assert leader in first and f"leader {leader} (Lease {RELEASE_NS}/ironic-shard-operator" in \
+                " ".join(shown.stdout.split())
+            log = client.pod_log(RELEASE_NS, leader, container="operator")  # through the kubelet API
+            assert log.startswith("[") and f"starting: identity {leader}, namespaces (all), Lease {RELEASE_NS}/" \
+                in log  # logFormat text; POD_NAME and POD_NAMESPACE resolved from the pod
+
+            # An upgrade that changes the pod template rolls the Deployment, one pod at a time.
+            upgraded = subprocess.run([helm, "upgrade", "iso", "charts/ironic-shard-operator", "--namespace",
+                                       RELEASE_NS, "--reuse-values", "--set", "logFormat=json"],
+                                      cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+            assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+            second = kube_api.wait_for(lambda: (pods := rolled_out(client, agent)) and not set(pods) & set(first)
+                                       and pods, timeout=180, what="the rollout of the upgrade")
+            new_leader = kube_api.wait_for(lambda: (h := lease_holder(client, RELEASE_NS)) in second and h,
+                                           timeout=60, what="a new pod holding the Lease")
+            assert {agent.exit_codes.get(name) for name in first} == {0}  # SIGTERM: a clean stop, in the grace
+            revisions = {rs["metadata"]["name"]: rs["spec"]["replicas"] for rs in client.get(
+                f"/apis/apps/v1/namespaces/{RELEASE_NS}/replicasets", labelSelector=RELEASE)["items"]}
+            assert sorted(revisions.values()) == [0, 2], revisions  # the old ReplicaSet scaled to 0
+            for name in second:  # the new value reached the new processes
+                log = client.pod_log(RELEASE_NS, name, container="operator")
+                lines = [json.loads(line) for line in log.splitlines()]
+                assert f"starting: identity {name}, namespaces (all)" in lines[0]["message"], lines[:1]
+            kube_api.wait_for(lambda: any("holds Lease" in json.loads(line)["message"] for line in client.pod_log(
+                RELEASE_NS, new_leader, container="operator").splitlines()), timeout=30, what="the new leader's log")
+            assert (get_pool(client, kube_namespace, "rack-a").get("status") or {}).get("readyReplicas") == 3
+
+        if kube_api.audit is not None:  # the chart's ServiceAccount asked only with tokens bound to the pods
+            bound_to = [(e["user"].get("extra") or {}).get("authentication.kubernetes.io/pod-name", ["(none)"])[0]
+                        for e in kube_api.audit.by_user(SERVICE_ACCOUNT)]
+            assert bound_to and set(bound_to) <= set(first) | set(second), set(bound_to)
+        # While the release is installed. (`helm uninstall` deletes the Role and bindings while the
+        # pods are still stopping: a leader's last renewal and its release of the Lease may be refused.)
+        assert not authz_refusals(kube_api), "RBAC refused the chart's ServiceAccount"
     finally:
-        uninstalled = subprocess.run([helm, "uninstall", "iso", "--namespace", release_ns], env=env,
+        uninstalled = subprocess.run([helm, "uninstall", "iso", "--namespace", RELEASE_NS], env=env,
                                      capture_output=True, text=True, timeout=180)
-        for pod in pods:  # the Deployment is gone: its pods end
-            pod.stop()
+        try:  # the Deployment is gone: the garbage collector deletes its pods, the agent stops them
+            kube_api.wait_for(lambda: not client.get(f"/api/v1/namespaces/{RELEASE_NS}/pods")["items"],
+                              timeout=120, what="the operator's pods gone")
+            left = chart_leftovers(client)  # before the namespace goes
+        finally:
+            try:
+                agent.stop()
+            finally:
+                client.delete(f"/api/v1/namespaces/{RELEASE_NS}")  # the README's last step: the Lease goes with it
+                for log in sorted(agent.workdir.glob("*/run-*.log")):
+                    print(f"----- {log.parent.name} {log.name} -----\n{log.read_text(errors='replace')[-5000:]}")
     assert uninstalled.returncode == 0, uninstalled.stderr
-    left = [f"{kind} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
-            for kind, path in CHART_KINDS for obj in client.get(path, labelSelector="app.kubernetes.io/instance=iso")["items"]]
-    left += [s["metadata"]["name"] for s in client.get(f"/api/v1/namespaces/{release_ns}/secrets",
-                                                       labelSelector="owner=helm")["items"]]
+    # Every process stopped within its grace period (no SIGKILL: 137). After uninstall its exit
+    # code may be 1: its RBAC may be gone before its SIGTERM comes, and a leader that cannot renew
+    # leaves.
+    assert set(agent.exit_codes) == set(first) | set(second) and 137 not in agent.exit_codes.values(), \
+        agent.exit_codes
     assert left == []  # nothing of the chart's, no release record
-    client.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ironiccomputeshards.ironicshards.io")  # kept
-    client.delete(f"/api/v1/namespaces/{release_ns}")  # the README's last step: the Lease goes with it
+    client.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ironiccomputeshards.ironicshards.io")  # kept
+    assert get_pool(client, kube_namespace, "rack-a")  # the user's pool is kept too
+
+
+def chart_leftovers(client: KubeClient) -> list[str]:
+    """What is left of the release's objects (CHART_KINDS, by its label) and of its records."""
+    left = [f"{kind} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+            for kind, path in CHART_KINDS for obj in client.get(path, labelSelector=RELEASE)["items"]]
+    return left + [s["metadata"]["name"] for s in client.get(f"/api/v1/namespaces/{RELEASE_NS}/secrets",
+                                                             labelSelector="owner=helm")["items"]]
+
+
+SERVICE_ACCOUNT = f"system:serviceaccount:{RELEASE_NS}:iso-ironic-shard-operator"
 
 
 CHART_KINDS = [(kind, path) for kind, path in (
@@ -490,9 +557,8 @@ CHART_KINDS = [(kind, path) for kind, path in (
     ("ClusterRoleBinding", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"))]
 
 
-def authz_refusals(kube_api: KubeAPI, pod: OperatorProcess) -> list[str]:
-    """What the API server refused this pod's ServiceAccount (its audit log; [] on a given cluster)."""
+def authz_refusals(kube_api: KubeAPI) -> list[str]:
+    """What the API server refused the chart's ServiceAccount (its audit log; [] on a given cluster)."""
     if kube_api.audit is None:
         return []
-    user = f"system:serviceaccount:{pod.namespace}:iso-ironic-shard-operator"
-    return [refusal.message for refusal in kube_api.audit.refused(user)]
+    return [refusal.message for refusal in kube_api.audit.refused(SERVICE_ACCOUNT)]
