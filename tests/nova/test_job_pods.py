@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from testbed.kube_client import KubeClient
+from testbed.kube_client import KubeClient, restricted_container
 from testbed.nova_stack import NovaStack
 from testbed.process_kubelet import PROCESS_IMAGE, ProcessKubelet
 from tests.support.kube_api import KubeAPI
@@ -28,9 +28,10 @@ def nova_manage_job(name: str, script: str, *, backoff_limit: int = 0) -> dict[s
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
             "spec": {"backoffLimit": backoff_limit, "template": {"spec": {
                 "restartPolicy": "Never",
-                "containers": [{"name": "nova-manage", "image": PROCESS_IMAGE,
-                                "command": ["/bin/sh", "-c", script],
-                                "volumeMounts": [{"name": "config", "mountPath": MOUNT, "readOnly": True}]}],
+                "automountServiceAccountToken": False,  # as the operator's Job pods: no Kubernetes token
+                "containers": [restricted_container("nova-manage", PROCESS_IMAGE, command=["/bin/sh", "-c", script],
+                                                    volumeMounts=[{"name": "config", "mountPath": MOUNT,
+                                                                   "readOnly": True}])],
                 "volumes": [{"name": "config", "secret": {"secretName": "nova-manage"}}]}}}}
 
 

@@ -30,7 +30,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """One line per Nova stack the session used: start time and peak resident memory; and, where
     a Nova stack ran (in this process or its xdist workers), MariaDB's peak of connections
     against its limit (the peak since MariaDB started: the tiers share one server)."""
-    if any("nova" in str(report.fspath) for reports in terminalreporter.stats.values()
+    if any("tests/nova/" in str(report.fspath) for reports in terminalreporter.stats.values()
            for report in reports if hasattr(report, "fspath")):
         try:
             peak = nova_starter.sql("SHOW GLOBAL STATUS LIKE 'Max_used_connections'").split()[-1]

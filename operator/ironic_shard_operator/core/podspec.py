@@ -260,9 +260,12 @@ def _container(pool: Pool) -> dict[str, Any]:
 def shared_pod_settings(pool: Pool) -> dict[str, Any]:
     """The pod-level settings member pods and handover Job pods share: pull secrets, the pod
     security context (the user's, else DEFAULT_POD_SECURITY_CONTEXT), where they may run
-    (nodeSelector, tolerations), priority and ServiceAccount."""
+    (nodeSelector, tolerations), priority and ServiceAccount. No Kubernetes token is mounted:
+    nova-compute and nova-manage never talk to Kubernetes, so a pod gets no credential it would
+    not use (the ServiceAccount still gives its imagePullSecrets)."""
     settings = pool.pod
     optional = {
+        "automountServiceAccountToken": False,
         "imagePullSecrets": [{"name": name} for name in settings.image_pull_secrets] or None,
         "securityContext": _plain(settings.pod_security_context if settings.pod_security_context is not None
                                   else DEFAULT_POD_SECURITY_CONTEXT),
