@@ -36,6 +36,7 @@ class Refusal:
     verb: str
     uri: str
     message: str
+    namespace: str | None  # of the object asked for; None: a cluster-wide request
 
 
 def token_id(token: str) -> str:
@@ -75,7 +76,8 @@ class AuditLog:
         """The requests of `username` the authorizer (Node, RBAC) refused from `since` (epoch
         seconds) on, oldest first. An admission plugin's 403 (PodSecurity refusing a pod) is
         not one: the user had the right, the object was refused."""
-        return [Refusal(e["verb"], e["requestURI"], e["responseStatus"].get("message", ""))
+        return [Refusal(e["verb"], e["requestURI"], e["responseStatus"].get("message", ""),
+                        (e.get("objectRef") or {}).get("namespace"))
                 for e in self.by_user(username) if e["code"] == 403 and e["time"] >= since
                 and (e.get("annotations") or {}).get(DECISION) == "forbid"]
 
