@@ -8,7 +8,9 @@ cluster through the official `kubernetes` client with the user's kubeconfig
 - `status`, `report` and `preflight` read;
 - `pause` / `resume` merge-patch spec.paused, `retire` spec.replicas and spec.retireMembers,
   `fence` / `unfence` spec.fencedMembers (core/member_commands.py decides the patch), each with
-  the pool's resourceVersion, so a pool changed meanwhile is refused, not overwritten.
+  the pool's resourceVersion, so a pool changed meanwhile is refused, not overwritten; then the
+  pool is read again and the change decided again from what it is now (`CONFLICT_ATTEMPTS` in
+  all): the operator writes the pool's status every cycle, and each write changes its version.
 
 What is shown is rendered by pure functions from what was read (`render_status`,
 `render_pools`, `summary`, `bundle_files`, `completions`).
@@ -29,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ironic_shard_operator.adapters.user_cluster import KIND, RESOURCE, ClusterError, UserCluster
+from ironic_shard_operator.adapters.user_cluster import KIND, RESOURCE, ClusterError, Conflict, UserCluster
 from ironic_shard_operator.core import member_commands, nova_policy
 from ironic_shard_operator.core.lease import LEASE_NAME
 
@@ -455,28 +457,48 @@ def _condition(pool: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
 # --- writes -------------------------------------------------------------------------------
 
 
+CONFLICT_ATTEMPTS = 5  # reads and conditional writes of one command before it gives up
+
+
+def _on_fresh_pool(write: Callable[[], int]) -> int:
+    """Run `write` (it reads the pool, decides, and writes with the version it read) again
+    while the write is refused because the pool changed in between."""
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            return write()
+        except Conflict:
+            if attempt == CONFLICT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _set_paused(cluster: UserCluster, pool: str, paused: bool) -> int:
-    current = cluster.get_pool(pool)
-    if bool((current.get("spec") or {}).get("paused")) == paused:
-        print(f"ironiccomputeshard/{pool} is already {'paused' if paused else 'running (not paused)'}")
+    def write() -> int:
+        current = cluster.get_pool(pool)
+        if bool((current.get("spec") or {}).get("paused")) == paused:
+            print(f"ironiccomputeshard/{pool} is already {'paused' if paused else 'running (not paused)'}")
+            return 0
+        cluster.patch_pool(pool, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                                  "spec": {"paused": paused}})
+        print(f"ironiccomputeshard/{pool} " + (
+            "paused: the operator makes no writes to Ironic, Nova or Kubernetes for it and keeps reporting"
+            if paused else "resumed: the operator acts on it again"))
         return 0
-    cluster.patch_pool(pool, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                              "spec": {"paused": paused}})
-    print(f"ironiccomputeshard/{pool} " + (
-        "paused: the operator makes no writes to Ironic, Nova or Kubernetes for it and keeps reporting"
-        if paused else "resumed: the operator acts on it again"))
-    return 0
+    return _on_fresh_pool(write)
 
 
 def _member_command(cluster: UserCluster, command: str, member: str) -> int:
-    """retire / fence / unfence MEMBER: the pool's patch from core/member_commands.py."""
-    pool = cluster.get_pool(member_commands.pool_of(member))
-    change = member_commands.retire(pool, member) if command == "retire" else \
-        member_commands.fence(pool, member, command == "fence")
-    if change.patch is not None:
-        cluster.patch_pool(pool["metadata"]["name"], change.patch)
-    print(change.message)
-    return 0
+    """retire / fence / unfence MEMBER: the pool's patch from core/member_commands.py, decided
+    again from the pool as it is now when it changed before the write."""
+    def write() -> int:
+        pool = cluster.get_pool(member_commands.pool_of(member))
+        change = member_commands.retire(pool, member) if command == "retire" else \
+            member_commands.fence(pool, member, command == "fence")
+        if change.patch is not None:
+            cluster.patch_pool(pool["metadata"]["name"], change.patch)
+        print(change.message)
+        return 0
+    return _on_fresh_pool(write)
 
 
 # --- report -------------------------------------------------------------------------------

@@ -257,4 +257,13 @@ def test_reading_a_pod_log_needs_the_pods_log_grant(kube_api: KubeAPI, kube_name
     assert denied.status == 403 and 'cannot get resource "pods/log"' in str(denied)
     client.patch(f"{rbac}/namespaces/{ns}/roles/watcher", {"rules": rules + [
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]})
-    assert watcher.pod_log(ns, pod_name) == "secret-free output\n"
+
+    def log_once_granted() -> str | None:  # the authorizer's informers see the new rule a moment later
+        try:
+            return watcher.pod_log(ns, pod_name)
+        except KubeAPIError as error:
+            if error.status == 403:
+                return None
+            raise
+    assert kube_api.wait_for(log_once_granted, timeout=30, what="the log, once pods/log is granted") == \
+        "secret-free output\n"
