@@ -186,6 +186,21 @@ def restarted_status(pod: dict[str, Any], exit_code: int) -> dict[str, Any]:
     return status
 
 
+def remove_finalizer(client: KubeClient, pod: dict[str, Any], finalizer: str) -> None:
+    """Take `finalizer` (one the caller added) off `pod`, conditional on the version seen; a pod
+    gone or changed meanwhile is left as it is (the next look at it tries again)."""
+    meta = pod['metadata']
+    if finalizer not in (meta.get('finalizers') or []):
+        return
+    try:
+        client.patch(f'/api/v1/namespaces/{meta["namespace"]}/pods/{meta["name"]}', {'metadata': {
+            'finalizers': [f for f in meta['finalizers'] if f != finalizer],
+            'resourceVersion': meta['resourceVersion']}})
+    except KubeAPIError as error:
+        if error.status not in (404, 409):
+            raise
+
+
 class FakeKubelet:
     """The kubelet of `nodes` Nodes that the pods of one namespace are scheduled to (the
     namespace's node selector, testbed/kube_client.py `create_namespace`, names their label).

@@ -70,7 +70,7 @@ from typing import Any
 
 from testbed import service_account_tokens as tokens
 from testbed.kube_client import KubeAPIError, KubeClient
-from testbed.kubelet import NODE_IP, TERMINAL_STATES, FakeKubelet, PodState, ended_status, state_of
+from testbed.kubelet import NODE_IP, TERMINAL_STATES, FakeKubelet, PodState, ended_status, remove_finalizer, state_of
 from testbed.ports import free_port
 from testbed.task_pods import TaskProcess
 
@@ -394,16 +394,7 @@ class OperatorPods:
             container.stopping.start()
 
     def _remove_finalizer(self, pod: dict[str, Any]) -> None:
-        meta = pod["metadata"]
-        if FINALIZER not in (meta.get("finalizers") or []):
-            return
-        try:
-            self.client.patch(f"/api/v1/namespaces/{self.namespace}/pods/{meta['name']}", {"metadata": {
-                "finalizers": [f for f in meta["finalizers"] if f != FINALIZER],
-                "resourceVersion": meta["resourceVersion"]}})
-        except KubeAPIError as error:
-            if error.status not in (404, 409):
-                raise
+        remove_finalizer(self.client, pod, FINALIZER)
 
 
 def container_env(pod: dict[str, Any], spec: dict[str, Any], ports: dict[int, int],

@@ -24,7 +24,7 @@ from testbed import nova_starter
 from testbed.kube_client import KubeAPIError, KubeClient
 from testbed.kubelet import (
     TERMINAL_STATES, FakeKubelet, PodState, ended_status, pod_status, restarted_status, runs_to_completion,
-    state_of)
+    remove_finalizer, state_of)
 from testbed.nova_stack import ComputeProcess, NovaStack
 from testbed.nova_starter import StackError
 from testbed.task_pods import TaskProcess, is_task, map_mount_paths, start_task
@@ -535,13 +535,4 @@ class ProcessKubelet:
             container.stopping.start()
 
     def _remove_finalizer(self, pod: dict[str, Any]) -> None:
-        meta = pod["metadata"]
-        if FINALIZER not in (meta.get("finalizers") or []):
-            return
-        try:
-            self.client.patch(f"/api/v1/namespaces/{self.namespace}/pods/{meta['name']}", {"metadata": {
-                "finalizers": [f for f in meta["finalizers"] if f != FINALIZER],
-                "resourceVersion": meta["resourceVersion"]}})
-        except KubeAPIError as error:
-            if error.status not in (404, 409):
-                raise
+        remove_finalizer(self.client, pod, FINALIZER)
