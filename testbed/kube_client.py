@@ -200,6 +200,16 @@ class KubeClient:
             raise MalformedAnswer(f'asked for a Table, the answer is no Table: {str(answer)[:200]}')
         return answer
 
+    def exists(self, path: str) -> bool:
+        """Whether the object at `path` is there (404: not; any other error is raised)."""
+        try:
+            self.get(path)
+        except KubeAPIError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
     def create(self, path: str, obj: dict[str, Any], **params: Any) -> Any:
         return self.request('POST', path, obj, params=params)
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed.kube_client import KubeAPIError, KubeClient, resource_path, restricted_container
+from testbed.kube_client import KubeAPIError, resource_path, restricted_container
 from testbed.kubelet import FakeKubelet, PodState, state_of
 from testbed.waiting import wait_for
 from tests.support.kube_api import KubeAPI
@@ -66,16 +66,6 @@ def pod(name: str, **metadata: Any) -> dict[str, Any]:
 
 def widget(name: str, **spec: Any) -> dict[str, Any]:
     return {'apiVersion': WIDGETS, 'kind': 'Widget', 'metadata': {'name': name}, 'spec': spec}
-
-
-def gone(client: KubeClient, path: str) -> bool:
-    try:
-        client.get(path)
-    except KubeAPIError as e:
-        if e.status == 404:
-            return True
-        raise
-    return False
 
 
 @pytest.fixture(scope='module')
@@ -309,7 +299,7 @@ def test_finalizers_hold_a_deletion_until_they_are_removed(kube_api: KubeAPI, ku
     assert refused.value.status == 422
 
     client.patch(f'{path}/held', {'metadata': {'finalizers': None}})
-    wait_for(lambda: gone(client, f'{path}/held'), what='the widget to go once unblocked')
+    wait_for(lambda: not client.exists(f'{path}/held'), what='the widget to go once unblocked')
 
 
 def test_deleting_an_owner_collects_its_dependents(kube_api: KubeAPI, kube_namespace: str, widgets: str) -> None:
@@ -327,7 +317,7 @@ def test_deleting_an_owner_collects_its_dependents(kube_api: KubeAPI, kube_names
     client.create(configmaps, dict(configmap('shared-cm'), metadata={'name': 'shared-cm', 'ownerReferences': [ref(owner), ref(keeper)]}))
 
     client.delete(f'{owners}/owner', propagationPolicy='Background')
-    wait_for(lambda: gone(client, f'{pods}/dependent-pod') and gone(client, f'{configmaps}/dependent-cm'),
+    wait_for(lambda: not client.exists(f'{pods}/dependent-pod') and not client.exists(f'{configmaps}/dependent-cm'),
              what='the dependents of the deleted owner to be collected')
     shared = wait_for(lambda: (lambda cm: cm if len(cm['metadata']['ownerReferences']) == 1 else None)(
         client.get(f'{configmaps}/shared-cm')), what='the dangling owner reference to be dropped')
@@ -350,7 +340,7 @@ def test_deleting_a_namespace_deletes_what_it_holds(kube_api: KubeAPI) -> None:
     assert refused.value.status == 403
 
     client.patch(f'{configmaps}/held', {'metadata': {'finalizers': None}})  # the last thing holding it
-    wait_for(lambda: gone(client, f'/api/v1/namespaces/{namespace}'), timeout=120, what='the namespace to be drained')
+    wait_for(lambda: not client.exists(f'/api/v1/namespaces/{namespace}'), timeout=120, what='the namespace to be drained')
 
 
 # -- pods and the fake kubelet -----------------------------------------------------------------
@@ -378,7 +368,7 @@ def test_kubelet_binds_runs_readies_and_finishes_deleted_pods(kube_api: KubeAPI,
     assert running[0]['status']['phase'] == 'Running' and running[0]['status']['containerStatuses'][0]['ready']
 
     client.delete(f'{path}/member-0')
-    wait_for(lambda: gone(client, f'{path}/member-0'), what='the kubelet to finish the graceful deletion')
+    wait_for(lambda: not client.exists(f'{path}/member-0'), what='the kubelet to finish the graceful deletion')
 
 
 def test_kubelet_commands_change_only_pod_status(kube_api: KubeAPI, kube_namespace: str, kubelet: FakeKubelet) -> None:
@@ -402,7 +392,7 @@ def test_kubelet_commands_change_only_pod_status(kube_api: KubeAPI, kube_namespa
     assert state_of(kubelet.ready('flaky')) == PodState.READY
 
     client.delete(f'{path}/failing')  # a failed pod goes at once: no kubelet needed
-    assert gone(client, f'{path}/failing')
+    assert not client.exists(f'{path}/failing')
 
 
 def test_an_unreachable_node_keeps_its_pods_until_forced(kube_api: KubeAPI, kube_namespace: str,
@@ -421,7 +411,7 @@ def test_an_unreachable_node_keeps_its_pods_until_forced(kube_api: KubeAPI, kube
     assert client.get(f'{path}/stranded')['metadata']['deletionTimestamp']  # nobody finishes it
 
     client.delete(f'{path}/stranded', gracePeriodSeconds=0)  # a force deletion, as fencing does
-    assert gone(client, f'{path}/stranded')
+    assert not client.exists(f'{path}/stranded')
 
 
 # -- discovery, kubectl, kopf --------------------------------------------------------------------
@@ -540,7 +530,7 @@ def test_a_kopf_operator_runs_against_it(kube_api: KubeAPI, kube_namespace: str,
         wait_for(lambda: client.get(f'{path}/handled')['status']['size'] == 'large', what='kopf to see the update')
 
         client.delete(f'{path}/handled')
-        wait_for(lambda: gone(client, f'{path}/handled'), what='kopf to release its finalizer')
+        wait_for(lambda: not client.exists(f'{path}/handled'), what='kopf to release its finalizer')
     finally:
         operator.send_signal(signal.SIGTERM)
         code = operator.wait(timeout=60)

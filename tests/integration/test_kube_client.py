@@ -251,20 +251,10 @@ def custom_resource(client: KubeClient, namespace: str) -> Iterator[str]:
                      'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}]}})
     path = f'/apis/{group}/v1/namespaces/{namespace}/probes'
     try:
-        wait_for(lambda: _served(client, path), what=f'{path} to be served')
+        wait_for(lambda: client.exists(path), what=f'{path} to be served')
         yield path
     finally:
         client.delete(f'{CRDS}/probes.{group}')
-
-
-def _served(client: KubeClient, path: str) -> bool:
-    try:
-        client.get(path)
-        return True
-    except KubeAPIError as error:
-        if error.status == 404:
-            return False
-        raise
 
 
 def test_an_expired_watch_ends_with_the_servers_status(fake: tuple[KubeClient, AnswerChanger], namespace: str,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from testbed.kube_client import KubeAPIError, KubeClient, restricted_container
+from testbed.kube_client import KubeClient, restricted_container
 from testbed.kubelet import FakeKubelet, PodState, state_of
 from tests.support.kube_api import KubeAPI
 
@@ -30,16 +30,6 @@ def pod(name: str, node: str | None = None) -> dict[str, Any]:
     if node:
         spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-def exists(client: KubeClient, path: str) -> bool:
-    try:
-        client.get(path)
-        return True
-    except KubeAPIError as error:
-        if error.status == 404:
-            return False
-        raise
 
 
 def events_of(client: KubeClient, pods: str, name: str, since: str) -> list[tuple[str, dict[str, Any]]]:
@@ -66,7 +56,7 @@ def test_terminating_pods_of_an_out_of_service_node_are_force_deleted(
     taints = client.get(f"/api/v1/nodes/{node}")["spec"]["taints"]
     client.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": taints + [
         {"key": OUT_OF_SERVICE, "value": "nodeshutdown", "effect": "NoSchedule"}]}})
-    kube_api.wait_for(lambda: not exists(client, f"{pods}/leaving"), timeout=WITHIN,
+    kube_api.wait_for(lambda: not client.exists(f"{pods}/leaving"), timeout=WITHIN,
                       what="the terminating pod force-deleted")
     trail = events_of(client, pods, "leaving", since)
     assert [kind for kind, _ in trail][-2:] == ["MODIFIED", "DELETED"]
@@ -88,7 +78,7 @@ def test_pods_of_a_deleted_node_are_deleted(kube_api: KubeAPI, kube_namespace: s
     since = client.get(pods)["metadata"]["resourceVersion"]
 
     client.delete(f"/api/v1/nodes/{lost}")  # the machine is gone (a cloud controller deletes its Node)
-    kube_api.wait_for(lambda: not exists(client, f"{pods}/orphan"), timeout=WITHIN,
+    kube_api.wait_for(lambda: not client.exists(f"{pods}/orphan"), timeout=WITHIN,
                       what="the pod of the deleted node deleted")
     trail = events_of(client, pods, "orphan", since)
     assert [kind for kind, _ in trail][-2:] == ["MODIFIED", "DELETED"]

@@ -20,7 +20,7 @@ from testbed.ironic_service import IronicService, seed_nodes_directly_in_db, uni
 from testbed.operator_objects import create_secrets, install_crd
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
-    POOLS, KubeAPIError, OperatorProcess, get_pool, pool_manifest, ready_members, settle,
+    POOLS, OperatorProcess, get_pool, pool_manifest, ready_members, settle,
 )
 
 pytestmark = pytest.mark.integration
@@ -37,16 +37,6 @@ def pool_objects(api: KubeAPI, namespace: str) -> list[str]:
                   for kind in ("pods", "configmaps")
                   for item in api.client.get(f"/api/v1/namespaces/{namespace}/{kind}",
                                              labelSelector=selector)["items"])
-
-
-def is_gone(api: KubeAPI, path: str) -> bool:
-    try:
-        api.client.get(path)
-    except KubeAPIError as error:
-        if error.status == 404:
-            return True
-        raise
-    return False
 
 
 def pool_left_by_an_old_version(api: KubeAPI, namespace: str, ironic: IronicService,
@@ -84,7 +74,7 @@ def test_a_pool_is_deleted_with_its_members_while_no_operator_runs(
     path = pool_left_by_an_old_version(kube_api, kube_namespace, ironic_service, tmp_path)
 
     kube_api.client.delete(path)
-    kube_api.wait_for(lambda: is_gone(kube_api, path), timeout=10, what="the pool to be deleted")
+    kube_api.wait_for(lambda: not kube_api.client.exists(path), timeout=10, what="the pool to be deleted")
     kube_api.wait_for(lambda: not pool_objects(kube_api, kube_namespace), timeout=60,
                       what="the garbage collector to remove the pool's pods and ConfigMaps")
 
@@ -99,10 +89,10 @@ def test_deleting_the_crd_deletes_pools_and_members_while_no_operator_runs(
     crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ironiccomputeshards.ironicshards.io"
     try:
         kube_api.client.delete(crd_path)
-        kube_api.wait_for(lambda: is_gone(kube_api, crd_path), timeout=30,
+        kube_api.wait_for(lambda: not kube_api.client.exists(crd_path), timeout=30,
                           what="the CRD to be deleted (its pools first)")
         kube_api.wait_for(lambda: not pool_objects(kube_api, kube_namespace), timeout=60,
                           what="the garbage collector to remove the pools' pods and ConfigMaps")
     finally:
         install_crd(kube_api.client)  # for the tests that follow on this API server
-    assert is_gone(kube_api, path)
+    assert not kube_api.client.exists(path)
