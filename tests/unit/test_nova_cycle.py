@@ -8,8 +8,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from ironic_shard_operator.adapters.ironic import ApplyResult
+from ironic_shard_operator.adapters.nova import Hypervisor
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
-from ironic_shard_operator.core.model import Member
+from ironic_shard_operator.core.model import Member, Move, Node
 from ironic_shard_operator.core.nova_policy import RecordedNova
 from ironic_shard_operator.core.shard_write import guarded_owners
 from ironic_shard_operator.core.spec import read_pool
@@ -209,3 +211,117 @@ def test_a_read_of_nova_under_way_stops_when_something_new_happens_and_runs_agai
     assert runtime.schedule.audited_at == NOW + 1
     at(due + runtime.schedule.audit_spacing(60.0), news=True)  # waited a whole spacing: read to the end
     assert runtime.schedule.audited_at == due + runtime.schedule.audit_spacing(60.0)
+
+
+# ---- what the audit writes, and what it never writes ----------------------------------------
+
+
+class AuditedNova(NovaAnswers):
+    """A Nova whose hypervisor list and servers are given: `listed` {node: host}, `servers`
+    {(host, node)}; every write to it is recorded in `writes`."""
+
+    def __init__(self, listed: dict[str, str], servers: set[tuple[str, str]], hosts=("rack-0", "rack-1")) -> None:
+        super().__init__()
+        self.services = services(*hosts)
+        self.listed, self.servers, self.writes = listed, servers, []
+
+    def hypervisors(self, stop=None):
+        self.hypervisor_listings += 1
+        return tuple(Hypervisor(node_uuid=node, host=host, up=True, enabled=True) for node, host in self.listed.items())
+
+    def instances_on_node(self, host, node):
+        return ["inst"] if (host, node) in self.servers else []
+
+    def set_forced_down(self, service, forced_down):
+        self.writes.append(("forced_down", service.host, forced_down))
+        return super().set_forced_down(service, forced_down)
+
+    def delete_service(self, service):
+        self.writes.append(("delete", service.host))
+
+
+class ShardWrites(IronicConnection):
+    """The Ironic side's compare-and-set writes of misplaced nodes (IronicAdapter.hand_over):
+    each call's moves recorded, each written unless its node is in `changed` meanwhile."""
+
+    def __init__(self, nova: NovaAnswers, changed=()) -> None:
+        super().__init__(nova)
+        self.calls, self.changed = [], set(changed)
+
+    def hand_over(self, moves, observed, stop=None):
+        self.calls.append(list(moves))
+        return ApplyResult(planned=len(moves), applied=sum(m.node_uuid not in self.changed for m in moves),
+                           skipped_changed=sum(m.node_uuid in self.changed for m in moves))
+
+
+READY = (Member("rack-0", ready=True, since=0.0), Member("rack-1", ready=True, since=0.0))
+
+
+def audited(nova, ironic, nodes, *, pool=POOL, runtime=None, now=NOW, retiring=frozenset(), metrics=None):
+    return run_nova_cycle(runtime or NovaRuntime(adapter=nova), ironic, pool, members=READY,
+                          identities={"rack-0", "rack-1"}, deleting=set(), nova_conf=None, nodes=nodes,
+                          previous=RecordedNova(), now=now, retiring=retiring, metrics=metrics)
+
+
+def test_a_node_nova_and_its_instance_place_on_a_live_member_is_given_back_with_an_event():
+    """repairMisplaced off: the node whose shard a rebalance moved to rack-1 while a build on
+    rack-0 deployed it goes back to rack-0 by the compare-and-set write, with an Event naming it,
+    both shards and why, and the misplaced_returned action counted."""
+    from prometheus_client import generate_latest
+
+    from ironic_shard_operator.controller.metrics import OperatorMetrics
+
+    nodes = (Node("n0", "rack-1", instance_uuid="i0"), Node("n1", "rack-1"))
+    nova = AuditedNova({"n0": "rack-0", "n1": "rack-1"}, {("rack-0", "n0")})
+    ironic, metrics = ShardWrites(nova), OperatorMetrics()
+    outcome = audited(nova, ironic, nodes, metrics=metrics)
+    assert ironic.calls == [[Move("n0", "rack-1", "rack-0")]]
+    (event,) = [e for e in outcome.events if e.reason == "MisplacedNodeReturned"]
+    assert "node n0 from rack-1 back to rack-0" in event.message and "instance i0 is on rack-0" in event.message
+    assert 'ironic_shard_nova_actions_total{action="misplaced_returned",pool="ns/rack"} 1.0' \
+        in generate_latest(metrics.registry).decode()
+    assert outcome.section["findings"]["misplaced"] == 1  # until the next audit sees the write
+
+
+def test_a_return_that_the_compare_and_set_skips_or_that_may_not_be_written_tells_nothing():
+    nodes = (Node("n0", "rack-1", instance_uuid="i0"),)
+    nova = AuditedNova({"n0": "rack-0"}, {("rack-0", "n0")})
+    skipped = ShardWrites(nova, changed={"n0"})
+    assert not [e for e in audited(nova, skipped, nodes).events if e.reason == "MisplacedNodeReturned"]
+    paused = ShardWrites(nova)
+    audited(nova, paused, nodes, pool=replace(POOL, paused=True))
+    assert paused.calls == []
+
+
+def test_no_node_is_given_back_to_a_retiring_member_nor_on_a_half_move():
+    nodes = (Node("n0", "rack-1", instance_uuid="i0"),)
+    retiring = ShardWrites(nova := AuditedNova({"n0": "rack-0"}, {("rack-0", "n0")}))
+    audited(nova, retiring, nodes, retiring=frozenset({"rack-0"}))
+    half = ShardWrites(nova := AuditedNova({"n0": "rack-0"}, {("rack-1", "n0")}))  # the instance names the shard
+    outcome = audited(nova, half, nodes)
+    assert retiring.calls == [] and half.calls == [] and outcome.section["findings"]["incomplete"] == 1
+
+
+def test_a_stray_compute_is_named_in_status_event_and_metric_and_its_service_never_written():
+    """legacy-0 (no member, its service up) has listed two of the pool's nodes for longer than two
+    update intervals: status.nova counts it (Degraded follows the findings), a StrayCompute Warning
+    names it once, the metric counts it; Nova sees no write at all (its service is not ours)."""
+    from prometheus_client import generate_latest
+
+    from ironic_shard_operator.controller.metrics import OperatorMetrics
+
+    nodes = (Node("n0", "rack-0"), Node("n1", "rack-1"), Node("n2", "rack-1"))
+    nova = AuditedNova({"n0": "rack-0", "n1": "legacy-0", "n2": "legacy-0"}, set(),
+                       hosts=("rack-0", "rack-1", "legacy-0"))
+    runtime, metrics = NovaRuntime(adapter=nova), OperatorMetrics()
+    first = audited(nova, ShardWrites(nova), nodes, runtime=runtime, metrics=metrics)
+    assert first.section["findings"]["stray"] == 0
+    named = audited(nova, ShardWrites(nova), nodes, runtime=runtime, now=NOW + 121, metrics=metrics)
+    assert nova.hypervisor_listings == 2
+    assert named.section["findings"]["stray"] == 1 and "Nova compute legacy-0" in named.section["message"]
+    (warning,) = [e for e in named.events if e.reason == "StrayCompute"]
+    assert warning.type == "Warning" and "lists 2 of the pool's nodes" in warning.message
+    assert 'ironic_shard_nova_findings{kind="stray",pool="ns/rack"} 1.0' in generate_latest(metrics.registry).decode()
+    again = audited(nova, ShardWrites(nova), nodes, runtime=runtime, now=NOW + 242, metrics=metrics)
+    assert again.section["findings"]["stray"] == 1 and not [e for e in again.events if e.reason == "StrayCompute"]
+    assert nova.writes == []

@@ -1,11 +1,15 @@
-"""The Nova audit: findings (duplicate, unlisted, misplaced, unmapped) and the Nova writes it
-decides (service deletion, explicit handover of misplaced nodes). forced_down: test_fencing.py."""
+"""The Nova audit: findings (duplicate, unlisted, misplaced, unmapped, incomplete, stray) and the
+writes it decides (service deletion, misplaced nodes given back or handed over explicitly).
+forced_down: test_fencing.py."""
 
 import json
 
+from dataclasses import replace
+
 from ironic_shard_operator.core.nova_policy import (
-    DUPLICATE, ENABLED, INCOMPLETE, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, RETIRED_LIMIT, UNLISTED,
-    UNMAPPED, ServiceDeletionRefusal, audit, misplaced, retired_after, status_section, summary, update_interval,
+    DUPLICATE, ENABLED, INCOMPLETE, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, RETIRED_LIMIT, STRAY,
+    UNLISTED, UNMAPPED, PoolHosts, ServiceDeletionRefusal, audit, misplaced, retired_after, returns_to, status_section,
+    stray_events, summary, update_interval,
 )
 from ironic_shard_operator.core.model import Move, Node
 from ironic_shard_operator.adapters.nova import Hypervisor
@@ -32,7 +36,7 @@ def nodes_of(shards, instances=()):
 
 
 def run(nodes, hypervisors, *, since=None, now=NOW, identities=MEMBERS, nova_services=None,
-        repair=False, refused=None, retired=(), instance_hosts=None):
+        repair=False, refused=None, retired=(), instance_hosts=None, retiring=(), held=()):
     """One audit; unless told otherwise, Nova places each misplaced node's instance on the host
     of its compute node (no half move), as it does after any complete move."""
     if instance_hosts is None:
@@ -40,7 +44,7 @@ def run(nodes, hypervisors, *, since=None, now=NOW, identities=MEMBERS, nova_ser
     return audit(pool_name=POOL, identities=identities, nodes=nodes, hypervisors=hypervisors,
                  services=nova_services if nova_services is not None else services(*identities),
                  since=since or {}, now=now, interval=INTERVAL, repair=repair, refused=refused,
-                 retired=retired, instance_hosts=instance_hosts)
+                 retired=retired, instance_hosts=instance_hosts, retiring=retiring, held=held)
 
 
 def kinds(report):
@@ -55,7 +59,7 @@ def test_every_node_under_its_owner_is_clean_and_decides_nothing():
     report = run(nodes_of(shards, instances={"n0", "n1"}), listing(shards))
     assert report.findings == () and report.deletions == () and report.repairs == ()
     assert report.since == {} and report.waiting == {}
-    assert report.counts() == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0, INCOMPLETE: 0}
+    assert report.counts() == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0, INCOMPLETE: 0, STRAY: 0}
     assert summary(report.findings) == "Nova lists every node under the compute of its owner"
 
 
@@ -120,19 +124,78 @@ def test_nodes_not_owned_by_a_member_are_not_expected_anywhere():
 
 
 def test_a_node_whose_instance_is_on_another_host_is_misplaced_and_left_alone_by_default():
-    nodes = nodes_of({"n0": "rack-1", "n1": None}, instances={"n0", "n1"})
+    """No shard, or a shard outside the pool: nothing says which member should have had it."""
+    nodes = nodes_of({"n0": "rack-9", "n1": None}, instances={"n0", "n1"})
     report = run(nodes, listing({"n0": "rack-0", "n1": "rack-2"}))
     assert kinds(report) == [(MISPLACED, "n0"), (MISPLACED, "n1")]
-    assert "instance on rack-0 but its shard is rack-1" in report.findings[0].message
-    assert report.repairs == ()
+    assert "instance on rack-0 but its shard is rack-9" in report.findings[0].message
+    assert report.repairs == () and report.returns == ()
 
 
 def test_repair_hands_a_misplaced_node_over_to_its_instance_host_only_if_that_is_a_member():
-    nodes = nodes_of({"n0": "rack-1", "n1": None, "n2": "rack-0"}, instances={"n0", "n1", "n2"})
+    nodes = nodes_of({"n0": "rack-9", "n1": None, "n2": "rack-0"}, instances={"n0", "n1", "n2"})
     report = run(nodes, listing({"n0": "rack-0", "n1": "rack-2", "n2": "legacy-compute"}),
                  repair=True)
-    assert report.repairs == (Move("n0", "rack-1", "rack-0"), Move("n1", None, "rack-2"))
+    assert report.repairs == (Move("n0", "rack-9", "rack-0"), Move("n1", None, "rack-2"))
     assert kinds(report) == [(MISPLACED, "n0"), (MISPLACED, "n1"), (MISPLACED, "n2")]
+
+
+# ---- misplaced between two live members: given back at once -----------------------------------
+
+
+def test_a_node_that_nova_and_its_instance_place_on_a_live_member_goes_back_to_it_without_repair():
+    """A rebalance wrote rack-1 as the shard of a free node of rack-0, and a build placed on
+    rack-0 (which still listed the node) deployed it: Nova's compute node and the instance both
+    name rack-0, only Ironic says rack-1, whose compute skips the node. No compute serves it until
+    its shard names rack-0 again: the audit gives it back at once, with a message naming the node,
+    both shards and why, and reports it misplaced until the write is seen."""
+    nodes = nodes_of({"n0": "rack-1", "n1": "rack-2"}, instances={"n0", "n1"})
+    report = run(nodes, listing({"n0": "rack-0", "n1": "rack-2"}))
+    assert report.repairs == ()
+    (given,) = report.returns
+    assert given.move == Move("n0", "rack-1", "rack-0")
+    assert "node n0 from rack-1 back to rack-0" in given.message
+    assert "its instance inst-n0 is on rack-0, a live member" in given.message
+    assert kinds(report) == [(MISPLACED, "n0")]
+    assert "its shard is set back to rack-0" in report.findings[0].message
+    # with repair on, the same: given back, never handed over twice
+    assert run(nodes, listing({"n0": "rack-0", "n1": "rack-2"}), repair=True).repairs == ()
+
+
+def test_a_misplaced_node_goes_back_at_once_only_when_nova_and_its_instance_name_a_live_member():
+    """Every other misplaced node keeps the rule of spec.nova.repairMisplaced (off here: left alone)."""
+    node = Node(uuid="n0", shard="rack-1", instance_uuid="inst-n0")
+    pool = PoolHosts(set(MEMBERS), set(), set(), services(*MEMBERS))
+    assert returns_to(node, "rack-0", "rack-0", pool)
+    cases = {
+        "the instance's host unknown (not asked, or found nowhere)": (node, "rack-0", None, pool),
+        "a half move: the instance on another host than its compute node": (node, "rack-0", "rack-1", pool),
+        "the host no member": (node, "legacy-0", "legacy-0", pool),
+        "the host being removed or retiring": (node, "rack-0", "rack-0", replace(pool, leaving={"rack-0"})),
+        "the host held by a handover (its source)": (node, "rack-0", "rack-0", replace(pool, held={"rack-0"})),
+        "the host's service forced down": (node, "rack-0", "rack-0", replace(pool, services=services(
+            *MEMBERS, changed=[service("rack-0", forced_down=True)]))),
+        "the host's service down": (node, "rack-0", "rack-0", replace(pool, services=services(
+            *MEMBERS, changed=[service("rack-0", up=False)]))),
+        "the host's service disabled (a retire started)": (node, "rack-0", "rack-0", replace(pool, services={
+            **services(*MEMBERS), "rack-0": replace(service("rack-0"), enabled=False)})),
+        "the host without a service": (node, "rack-0", "rack-0", replace(pool, services=services("rack-1", "rack-2"))),
+        "no shard": (replace(node, shard=None), "rack-0", "rack-0", pool),
+        "a shard outside the pool": (replace(node, shard="rack-9"), "rack-0", "rack-0", pool),
+        "the shard a handover source (held)": (node, "rack-0", "rack-0", replace(pool, held={"rack-1"})),
+        "the shard retiring": (node, "rack-0", "rack-0", replace(pool, leaving={"rack-1"})),
+        "the shard's service forced down": (node, "rack-0", "rack-0", replace(pool, services=services(
+            *MEMBERS, changed=[service("rack-1", forced_down=True)]))),
+    }
+    assert [why for why, args in cases.items() if returns_to(*args)] == []
+
+
+def test_the_audit_gives_no_node_back_to_a_retiring_or_held_member():
+    nodes = nodes_of({"n0": "rack-1"}, instances={"n0"})
+    for kwargs in ({"retiring": ("rack-0",)}, {"held": ("rack-0",)}, {"held": ("rack-1",)}):
+        report = run(nodes, listing({"n0": "rack-0"}), **kwargs)
+        assert kinds(report) == [(MISPLACED, "n0")] and report.returns == () and report.repairs == (), kwargs
+    assert run(nodes, listing({"n0": "rack-0"}), retiring=("rack-0",), repair=True).repairs == ()
 
 
 def test_a_half_move_is_never_repaired_and_says_how_to_finish_it_until_it_is_finished():
@@ -146,11 +209,13 @@ def test_a_half_move_is_never_repaired_and_says_how_to_finish_it_until_it_is_fin
         report = run(nodes, hypervisors, repair=True, now=now, instance_hosts={"n0": "rack-1"})
         assert kinds(report) == [(INCOMPLETE, "n0")] and report.repairs == ()
         assert "UPDATE instances SET host='rack-0' WHERE uuid='inst-n0'" in report.findings[0].message
+        assert report.returns == ()
     # not asked (or Nova found the instance nowhere): reported, never repaired blind
-    assert run(nodes, hypervisors, repair=True, instance_hosts={}).repairs == ()
-    assert run(nodes, hypervisors, repair=True, instance_hosts={"n0": None}).repairs == ()
-    # finished by hand: an ordinary misplaced node, repaired
-    assert run(nodes, hypervisors, repair=True).repairs == (Move("n0", "rack-1", "rack-0"),)
+    for unknown in ({}, {"n0": None}):
+        blind = run(nodes, hypervisors, repair=True, instance_hosts=unknown)
+        assert blind.repairs == () and blind.returns == ()
+    # finished by hand: an ordinary misplaced node between live members, given back
+    assert [r.move for r in run(nodes, hypervisors).returns] == [Move("n0", "rack-1", "rack-0")]
 
 
 def test_a_node_between_a_handovers_nova_move_and_its_shard_write_is_not_misplaced_until_it_stays():
@@ -164,6 +229,7 @@ def test_a_node_between_a_handovers_nova_move_and_its_shard_write_is_not_misplac
     later = run(nodes, listing({"n0": "rack-0", "n1": "rack-1"}), nova_services=forced, repair=True,
                 since=first.since, now=NOW + 2 * INTERVAL + 1)
     assert kinds(later) == [(MISPLACED, "n0"), (MISPLACED, "n1")]
+    assert later.returns == (), "the handover's source: its own shard write, or repairMisplaced"
     # A source that is up is no handover: misplaced at once, as before.
     assert kinds(run(nodes, listing({"n0": "rack-0", "n1": "rack-1"}))) == [(MISPLACED, "n0"), (MISPLACED, "n1")]
 
@@ -179,6 +245,66 @@ def test_a_misplaced_node_is_not_handed_to_a_member_being_retired():
 def test_a_free_node_still_under_its_old_owner_is_not_misplaced():
     report = run(nodes_of({"n0": "rack-1"}), listing({"n0": "rack-0"}), repair=True)
     assert report.repairs == () and report.findings == ()  # a move in flight: unlisted, pending
+
+
+# ---- stray computes -------------------------------------------------------------------------
+
+
+def test_a_compute_outside_the_pool_that_keeps_listing_its_nodes_is_named_after_two_intervals():
+    """A nova-compute with the Ironic driver and no [ironic]shard (Nova's old hash ring over every
+    Ironic compute) takes a share of the pool's free nodes: Nova lists them under its host. After
+    two update intervals the audit names it first (its nodes show as unlisted too), with how many
+    of the pool's nodes it lists and the fix; no write of any kind is decided for it."""
+    shards = {f"n{i}": MEMBERS[i % 3] for i in range(9)}
+    stolen = {"n1": "legacy-0", "n5": "legacy-0", "n6": "legacy-0"}
+    nodes = nodes_of(shards)
+    hypervisors = listing({**shards, **stolen})
+    nova = services(*MEMBERS, "legacy-0")
+    first = run(nodes, hypervisors, nova_services=nova)
+    assert first.findings == () and first.since[f"{STRAY}:legacy-0"] == NOW
+    later = run(nodes, hypervisors, nova_services=nova, since=first.since, now=NOW + 2 * INTERVAL + 1, repair=True)
+    assert later.findings[0].kind == STRAY and later.findings[0].subject == "legacy-0"
+    assert kinds(later) == [(STRAY, "legacy-0"), (UNLISTED, "n1"), (UNLISTED, "n5"), (UNLISTED, "n6")]
+    message = later.findings[0].message
+    assert "Nova compute legacy-0 is not a member of this pool" in message and "lists 3 of the pool's nodes" in message
+    assert "stop that nova-compute, or give it an [ironic]shard no member of this pool uses" in message
+    assert later.counts()[STRAY] == 1
+    assert summary(later.findings).startswith("Nova audit: 3 unlisted, 1 stray: Nova compute legacy-0 is not")
+    assert later.deletions == () and later.repairs == () and later.returns == ()
+
+
+def test_a_compute_with_a_members_shard_under_another_host_is_a_stray_too():
+    nodes = nodes_of({"n0": "rack-0", "n1": "rack-0", "n2": "rack-1"})
+    hypervisors = listing({"n0": "copy-of-rack-0", "n1": "rack-0", "n2": "rack-1"})
+    nova = services(*MEMBERS, "copy-of-rack-0")
+    first = run(nodes, hypervisors, nova_services=nova)
+    report = run(nodes, hypervisors, nova_services=nova, since=first.since, now=NOW + 3 * INTERVAL)
+    assert (STRAY, "copy-of-rack-0") in kinds(report) and "lists 1 of the pool's nodes" in report.findings[0].message
+
+
+def test_what_is_not_a_stray_compute():
+    """The pool's own hosts (members, those it retired, one being created), a host whose service
+    is down (not running: nothing of it takes nodes), one listing none of the pool's nodes (other
+    pools' business), and a node between two pools for less than two intervals."""
+    nodes = nodes_of({"n0": "rack-0", "n1": "rack-1", "n2": "rack-2"})
+    hypervisors = listing({"n0": "rack-5", "n1": "gone-0", "n2": "rack-3", "x9": "other-0"})
+    nova = {**services(*MEMBERS, "rack-5", "rack-3", "other-0"), "gone-0": service("gone-0", up=False)}
+    since = {f"{STRAY}:{h}": NOW - 100 * INTERVAL for h in ("rack-5", "gone-0", "rack-3", "other-0")}
+    report = run(nodes, hypervisors, nova_services=nova, since=since, retired=("rack-5",),
+                 identities=(*MEMBERS, "rack-3"))
+    assert not [f for f in report.findings if f.kind == STRAY]
+
+
+def test_a_stray_compute_is_announced_once_by_a_warning():
+    nodes = nodes_of({"n0": "rack-0"})
+    nova = services(*MEMBERS, "legacy-0")
+    first = run(nodes, listing({"n0": "legacy-0"}), nova_services=nova)
+    named = run(nodes, listing({"n0": "legacy-0"}), nova_services=nova, since=first.since, now=NOW + 3 * INTERVAL)
+    (event,) = stray_events(first, named)
+    assert (event.reason, event.type) == ("StrayCompute", "Warning") and "legacy-0" in event.message
+    assert stray_events(None, named) == [event]  # an operator restart tells it again, once
+    still = run(nodes, listing({"n0": "legacy-0"}), nova_services=nova, since=named.since, now=NOW + 4 * INTERVAL)
+    assert stray_events(named, still) == []
 
 
 # ---- unmapped members ------------------------------------------------------------------------
@@ -333,7 +459,7 @@ def test_the_status_section_has_one_shape_whatever_the_state():
                                                  "retired", "clearWhenReady"}
     assert enabled["findings"][DUPLICATE] == 1 and enabled["forcedDown"] == ["rack-1"]
     assert enabled["waiting"] == []  # rack-5 was deleted, not waiting
-    assert disabled["findings"] == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0, INCOMPLETE: 0}
+    assert disabled["findings"] == {DUPLICATE: 0, UNLISTED: 0, MISPLACED: 0, UNMAPPED: 0, INCOMPLETE: 0, STRAY: 0}
     # the same facts give the same section: no status rewrite when nothing changed
     later = run(nodes_of({"n0": "rack-0"}), listing({"n0": ["rack-0", "rack-1"]}), now=NOW + 500,
                 identities=("rack-0",), nova_services=services("rack-0", "rack-5"))

@@ -37,9 +37,10 @@ IRONIC_ERROR_KINDS = ERROR_KINDS
 NOVA_ERROR_KINDS = ("disabled", "unavailable")
 
 # Writes the Nova side makes: to Nova's compute services, Nova refusing one (a service that
-# still hosts instances), and misplaced nodes handed over in Ironic (spec.nova.repairMisplaced).
+# still hosts instances), misplaced nodes handed over in Ironic (spec.nova.repairMisplaced), and
+# misplaced nodes given back at once to the live member Nova and their instance name.
 NOVA_ACTIONS = ("forced_down_set", "forced_down_cleared", "service_deleted", "service_delete_refused",
-                "misplaced_handed_over")
+                "misplaced_handed_over", "misplaced_returned")
 
 # Why nodes with instances are handed over (core/handover.py): a member retired, or failed
 # for spec.handover.afterFailureSeconds.
@@ -158,12 +159,15 @@ class OperatorMetrics:
             f"{PREFIX}_nova_findings",
             "Findings of the last Nova audit, by kind: nodes listed under two computes "
             "(duplicate), not under their owner's compute (unlisted), with an instance on another "
-            "host than their shard (misplaced), members Nova lists no node under (unmapped).",
+            "host than their shard (misplaced), members Nova lists no node under (unmapped), half "
+            "moves (incomplete), computes outside the pool Nova lists the pool's nodes under (stray).",
             ["pool", "kind"], registry=r)
         self.nova_actions = Counter(
             f"{PREFIX}_nova_actions",
             "Writes the Nova side makes, by action: to Nova's compute services, and misplaced "
-            "nodes handed over to their instance's host in Ironic.", ["pool", "action"], registry=r)
+            "nodes handed over to their instance's host in Ironic (misplaced_handed_over: "
+            "spec.nova.repairMisplaced; misplaced_returned: at once, to a live member).",
+            ["pool", "action"], registry=r)
         self.handover_nodes = Counter(
             f"{PREFIX}_handover_nodes",
             "Nodes with instances handed over (moved in Nova by nova-manage, then their Ironic shard "

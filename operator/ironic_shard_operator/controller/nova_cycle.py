@@ -5,7 +5,9 @@ delays a pod replacement.
 
 Invariants: forced_down is written first (the write failover waits for), then the service
 deletions, then the Ironic handover of misplaced nodes (compare-and-set on shard and
-instance); `paused` or a lost Lease writes nothing; it never raises for Nova's sake: no usable
+instance): those Nova and their instance place on a live member at once, each with its Event,
+the others only with spec.nova.repairMisplaced; a compute that is not the pool's (a stray) is
+named, never written to; `paused` or a lost Lease writes nothing; it never raises for Nova's sake: no usable
 compute endpoint, refused credentials or a Nova older than 2.53 turn Nova off (Disabled, with
 the reason), any other failure is Unavailable and the rest of the cycle goes on. When Nova is
 asked and audited is core/nova_schedule.py's call; every decision is re-derived from what
@@ -84,23 +86,25 @@ def run_nova_cycle(state: NovaRuntime, ironic: IronicAdapter, pool: Pool, *,
                    previous: nova_policy.RecordedNova, now: float, metrics: Any = None,
                    may_write: Callable[[], bool] | None = None,
                    held: AbstractSet[str] = frozenset(), member_confs: Sequence[str | None] = (),
-                   stop: Callable[[], bool] | None = None) -> NovaOutcome:
+                   stop: Callable[[], bool] | None = None, retiring: AbstractSet[str] = frozenset()) -> NovaOutcome:
     """One Nova cycle of `pool` (see the module doc). Blocking: run it in a worker thread.
 
     `members`: the readiness of the pool's identities; `identities`: every current member
     (pod or ConfigMap) and the ones being created; `deleting`: those of them this cycle
-    deletes (plan.members_to_delete: no misplaced node is handed to them); `nodes`: the pool's Ironic nodes as this
-    cycle read them, None when Ironic could not be read (then only forced_down is looked
+    deletes (plan.members_to_delete: no misplaced node is handed to them); `retiring`: those the
+    plan retires (plan.retiring: no misplaced node is given back to them either); `nodes`: the
+    pool's Ironic nodes as this cycle read them, None when Ironic could not be read (then only forced_down is looked
     after, and only once Nova has answered before); `previous`: the last status.nova read back (PoolMemory.nova);
     `may_write`: asked right before the writes (the leader's Lease check), none made if False;
-    `held`: members a handover holds (their forced_down is never cleared); `member_confs`: the
+    `held`: members a handover holds (their forced_down is never cleared, and the audit gives
+    them no misplaced node, nor takes one from them); `member_confs`: the
     members' own nova.conf files (podspec.member_conf; with `nova_conf`, their update interval paces the audit);
     `stop`: asked between the pages of the audit's read (the side's interrupt: something new
     happened, a certain failure maybe, whose move must not wait for the read).
     Never raises for Nova's sake: failures become the section's state.
     """
     cycle = _NovaCycle(pool, tuple(members), identities, deleting, nova_conf, nodes, previous, now, metrics,
-                       may_write, held, tuple(member_confs), stop)
+                       may_write, held, tuple(member_confs), stop, retiring)
     if state.adapter is not None and state.adapter.connection is not ironic.connection:
         state.adapter, state.schedule = None, state.schedule.for_new_cloud()  # a new clouds.yaml
     recorded = (*previous.retired, *state.retired)
@@ -144,6 +148,7 @@ class _NovaCycle:
     held: AbstractSet[str]
     member_confs: tuple[str | None, ...] = ()
     stop: Callable[[], bool] | None = None
+    retiring: AbstractSet[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,28 +181,34 @@ def _asked(state: NovaRuntime, nova: NovaAdapter, ironic: IronicAdapter, cycle: 
         cycle.previous.clear_when_ready, cycle.members, services)
     changes = fencing.forced_down_changes(cycle.members, services, cycle.pool.spec.rebalance_after_seconds,
                                           cycle.now, clear_when_ready, cycle.held)
-    deletions, repairs, listed = _audit(state, nova, cycle, services,
-                                        failing_over=any(change.forced_down for change in changes))
+    previous_report = state.report
+    deletions, repairs, returns, listed = _audit(state, nova, cycle, services,
+                                                 failing_over=any(change.forced_down for change in changes))
+    if state.report is not previous_report and state.report is not None:
+        events += nova_policy.stray_events(previous_report, state.report)
     forced = {host for host, s in services.items() if s.forced_down}
     if not cycle.pool.paused and (cycle.may_write is None or cycle.may_write()):
         try:
             _write(nova, cycle.pool.key, changes, deletions, state, cycle.now, forced, cycle.metrics, events)
         finally:
+            stop = WriteStop(threading.Event(), cycle.may_write or (lambda: True))
+            if returns:
+                _give_back(ironic, cycle.pool.key, returns, cycle.nodes or (), cycle.metrics, events, stop)
             if repairs:
-                _hand_over(ironic, cycle.pool.key, repairs, cycle.nodes or (), cycle.metrics, events,
-                           WriteStop(threading.Event(), cycle.may_write or (lambda: True)))
+                _hand_over(ironic, cycle.pool.key, repairs, cycle.nodes or (), cycle.metrics, events, stop)
     return _Answered(services, tuple(changes), clear_when_ready, forced, listed)
 
 
 def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: Mapping[str, Any], *,
            failing_over: bool = False) -> tuple[tuple[nova_policy.ServiceDeletion, ...], tuple[Move, ...],
-                                                 frozenset[str]]:
+                                                 tuple[nova_policy.MisplacedReturn, ...], frozenset[str]]:
     """When the audit is due (once per update interval of the members, the
     `update_resources_interval` of the nova.conf they run, and at most a share of Nova's time:
     NovaSchedule.audit_due) and Ironic was read: Nova's
     hypervisor list audited against the nodes (core/nova_policy.py::audit, its report kept in
     `state`); its service deletions (of members this pool retired, status.nova.retired), its
-    repairs (spec.nova.repairMisplaced) and the hosts the list named. Not due: nothing.
+    repairs (spec.nova.repairMisplaced), its returns of misplaced nodes to the live member Nova
+    and their instance name (`nova_policy.returns_to`) and the hosts the list named. Not due: nothing.
 
     `failing_over` (this cycle forces a member down), or a member's grace ending within the
     read's expected time (NovaSchedule.audit_lookahead): a due audit waits for a later cycle
@@ -210,13 +221,13 @@ def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: M
     interval = nova_policy.update_interval(cycle.nova_conf, cycle.member_confs)
     nodes = cycle.nodes
     if nodes is None or not state.schedule.audit_due(cycle.now, interval):
-        return (), (), frozenset()
+        return (), (), (), frozenset()
     grace_ending = fencing.grace_ends_within(cycle.members, cycle.now, cycle.pool.spec.rebalance_after_seconds,
                                              state.schedule.audit_lookahead())
     may_wait = state.schedule.may_postpone_audit(cycle.now, interval)
     if (failing_over or grace_ending) and may_wait:
         state.schedule = state.schedule.audit_postponed(cycle.now)
-        return (), (), frozenset()
+        return (), (), (), frozenset()
     reading = time.monotonic()
     hypervisors = nova.hypervisors(stop=cycle.stop if may_wait else None)
     took = time.monotonic() - reading
@@ -224,16 +235,17 @@ def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: M
         log.info("pool %s: the Nova audit's read stopped after %.1f s: something new is handled first",
                  cycle.pool.key, took)
         state.schedule = state.schedule.audit_postponed(cycle.now)
-        return (), (), frozenset()
+        return (), (), (), frozenset()
     state.report = nova_policy.audit(
-        pool_name=cycle.pool.name, identities=cycle.identities, deleting=cycle.deleting, retired=state.retired,
+        pool_name=cycle.pool.name, identities=cycle.identities, deleting=cycle.deleting, retiring=cycle.retiring,
+        held=cycle.held, retired=state.retired,
         nodes=nodes, hypervisors=hypervisors, services=services, since=state.since, now=cycle.now,
         interval=interval, repair=cycle.pool.repair_misplaced, refused=state.refused,
         instance_hosts=_instance_hosts(nova, nova_policy.misplaced(nodes, hypervisors)))
     state.since, state.schedule = dict(state.report.since), state.schedule.audited(cycle.now, took)
     if cycle.metrics is not None:
         cycle.metrics.record_nova_audit(cycle.pool.key, state.report.counts())
-    return state.report.deletions, state.report.repairs, frozenset(h.host for h in hypervisors)
+    return state.report.deletions, state.report.repairs, state.report.returns, frozenset(h.host for h in hypervisors)
 
 
 def _disabled(state: NovaRuntime, cycle: _NovaCycle, error: NovaError) -> dict[str, Any]:
@@ -339,6 +351,27 @@ def _set_waiting(state: NovaRuntime, host: str, why: str | None) -> None:
     if why is not None:
         waiting[host] = why
     state.report = replace(state.report, waiting=waiting)
+
+
+def _give_back(ironic: IronicAdapter, key: str, returns: Sequence[nova_policy.MisplacedReturn],
+               nodes: Sequence[Node], metrics: Any, events: list[Event], stop: WriteStop) -> None:
+    """Set each misplaced node Nova and its instance place on a live member back to that member's
+    shard (`nova_policy.returns_to`), one compare-and-set write each (the adapter re-reads the
+    node and skips it if its shard or instance changed since `nodes` were read), and an Event
+    naming each node written. An Ironic failure is logged and left to the next audit."""
+    for given in returns:
+        if stop.is_set():
+            return
+        try:
+            result = ironic.hand_over([given.move], nodes, stop)
+        except IronicError as error:
+            log.warning("pool %s: misplaced node %s not given back to %s, Ironic failed: %s", key,
+                        given.move.node_uuid, given.move.target, error)
+            return
+        if result.applied:
+            if metrics is not None:
+                metrics.record_nova_action(key, "misplaced_returned")
+            events.append(Event("MisplacedNodeReturned", given.message))
 
 
 def _hand_over(ironic: IronicAdapter, key: str, repairs: Sequence[Move], nodes: Sequence[Node],

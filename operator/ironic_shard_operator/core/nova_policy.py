@@ -5,8 +5,10 @@ carries the decisions out; forced_down, which follows the grace rule, is core/fe
 Invariants: Nova's hypervisor list is the judge (each Ironic node has at most one compute
 node, whose host is the one that last reported it, and a node with an instance is reported
 only by its instance's host); only the service of an identity THIS pool created and retired
-is ever deleted (invariant 11); a pinned node is handed over only on `repair`, to the host of
-its own instance (the one audited exception to invariant 2), and a half move never.
+is ever deleted (invariant 11); a pinned node is handed over only to the host of its own
+instance (the one audited exception to invariant 2): at once when Nova and the instance both
+name a live member and its shard another member (`returns_to`), else only on `repair`; a half
+move never; a compute that is not the pool's is named (`stray`), never written to.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ EXAMPLES = 5
 # deletion without the record).
 RETIRED_LIMIT = 64
 
-DUPLICATE, UNLISTED, MISPLACED, UNMAPPED, INCOMPLETE = (
-    "duplicate", "unlisted", "misplaced", "unmapped", "incomplete")
-FINDING_KINDS = (DUPLICATE, UNLISTED, MISPLACED, UNMAPPED, INCOMPLETE)
+DUPLICATE, UNLISTED, MISPLACED, UNMAPPED, INCOMPLETE, STRAY = (
+    "duplicate", "unlisted", "misplaced", "unmapped", "incomplete", "stray")
+FINDING_KINDS = (DUPLICATE, UNLISTED, MISPLACED, UNMAPPED, INCOMPLETE, STRAY)
 # Misplaced nodes whose instance's host is asked of Nova per audit (two requests each).
 INSTANCE_HOSTS_ASKED = 50
 
@@ -54,6 +56,8 @@ class ServiceRecord(Protocol):
     def up(self) -> bool: ...
     @property
     def forced_down(self) -> bool: ...
+    @property
+    def enabled(self) -> bool: ...
 
 
 class HypervisorRecord(Protocol):
@@ -89,10 +93,14 @@ class Finding:
     - `misplaced`: a node with an instance, listed under exactly one host that is not its shard
       (a handover between its Nova move and its shard write only once that persists).
       No compute serves it (the instance's host lists only the nodes of its own shard, and no other
-      host takes over a node with an instance); with `repair` the audit hands it over explicitly:
-      a Move setting its shard to the compute node's host, when that host is a member of the pool
-      and Nova places the node's instance on that same host (`instance_hosts`). This is the one
-      audited exception to "the ring never moves a pinned node" (invariant 2);
+      host takes over a node with an instance). When Nova places the node's instance on that same
+      host (`instance_hosts`), that host is a live member and the shard another member that no
+      handover holds (`returns_to`: a build placed on the node's old owner just after a rebalance
+      wrote its new shard, or a shard changed by hand), the audit gives it back at once
+      (`AuditReport.returns`, an Event each); otherwise, with `repair`, it hands it over
+      explicitly when that host is a member of the pool. Either is a Move setting its shard to
+      the compute node's host: the one audited exception to "the ring never moves a pinned
+      node" (invariant 2);
     - `incomplete`: a misplaced node whose instance Nova places on another host than its compute
       node (a nova-manage move killed between its two saves: compute node saved, instance not).
       Never repaired: writing its shard would hide the instance from the host Nova sends its
@@ -100,7 +108,13 @@ class Finding:
       until it is done (invariant 12);
     - `unmapped`: a member whose service is up and owns nodes, but Nova lists no node under it
       for longer than two update intervals (its host is not mapped to a cell: the deployment's
-      host discovery has not run for it).
+      host discovery has not run for it);
+    - `stray`: a host that is no member of the pool (nor one it retired), whose service is up,
+      and under which Nova has listed some of the pool's nodes for longer than two update
+      intervals: a nova-compute with the Ironic driver and no `[ironic]shard` (it joins Nova's
+      hash ring of every Ironic compute and takes a share of every shard's free nodes), or one
+      with a member's shard under another host (it takes that shard's). Builds placed on those
+      nodes go to it. Named, never touched: its service is not the operator's.
     """
 
     kind: str
@@ -125,12 +139,23 @@ class ServiceDeletionRefusal:
 
 
 @dataclass(frozen=True, slots=True)
+class MisplacedReturn:
+    """Give misplaced `move.node_uuid` back to `move.target`, the live member that Nova's compute
+    node and the node's instance both name (`returns_to`); `message` says so for its Event."""
+
+    move: Move
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class AuditReport:
     """One audit: findings, what to delete or hand over, and the memory for the next audit.
 
     `since` maps a pending finding's key to when it was first seen; pass it to the next
     audit. `waiting` explains, per retired host, why its service is not deleted yet.
-    `repairs` are explicit handovers of misplaced nodes (only with repair enabled).
+    `returns` are misplaced nodes given back at once to the live member Nova and their instance
+    name (`returns_to`); `repairs` the other explicit handovers of misplaced nodes (only with
+    repair enabled). No node is in both.
     """
 
     findings: tuple[Finding, ...] = ()
@@ -138,6 +163,7 @@ class AuditReport:
     deletions: tuple[ServiceDeletion, ...] = ()
     waiting: Mapping[str, str] = field(default_factory=dict)
     repairs: tuple[Move, ...] = ()
+    returns: tuple[MisplacedReturn, ...] = ()
 
     def counts(self) -> dict[str, int]:
         """Findings per kind, every kind present (zeros included)."""
@@ -220,7 +246,8 @@ def misplaced(nodes: Iterable[Node], hypervisors: Iterable[HypervisorRecord]) ->
 
 
 def audit(*, pool_name: str, identities: Iterable[str], nodes: Sequence[Node],
-          deleting: Iterable[str] = (), retired: Iterable[str] = (),
+          deleting: Iterable[str] = (), retiring: Iterable[str] = (), held: Iterable[str] = (),
+          retired: Iterable[str] = (),
           hypervisors: Iterable[HypervisorRecord], services: Mapping[str, ServiceRecord],
           since: Mapping[str, float], now: float, interval: float, repair: bool = False,
           refused: Mapping[str, ServiceDeletionRefusal] | None = None,
@@ -230,7 +257,9 @@ def audit(*, pool_name: str, identities: Iterable[str], nodes: Sequence[Node],
     What each finding means: `Finding`; which services are deleted: `_retired_services`.
 
     `identities` are the pool's current members (a pod or a ConfigMap exists), `deleting`
-    those of them being removed (plan.members_to_delete) (never a repair's target), `retired` the identities this
+    those of them being removed (plan.members_to_delete) and `retiring` those chosen to retire
+    (plan.retiring) (never a repair's target), `held` the members a handover holds (neither a
+    return's target nor its source); `retired` the identities this
     pool retired (`retired_after`: only their services are ever deleted); `nodes`
     the pool's managed Ironic nodes; `services` every nova-compute service by host;
     `since` the memory returned by the previous audit; `interval` the members' update
@@ -238,15 +267,52 @@ def audit(*, pool_name: str, identities: Iterable[str], nodes: Sequence[Node],
     `instance_hosts` the host Nova places the instance of each `misplaced()` node on (None:
     none found). A node not asked about is never repaired.
     """
-    members, leaving = set(identities), set(deleting)
+    pool = PoolHosts(set(identities), set(deleting) | set(retiring), set(held), services)
     clocks = _Clocks(since, now, UPDATE_INTERVALS_BEFORE_FINDING * interval)
     listed, under_host = _listing(nodes, hypervisors)
-    findings, repairs, owned = _node_findings(nodes, listed, members, leaving, services, clocks,
-                                              repair, instance_hosts or {})
-    findings += _unmapped(pool_name, members, services, owned, under_host, clocks)
-    deletions, waiting = _retired_services(pool_name, retired, members, services, owned, under_host, refused or {}, now)
-    return AuditReport(findings=tuple(findings), since=clocks.seen, deletions=tuple(deletions),
-                       waiting=waiting, repairs=tuple(repairs))
+    strays = _strays(pool, set(retired), under_host, clocks)  # first: the cause of the unlisted nodes under them
+    findings, decided, owned = _node_findings(nodes, listed, pool, clocks, repair, instance_hosts or {})
+    findings = strays + findings + _unmapped(pool_name, pool.members, services, owned, under_host, clocks)
+    deletions, waiting = _retired_services(pool_name, retired, pool.members, services, owned, under_host,
+                                           refused or {}, now)
+    return AuditReport(findings=tuple(findings), since=clocks.seen, deletions=tuple(deletions), waiting=waiting,
+                       repairs=tuple(d for d in decided if isinstance(d, Move)),
+                       returns=tuple(d for d in decided if isinstance(d, MisplacedReturn)))
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHosts:
+    """The audit's view of who is who among Nova's hosts: the pool's current members, those of
+    them leaving (being removed or retiring) or held by a handover, and Nova's services by host."""
+
+    members: AbstractSet[str]
+    leaving: AbstractSet[str]
+    held: AbstractSet[str]
+    services: Mapping[str, ServiceRecord]
+
+    def live(self, host: str | None) -> bool:
+        """Whether `host` is a member that stays and serves: a current identity, neither leaving
+        nor held by a handover, whose Nova service is up, enabled and not forced down."""
+        service = self.services.get(host) if host is not None else None
+        return (host in self.members and host not in self.leaving and host not in self.held
+                and service is not None and service.up and service.enabled and not service.forced_down)
+
+    def handing_over(self, host: str | None) -> bool:
+        """Whether `host` may be a handover's source: leaving, held, or its service forced down."""
+        service = self.services.get(host) if host is not None else None
+        return host in self.leaving or host in self.held or (service is not None and service.forced_down)
+
+
+def returns_to(node: Node, host: str, instance_host: str | None, pool: PoolHosts) -> bool:
+    """Whether misplaced `node` (an instance, Nova's compute node under `host`, not its shard)
+    goes back to `host` at once, without spec.nova.repairMisplaced: Nova places its instance on
+    `host` too (known, not assumed: no half move), `host` is a live member (`PoolHosts.live`),
+    and the node's shard names another member that no handover may be moving it from. That is
+    the window after a rebalance between live members (a build placed on the old owner, which
+    still listed the node, after the new shard was written) or a shard changed by hand: Nova and
+    the instance agree, only Ironic's shard does not; every other misplaced node keeps `repair`'s rule."""
+    return (instance_host == host and pool.live(host) and node.shard in pool.members
+            and node.shard != host and not pool.handing_over(node.shard))
 
 
 @dataclass
@@ -279,14 +345,14 @@ def _listing(nodes: Iterable[Node], hypervisors: Iterable[HypervisorRecord]
     return listed, under_host
 
 
-def _node_findings(nodes: Sequence[Node], listed: Mapping[str, list[str]], members: AbstractSet[str],
-                   leaving: AbstractSet[str], services: Mapping[str, ServiceRecord], clocks: _Clocks,
+def _node_findings(nodes: Sequence[Node], listed: Mapping[str, list[str]], pool: PoolHosts, clocks: _Clocks,
                    repair: bool, instance_hosts: Mapping[str, str | None]
-                   ) -> tuple[list[Finding], list[Move], Counter[str]]:
+                   ) -> tuple[list[Finding], list[Move | MisplacedReturn], Counter[str]]:
     """Each node against the computes Nova lists it under: duplicate, misplaced (and its
-    repair), incomplete, unlisted; and the nodes each shard owns."""
+    return or repair), incomplete, unlisted; and the nodes each shard owns."""
+    members = pool.members
     findings: list[Finding] = []
-    repairs: list[Move] = []
+    decided: list[Move | MisplacedReturn] = []
     owned: Counter[str] = Counter()
     for node in sorted(nodes, key=lambda n: n.uuid):
         hosts = sorted(set(listed.get(node.uuid, ())))
@@ -298,36 +364,80 @@ def _node_findings(nodes: Sequence[Node], listed: Mapping[str, list[str]], membe
                                     f"({', '.join(hosts)})"))
         elif node.instance_uuid and hosts and hosts[0] != node.shard:
             host = hosts[0]
-            if handover_in_flight(node.shard, host, members, leaving, services) \
+            if handover_in_flight(node.shard, host, members, pool.leaving, pool.services) \
                     and not clocks.persisting(f"{MISPLACED}:{node.uuid}:{host}"):
                 continue  # moved in Nova first by a handover: its shard is written next
-            finding, move = _misplaced(node, host, instance_hosts.get(node.uuid), members, leaving, repair)
+            finding, move = _misplaced(node, host, instance_hosts.get(node.uuid), pool, repair)
             findings.append(finding)
-            repairs += [move] if move is not None else []
+            decided += [move] if move is not None else []
         elif node.shard in members and hosts != [node.shard]:
             if clocks.persisting(f"{UNLISTED}:{node.uuid}:{node.shard}"):  # a new owner: a new clock
                 where = f"under {hosts[0]}" if hosts else "under no compute"
                 findings.append(Finding(UNLISTED, node.uuid,
                                         f"node {node.uuid} (shard {node.shard}) is listed {where} "
                                         f"for more than {clocks.patience:g}s"))
-    return findings, repairs, owned
+    return findings, decided, owned
 
 
-def _misplaced(node: Node, host: str, instance_host: str | None, members: AbstractSet[str],
-               leaving: AbstractSet[str], repair: bool) -> tuple[Finding, Move | None]:
+def _misplaced(node: Node, host: str, instance_host: str | None, pool: PoolHosts,
+               repair: bool) -> tuple[Finding, Move | MisplacedReturn | None]:
     """A node with an instance that Nova lists under `host`, not its shard: a half move when its
     instance is on another host (never repaired: nova-manage's second save is missing), else
-    misplaced, with its repair when asked for and the host is a staying member where the
-    instance is too."""
+    misplaced: given back at once when `returns_to` says so, else repaired when asked for and
+    the host is a staying member where the instance is too."""
     assert node.instance_uuid is not None
     if instance_host is not None and instance_host != host:
         return Finding(INCOMPLETE, node.uuid, half_move_message(node.uuid, node.instance_uuid, instance_host,
                                                                  host)), None
-    finding = Finding(MISPLACED, node.uuid, f"node {node.uuid} has an instance on {host} but its shard is "
-                                            f"{node.shard or '(none)'}: no compute serves it")
-    if repair and host in members and host not in leaving and instance_host == host:
-        return finding, Move(node.uuid, node.shard, host)
-    return finding, None
+    message = f"node {node.uuid} has an instance on {host} but its shard is {node.shard or '(none)'}: no compute serves it"
+    if returns_to(node, host, instance_host, pool):
+        return (Finding(MISPLACED, node.uuid, f"{message}; Nova and its instance both name {host}, a live member: "
+                                              f"its shard is set back to {host}"),
+                MisplacedReturn(Move(node.uuid, node.shard, host), returned_message(node, host)))
+    if repair and host in pool.members and host not in pool.leaving and instance_host == host:
+        return Finding(MISPLACED, node.uuid, message), Move(node.uuid, node.shard, host)
+    return Finding(MISPLACED, node.uuid, message), None
+
+
+def returned_message(node: Node, host: str) -> str:
+    """The Event of a misplaced node given back to `host` (`returns_to`): the node, its shard
+    before and after, and why."""
+    return (f"Set the Ironic shard of node {node.uuid} from {node.shard} back to {host}: Nova lists its compute "
+            f"node under {host} and its instance {node.instance_uuid} is on {host}, a live member, so no "
+            f"compute served it while its shard named {node.shard} (a build placed on {host} just after a "
+            "rebalance wrote the new shard, or a shard changed by hand); given back at once, without "
+            "spec.nova.repairMisplaced")
+
+
+def _strays(pool: PoolHosts, retired: AbstractSet[str], under_host: Mapping[str, set[str]],
+            clocks: _Clocks) -> list[Finding]:
+    """The `stray` computes: hosts neither members of the pool nor retired by it, their Nova
+    service up, that Nova has listed some of the pool's nodes under for longer than the
+    patience (a node between two pools for one resource cycle is no stray). Named only."""
+    findings = []
+    for host in sorted(under_host):
+        service = pool.services.get(host)
+        if host in pool.members or host in retired or service is None or not service.up:
+            continue
+        if clocks.persisting(f"{STRAY}:{host}"):
+            findings.append(Finding(STRAY, host, stray_message(host, len(under_host[host]))))
+    return findings
+
+
+def stray_message(host: str, listed: int) -> str:
+    """What a stray compute is, what it does to the pool and the fix (someone else's)."""
+    return (f"Nova compute {host} is not a member of this pool, yet Nova lists {listed} of the pool's nodes "
+            f"under it: a nova-compute with the Ironic driver and no [ironic]shard (or with a member's "
+            f"shard under another host) takes nodes away from their members, and builds placed on them "
+            f"go to it. It is not the operator's, which never touches its service: stop that nova-compute, "
+            f"or give it an [ironic]shard no member of this pool uses")
+
+
+def stray_events(previous: AuditReport | None, report: AuditReport) -> list[Event]:
+    """A Warning for each stray compute this audit names that the previous one did not."""
+    before = {f.subject for f in previous.findings if f.kind == STRAY} if previous is not None else set()
+    return [Event("StrayCompute", f.message, "Warning") for f in report.findings
+            if f.kind == STRAY and f.subject not in before]
 
 
 def _unmapped(pool_name: str, members: AbstractSet[str], services: Mapping[str, ServiceRecord], owned: Counter[str],
