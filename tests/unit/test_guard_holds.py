@@ -57,7 +57,8 @@ def test_a_retire_held_by_the_guard_says_so_in_its_handover_message():
     """A retiring source whose last free nodes the guard holds for Placement allocations would
     sit in MovingFreeNodes saying only that free nodes still move: its message names the guard,
     status.guard and, for an allocation reported leaked, the Event that says how to remove it."""
-    from ironic_shard_operator.core.handover import MOVING_FREE, SCALE_DOWN, NovaView, decide
+    from ironic_shard_operator.core.handover import MOVING_FREE, SCALE_DOWN, decide
+    from tests.unit.nova_records import nova_view
     from ironic_shard_operator.core.model import Member, Node, pinned_by_owner
     from ironic_shard_operator.core.spec import Handover, SecretKeyRef
     from tests.unit.nova_records import services
@@ -70,7 +71,7 @@ def test_a_retire_held_by_the_guard_says_so_in_its_handover_message():
     members = [Member(f"rack-{i}", ready=True, since=0.0) for i in range(3)]
     step = decide(settings=Handover(SecretKeyRef("m", "nova.conf")), members=members,
                   found={"rack-2": SCALE_DOWN}, ring_members=["rack-0", "rack-1"], pods=["rack-0", "rack-1", "rack-2"],
-                  nodes=nodes, owned=pinned_by_owner(nodes), nova=NovaView(services("rack-0", "rack-1", "rack-2"), {}), jobs=(), now=NOW,
+                  nodes=nodes, owned=pinned_by_owner(nodes), nova=nova_view(services("rack-0", "rack-1", "rack-2"), {}), jobs=(), now=NOW,
                   guard_held=held)
     (progress,) = step.progress
     assert progress.phase == MOVING_FREE

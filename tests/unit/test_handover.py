@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ironic_shard_operator.core import handover
 from ironic_shard_operator.core.handover import (
-    ACTIVE, FAILED, SUCCEEDED, JobView, NovaView, pods_to_stop, sources,
+    ACTIVE, FAILED, SUCCEEDED, JobView, failed_kept_away, sources,
 )
 from ironic_shard_operator.core.model import Member, Node, Observation, PinnedCounts, PoolSpec, pinned_by_owner
 from ironic_shard_operator.core.planner import plan
@@ -23,7 +23,7 @@ from ironic_shard_operator.core.schedule import AFTER_WAKE_SECONDS, handover_ret
 from ironic_shard_operator.core.shard_write import Verdict, handover_verdict
 from ironic_shard_operator.core.spec import Handover, SecretKeyRef
 from ironic_shard_operator.core.status import handover_section
-from tests.unit.nova_records import service
+from tests.unit.nova_records import nova_view, service
 
 POOL = "rack"
 SETTINGS = Handover(SecretKeyRef("nova-manage", "nova.conf"), max_concurrent=4)
@@ -71,7 +71,7 @@ def _decide(nodes, *, services, hosts, pods=(), jobs=(), members=ready(0, 1, 2),
         recorded = {"sources": [{"member": r, "trigger": "ScaleDown", "phase": handover.MOVING, "held": True}
                                 for r in retiring]}
     return decide(settings=settings_, members=members, retiring=retiring, ring_members=ring,
-                  pods=pods, nodes=nodes, nova=NovaView(services, hosts, instances or {}), jobs=jobs, now=NOW,
+                  pods=pods, nodes=nodes, nova=nova_view(services, hosts, instances, nodes=nodes), jobs=jobs, now=NOW,
                   job_pods=job_pods, recorded=recorded)
 
 
@@ -233,23 +233,28 @@ def test_a_failed_member_hands_over_only_after_the_delay_and_once_its_pod_is_gon
     assert sources(pods=[], **{**kw, "owned": PinnedCounts(Counter({m(1): 2}))}) == {}
 
 
-def test_the_pod_side_stops_a_retiring_source_only_once_its_free_nodes_are_gone_and_holds_a_failed_one():
+def test_the_pod_side_never_stops_a_retiring_source_on_a_plan_alone_and_holds_a_failed_one():
     after = replace(SETTINGS, after_failure_seconds=600)
     members = (*ready(0, 1), Member(m(2), ready=False, since=NOW - 700), Member(m(3), ready=True, since=0))
     nodes = (with_instance("a", m(3)), Node("b", shard=m(3)), with_instance("c", m(2)), Node("d", shard=m(0)))
     obs = Observation(PoolSpec(POOL, replicas=3), members, nodes, NOW)
-    first = plan(obs)
-    stop, held = pods_to_stop(first, after, members, pods=[m(0), m(1), m(3)], now=NOW)
-    assert stop == frozenset() and held == {m(2)}  # m(3)'s free node moves first
+    assert failed_kept_away(plan(obs), after, members, pods=[m(0), m(1), m(3)], now=NOW) == {m(2)}
     moved = plan(replace(obs, nodes=(*nodes[:1], Node("b", shard=m(0)), *nodes[2:])))
-    stop, held = pods_to_stop(moved, after, members, pods=[m(0), m(1), m(3)], now=NOW)
-    assert stop == {m(3)} and held == {m(2)}
-    # while the last status says no handover can run (e.g. no usable nova.conf), the pod stays
-    last = memory_of({"handover": {"problems": [{"trigger": "ScaleDown", "reason": "HandoverConfigInvalid",
-                                                 "message": "x"}]}}).handover
-    assert last.blocked
-    stop, _ = pods_to_stop(moved, after, members, pods=[m(0), m(1), m(3)], now=NOW, stalled=last.blocked)
-    assert stop == frozenset()
+    last = read_back({})
+    away = handover.kept_away(moved, after, members, [m(0), m(1), m(3)], NOW, held={}, recorded=last)
+    assert set(away) == {m(2)}  # m(3)'s free node moved, but only the step knows what Nova lists under it
+    # the step found nothing left (Nova lists none of its free nodes, no server has a task): on its record,
+    # with or without a plan, the pod goes
+    step = _decide([nodes[0]], services={h: service(h) for h in (m(0), m(1), m(3))}, hosts={"a": m(3)},
+                   pods=[m(0), m(1), m(3)], members=members, retiring=(m(3),), recorded={})
+    assert step.progress[0].phase == handover.STOPPING_POD
+    held = handover.holds(recorded=read_back(handover_section(step)), jobs=(), job_pods=())
+    assert set(handover.kept_away(None, after, members, [m(3)], NOW, held=held, recorded=last)) == {m(3)}
+    # while the last status says no handover can run (e.g. no usable nova.conf), a failed one comes back
+    blocked = memory_of({"handover": {"problems": [{"trigger": "Failure", "reason": "HandoverConfigInvalid",
+                                                    "message": "x"}]}}).handover
+    assert blocked.blocked
+    assert failed_kept_away(moved, after, members, pods=[m(0), m(1), m(3)], now=NOW, stalled=True) == frozenset()
 
 
 # --- properties over a simulated Nova and Ironic ---------------------------------------------
@@ -309,7 +314,7 @@ def _cycle(world: World, rng: random.Random, settings_: Handover) -> handover.Ha
     ring = [x.name for x in world.members if x.name not in world.retiring]
     step = decide(settings=settings_, members=world.members, retiring=world.retiring, ring_members=ring,
                   pods=world.pods, nodes=tuple(world.nodes.values()),
-                  nova=NovaView(world.services(), dict(world.host), world.instances),
+                  nova=nova_view(world.services(), dict(world.host), world.instances),
                   jobs=tuple(world.jobs.values()), now=NOW, recorded=world.recorded)
     world.recorded = handover_section(step)
     in_flight = sum(len(j.moves) for j in world.jobs.values() if j.state == ACTIVE)
@@ -394,12 +399,12 @@ def test_a_half_move_is_reported_with_its_manual_fix_and_never_resharded_or_batc
     running = JobView("j", m(2), (("n0", m(0)),), ACTIVE)
     step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
                   pods=(), nodes=pinned, jobs=[running], now=NOW,
-                  nova=NovaView(services, hosts, {}, frozenset({"n0"})))
+                  nova=nova_view(services, hosts, {}, frozenset({"n0"})))
     assert not step.problems and not step.shard_writes  # its Job runs: the second save may follow
     for jobs in ([], [replace(running, state=FAILED, finished=NOW)]):
         step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),),
                       ring_members=[m(0), m(1)], pods=(), nodes=pinned, jobs=jobs, now=NOW,
-                      nova=NovaView(services, hosts, {}, frozenset({"n0"})))
+                      nova=nova_view(services, hosts, {}, frozenset({"n0"})))
         (problem,) = step.problems
         assert problem.reason == "HandoverIncomplete" and "n0" in problem.message
         assert "UPDATE instances SET host='rack-0' WHERE uuid='i-n0'" in problem.message
@@ -495,21 +500,16 @@ def test_a_retiring_pod_waits_for_its_nodes_mid_operation_and_says_since_when():
     (progress,) = step.progress
     assert progress.phase == handover.MOVING_FREE and "mid-operation" in progress.message
     assert progress.busy == (handover.BusyNode("d", "wait call-back -> active", NOW),)
-    # the pod side agrees: its pod is not stopped
-    obs = Observation(PoolSpec(POOL, replicas=2), ready(0, 1, 2), tuple(nodes), NOW)
-    assert pods_to_stop(plan(obs), SETTINGS, ready(0, 1, 2), pods=[m(0), m(1), m(2)], now=NOW)[0] == frozenset()
     # since when survives in the status (a restart included); past the bound, a Warning
     seen = _recorded(m(2), handover.MOVING_FREE, busyNodes=[
         {"node": "d", "state": "wait call-back -> active", "since": "2025-01-01T00:00:00Z"}])
     later = 1735689600.0 + handover.BUSY_WARNING_SECONDS + 1
     step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
-                  pods=[m(2)], nodes=nodes, nova=NovaView(FORCED, {}), jobs=(), now=later, recorded=seen)
+                  pods=[m(2)], nodes=nodes, nova=nova_view(FORCED, {}), jobs=(), now=later, recorded=seen)
     assert step.progress[0].busy[0].since == 1735689600.0
     assert [p.reason for p in step.problems] == ["HandoverWaitingForBusyNodes"]
     # settled: the pod may go
     settled = [nodes[0], replace(deploying, provision_state="active", target_provision_state=None)]
-    obs = replace(obs, nodes=tuple(settled))
-    assert pods_to_stop(plan(obs), SETTINGS, ready(0, 1, 2), pods=[m(0), m(1), m(2)], now=NOW)[0] == {m(2)}
     assert _decide(settled, services=FORCED, hosts={}, pods=[m(2)]).progress[0].phase == handover.STOPPING_POD
 
 
@@ -522,7 +522,7 @@ def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_then_releases_the
 
     def step(nodes, hosts, jobs=(), job_pods=()):
         return decide(settings=SETTINGS, members=members, retiring=(), ring_members=[m(0), m(1)],
-                      pods=(), nodes=nodes, nova=NovaView(FORCED, hosts), jobs=jobs, job_pods=job_pods,
+                      pods=(), nodes=nodes, nova=nova_view(FORCED, hosts), jobs=jobs, job_pods=job_pods,
                       recorded=recorded, now=NOW)
 
     first = step(nodes, hosts, [running])  # rack-2 is no longer retiring: its Job still runs
@@ -546,7 +546,7 @@ def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_then_releases_the
 def test_a_half_move_keeps_a_cancelled_member_held_and_reported():
     nodes = [with_instance("n0", m(2))]
     step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(), ring_members=[m(0), m(1)],
-                  pods=(), nodes=nodes, nova=NovaView(FORCED, {"n0": m(0)}, {}, frozenset({"n0"})), jobs=(),
+                  pods=(), nodes=nodes, nova=nova_view(FORCED, {"n0": m(0)}, {}, frozenset({"n0"})), jobs=(),
                   recorded=_recorded(m(2), handover.MOVING), now=NOW)
     assert step.progress[0].phase == handover.CANCELLING and not step.shard_writes and not step.events
     assert [p.reason for p in step.problems] == ["HandoverIncomplete"]
@@ -556,7 +556,7 @@ def test_with_handover_turned_off_mid_way_what_is_in_flight_still_finishes():
     nodes = [with_instance("n0", m(2)), with_instance("n1", m(2))]
     running = JobView("j", m(2), (("n0", m(0)),), ACTIVE)
     step = decide(settings=None, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
-                  pods=(), nodes=nodes, nova=NovaView(FORCED, {"n0": m(0), "n1": m(2)}), jobs=[running],
+                  pods=(), nodes=nodes, nova=nova_view(FORCED, {"n0": m(0), "n1": m(2)}), jobs=[running],
                   recorded=_recorded(m(2), handover.MOVING), now=NOW)
     assert step.progress[0].phase == handover.CANCELLING and step.shard_writes == (handover.Move("n0", m(2), m(0)),)
     assert not step.create_jobs
@@ -568,16 +568,16 @@ def test_a_failed_source_hands_over_only_novas_nodes_and_is_released_when_none_i
     cleaning = Node("c", shard=m(2), provision_state="clean wait", target_provision_state="available")
     nodes = [with_instance("n0", m(2)), cleaning]
     kw = dict(settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(), now=NOW)
-    step = decide(nodes=nodes, nova=NovaView(FORCED, {"n0": m(2)}), jobs=(), **kw)
+    step = decide(nodes=nodes, nova=nova_view(FORCED, {"n0": m(2)}), jobs=(), **kw)
     (progress,) = step.progress
     assert progress.nodes == 1 and progress.held and "not Nova's" in progress.message
     # its first Job waits until the hold is on record: no pod side can then give it a pod meanwhile
     assert not step.create_jobs
-    step = decide(nodes=nodes, nova=NovaView(FORCED, {"n0": m(2)}), jobs=(), recorded=handover_section(step), **kw)
+    step = decide(nodes=nodes, nova=nova_view(FORCED, {"n0": m(2)}), jobs=(), recorded=handover_section(step), **kw)
     assert [mv.node_uuid for b in step.create_jobs for mv in b.moves] == ["n0"]  # the cleaning node stays
     # n0 handed over: the member is released with its cleaning node, an Event says so
     nodes = [replace(nodes[0], shard=m(0)), cleaning]
-    step = decide(nodes=nodes, nova=NovaView(FORCED, {"n0": m(0)}), jobs=(),
+    step = decide(nodes=nodes, nova=nova_view(FORCED, {"n0": m(0)}), jobs=(),
                   recorded=_recorded(m(2), handover.MOVING, trigger=handover.FAILURE), **kw)
     assert not step.progress and [e.reason for e in step.events] == ["HandoverDone"]
 
@@ -585,7 +585,7 @@ def test_a_failed_source_hands_over_only_novas_nodes_and_is_released_when_none_i
 def test_a_blocker_stops_new_jobs_but_keeps_every_source_held_and_its_moves_finishing():
     nodes = [with_instance("n0", m(2)), with_instance("n1", m(2))]
     step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(m(2),), ring_members=[m(0), m(1)],
-                  pods=(), nodes=nodes, nova=NovaView(FORCED, {"n0": m(0), "n1": m(2)}), jobs=(), now=NOW,
+                  pods=(), nodes=nodes, nova=nova_view(FORCED, {"n0": m(0), "n1": m(2)}), jobs=(), now=NOW,
                   recorded=_recorded(m(2), handover.MOVING), blocker=("HandoverConfigInvalid", "no [database]"))
     assert not step.create_jobs and step.shard_writes == (handover.Move("n0", m(2), m(0)),)
     assert step.progress[0].phase in handover.HELD_PHASES
@@ -613,7 +613,7 @@ def test_a_failed_source_whose_nodes_are_all_refused_is_not_kept_from_its_pod_by
     assert handover.kept_away(current, after, members, [m(0), m(1)], NOW, held={}, recorded=read_back(None)) \
         .keys() == {m(2)}  # a failed source: no pod while its handover starts
     step = decide(settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(),
-                  nodes=nodes, nova=NovaView(FORCED, {"two": m(2)}, {"two": 2}), jobs=(), now=NOW,
+                  nodes=nodes, nova=nova_view(FORCED, {"two": m(2)}, {"two": 2}), jobs=(), now=NOW,
                   recorded=_recorded(m(2), handover.MOVING, trigger=handover.FAILURE, held=True))
     (progress,) = step.progress
     assert progress.phase == handover.BLOCKED and not progress.held
@@ -632,7 +632,12 @@ def test_a_node_nova_has_no_compute_node_for_is_reported_and_the_failed_member_r
     lost, movable = with_instance("lost", m(2)), with_instance("n0", m(2))
     kw = dict(settings=after, members=members, retiring=(), ring_members=[m(0), m(1)], pods=(), now=NOW)
     held = _recorded(m(2), handover.MOVING, trigger=handover.FAILURE, held=True)
-    step = decide(nodes=[lost, movable], nova=NovaView(FORCED, {"n0": m(2)}), jobs=(), recorded=held, **kw)
+    # absent from the hypervisor list is unknown, not "no compute node": nothing is said or decided of it
+    unread = decide(nodes=[lost, movable], nova=nova_view(FORCED, {"n0": m(2)}), jobs=(), recorded=held, **kw)
+    assert unread.progress[0].held and not unread.problems and "unknown until read directly" in unread.progress[0].message
+    # read directly: Nova has no compute node for it
+    step = decide(nodes=[lost, movable], nova=nova_view(FORCED, {"n0": m(2)}, nodes=[lost]), jobs=(), recorded=held,
+                  **kw)
     (progress,) = step.progress
     assert progress.phase == handover.MOVING and progress.held and progress.failed == 1
     assert [mv.node_uuid for b in step.create_jobs for mv in b.moves] == ["n0"]  # the other node goes on
@@ -642,7 +647,7 @@ def test_a_node_nova_has_no_compute_node_for_is_reported_and_the_failed_member_r
     assert "baremetal node undeploy" in problem.message and "lost" in progress.message
     # n0 handed over: only the node Nova does not know is left; the member is released, reported
     nodes = [lost, replace(movable, shard=m(0))]
-    step = decide(nodes=nodes, nova=NovaView(FORCED, {"n0": m(0)}), jobs=(), recorded=held, **kw)
+    step = decide(nodes=nodes, nova=nova_view(FORCED, {"n0": m(0)}, nodes=nodes), jobs=(), recorded=held, **kw)
     (progress,) = step.progress
     assert progress.phase == handover.BLOCKED and not progress.held
     assert [p.reason for p in step.problems] == ["HandoverNoComputeNode"]
@@ -702,7 +707,7 @@ def test_a_member_nova_lists_a_node_under_is_not_retired_before_ironic_follows()
     it to member 1: the step records member 2 as receiving, and the pod side, reading that
     record, does not retire member 2 though the plan does (it owns nothing in Ironic yet)."""
     nodes = [with_instance("n0", m(1))]
-    nova = NovaView({m(0): service(m(0)), m(1): service(m(1), forced_down=True), m(2): service(m(2))},
+    nova = nova_view({m(0): service(m(0)), m(1): service(m(1), forced_down=True), m(2): service(m(2))},
                     {"n0": m(2)})
     step = decide(settings=SETTINGS, members=ready(0, 2), retiring=(m(1),), ring_members=[m(0)],
                   pods=(m(0), m(2)), nodes=nodes, nova=nova, jobs=(), now=NOW)

@@ -28,13 +28,15 @@ Faults: an operator restart (cycles without a plan, no memory), the operator kil
 its writes and its status write, a scale change, a blocker
 (unusable novaManageConfig) or Nova not answering appearing and clearing, a Job pod killed (also
 between nova-manage's two saves), a Job deleted, a member failing for a while, a node going
-mid-operation.
+mid-operation, Nova's hypervisor list leaving nodes out (a short page, an unmapped host: only
+the step's direct reads tell the truth), a server deleted locally while its host is forced down.
 
 Invariants, after every step:
 - no member has a pod while anything of its handover is in flight (a Job of it runs, a pod of
   one may still run, a node of it moved in Nova but not in Ironic);
 - never two nova-manage runs for one node at once;
-- a node Nova moved never goes back (no resource tracker re-homes a node nova-manage moved).
+- a node Nova moved never goes back (no resource tracker re-homes a node nova-manage moved);
+- a node whose server Nova deleted (Ironic still deployed) is never put in a Job nor moved.
 And once the faults stop and the pool settles: every node with an instance has compute-node
 host == instance host == Ironic shard == a member whose pod runs, or is a half move the status
 reports (HandoverIncomplete) until it is finished by hand.
@@ -49,7 +51,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ironic_shard_operator.core import fencing, handover
-from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobPod, JobView, NovaView
+from ironic_shard_operator.core.handover import ACTIVE, FAILED, SUCCEEDED, JobPod, JobView, NodeRead, NovaView
 from ironic_shard_operator.core.model import Member, Node, Observation, PoolSpec, pinned_by_owner
 from ironic_shard_operator.core.planner import plan
 from ironic_shard_operator.core.pool_memory import memory_of
@@ -118,6 +120,8 @@ class World:
     nova_down: bool = False
     pods_made: int = 0
     moved_by_nova_manage: set[str] = field(default_factory=set)
+    hidden: set[str] = field(default_factory=set)          # nodes Nova's hypervisor list leaves out (it lies)
+    deleted: dict[str, str] = field(default_factory=dict)  # node -> its host when Nova deleted its server locally
 
     def members(self) -> tuple[Member, ...]:
         return tuple(Member(name, ready=self.pods.get(name, False), since=self.since.get(name))
@@ -238,6 +242,32 @@ class HandoverUnderFaults(RuleBasedStateMachine):
             w.nodes[uuid] = replace(node, provision_state="wait call-back", target_provision_state="active")
         self.step()
 
+    @rule(data=st.data())
+    def the_hypervisor_list_lies(self, data):
+        """A page that ends early or a host not mapped to a cell: Nova's list leaves some nodes
+        out (an empty set: it tells the truth again). Direct reads still tell the truth."""
+        w = self.world
+        w.hidden = data.draw(st.sets(st.sampled_from(sorted(w.nodes)), max_size=4))
+        self.step()
+
+    @precondition(lambda self: bool(self._deletable()))
+    @rule(data=st.data())
+    def a_server_is_deleted_while_its_host_is_forced_down(self, data):
+        """A user deletes a server whose host is forced down: Nova deletes it locally (its
+        record only); Ironic keeps the node deployed with the old instance_uuid."""
+        w = self.world
+        uuid = data.draw(st.sampled_from(self._deletable()))
+        w.deleted[uuid] = w.host[uuid]
+        del w.instance_host[uuid]
+        self.step()
+
+    def _deletable(self) -> list[str]:
+        w = self.world
+        moving = {uuid for p in w.job_pods.values() if p.alive for uuid, _ in p.moves}
+        moving |= {uuid for j in w.jobs.values() for uuid, _ in j.moves}
+        return sorted(u for u, n in w.nodes.items() if n.instance_uuid and u in w.instance_host
+                      and w.host.get(u) == w.instance_host[u] in w.forced and u not in moving)
+
     @rule()
     def time_passes(self):
         self.step()
@@ -256,6 +286,12 @@ class HandoverUnderFaults(RuleBasedStateMachine):
         nodes = [node for node, _ in moving]
         assert len(nodes) == len(set(nodes)), f"two nova-manage runs on one node at once: {sorted(moving)}"
 
+    @invariant()
+    def a_node_whose_server_nova_deleted_never_moves(self):
+        w = self.world
+        for uuid, host in w.deleted.items():
+            assert w.host[uuid] == host and w.nodes[uuid].shard == host, (uuid, host, w.host[uuid], w.recorded)
+
     # --- settling: the faults stop, the pool converges ----------------------------------------
 
     def teardown(self):
@@ -264,6 +300,10 @@ class HandoverUnderFaults(RuleBasedStateMachine):
             return
         w.no_plan_for, w.blocker, w.nova_down = 0, False, False
         w.unschedulable.clear()
+        w.hidden = set()
+        for uuid in w.deleted:  # undeployed by hand, as HandoverDeletedInNova says: a free node again
+            w.nodes[uuid] = replace(w.nodes[uuid], instance_uuid=None, provision_state="available")
+        w.deleted.clear()
         for uuid, node in list(w.nodes.items()):
             if node.target_provision_state:
                 w.nodes[uuid] = replace(node, provision_state="active", target_provision_state=None)
@@ -344,9 +384,15 @@ class HandoverUnderFaults(RuleBasedStateMachine):
             w.recorded = handover_section_unseen(recorded, handover.unseen_problems(
                 recorded, found, "HandoverNovaUnavailable", "Nova: not answering"))
             return
-        nova = NovaView(w.services(), dict(w.host), {},
-                        frozenset(u for u in w.nodes if w.instance_host.get(u) not in (None, w.host.get(u))
-                                  and w.instance_host.get(u) == w.nodes[u].shard))
+        # as controller/handover.py reads Nova: the (maybe lying) list, then the step's questions
+        # read one by one (they tell the truth)
+        listed = {u: h for u, h in w.host.items() if u not in w.hidden}
+        subjects = set(found) | set(handover.holds(recorded=recorded, jobs=jobs, job_pods=job_pods))
+        asked = handover.nova_questions(subjects, nodes, listed, 2 * SETTINGS.max_concurrent)
+        nova = NovaView(w.services(), listed, {},
+                        frozenset(u for _, u in asked.half_moved if w.instance_host.get(u) == w.nodes[u].shard),
+                        {u: NodeRead(w.host.get(u), u in w.instance_host, w.instance_host.get(u), u)
+                         for u, _ in asked.direct})
         step = handover.decide(settings=SETTINGS, members=members, found=found,
                                ring_members=current.ring_members, pods=listed_pods, nodes=nodes,
                                owned=owned, nova=nova, jobs=jobs, job_pods=job_pods, recorded=recorded,
@@ -356,6 +402,7 @@ class HandoverUnderFaults(RuleBasedStateMachine):
         for batch in step.create_jobs:
             moves = tuple((mv.node_uuid, mv.target) for mv in batch.moves)
             assert batch.name not in w.jobs
+            assert not {uuid for uuid, _ in moves} & set(w.deleted), (moves, w.deleted)  # never a deleted server's
             w.jobs[batch.name] = JobView(batch.name, batch.source, moves, ACTIVE, attempt=batch.attempt)
             self.start_job_pod(batch.name)
         for name in step.delete_jobs:

@@ -22,6 +22,7 @@ from ironic_shard_operator.core.planner import plan
 from ironic_shard_operator.core.pool_memory import PoolMemory, memory_of
 from ironic_shard_operator.core.refusals import news
 from ironic_shard_operator.core.schedule import IN_GRACE_RECHECK_SECONDS, handover_retry_in, next_delay
+from tests.unit.nova_records import nova_view
 from tests.unit.upgrade import worlds
 from tests.unit.upgrade.worlds import GRACE, HANDOVER, HELD, LEAKED_AFTER, NOW, POLL, REFUSALS, World, job_from, plain
 
@@ -36,7 +37,7 @@ def step(world: World, jobs, memory: PoolMemory):
                              owned=the_plan.owned, pods=world.pods, now=world.now)
     return handover.decide(settings=HANDOVER, members=world.members, found=found,
                            ring_members=the_plan.ring_members, pods=world.pods, nodes=world.nodes,
-                           owned=the_plan.owned, nova=handover.NovaView(world.services, world.compute_host, {}),
+                           owned=the_plan.owned, nova=nova_view(world.services, world.compute_host, nodes=world.nodes),
                            jobs=jobs, now=world.now, recorded=memory.handover)
 
 

@@ -94,6 +94,19 @@ class ComputeService:
 
 
 @dataclass(frozen=True, slots=True)
+class Instance:
+    """One server as Nova shows it when read directly (`GET /servers/{id}`): the host and the
+    compute node (for Ironic, the node uuid) it runs on, its `task_state` (an action in
+    progress: only the instance's own compute clears it) and `vm_state`."""
+
+    id: str
+    host: str | None
+    node: str | None
+    task_state: str | None
+    vm_state: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Hypervisor:
     """One compute node in Nova: for Ironic, `node_uuid` is the Ironic node and `host` the
     nova-compute service (the member) that reports it."""
@@ -106,8 +119,8 @@ class Hypervisor:
 
 class NovaAdapter:
     """A cloud's Nova as the operator needs it: `check()`, `compute_services()`,
-    `service(host)`, `set_forced_down()`, `delete_service()`, `hypervisors()`,
-    `instances_on_node()`, `host_mapped()`.
+    `service(host)`, `set_forced_down()`, `set_disabled()`, `delete_service()`, `hypervisors()`,
+    `hypervisor_host()`, `instances_on_node()`, `instance()`, `instances_on_host()`, `host_mapped()`.
 
     Construction does no I/O; the first call finds the compute endpoint and checks it once.
     `requests_made` counts every request sent (answered or not), `writes_made` the PUTs and
@@ -211,6 +224,54 @@ class NovaAdapter:
         return None if items is None else tuple(_hypervisor(item) for item in items)
 
     @redacting
+    def hypervisor_host(self, node: str) -> str | None:
+        """The host Nova names for the compute node `node` (an Ironic node uuid), read directly
+        (`hypervisor_hostname_pattern`, which matches a part of the name: only the exact name
+        counts); None when Nova lists no such compute node. A proof where a list's silence is
+        not one (a page that ended early, a host not mapped to a cell)."""
+        self.check()
+        # Raw: one filtered read of the same records `hypervisors` reads raw
+        response = self._compute.get(self._url("/os-hypervisors/detail", {"hypervisor_hostname_pattern": node}))
+        if response.status_code == 404:
+            return None
+        self._raise_for_status(response, f"read the compute node {node}")
+        hosts = {_hypervisor(item).host for item in response.json()["hypervisors"]
+                 if item.get("hypervisor_hostname") == node}
+        return hosts.pop() if len(hosts) == 1 else None
+
+    @redacting
+    def instance(self, instance_id: str) -> Instance | None:
+        """The server `instance_id` read directly (admin: any project); None when Nova answers
+        that it has no such server (deleted, or never Nova's). Any other failure raises: a
+        server Nova cannot show (a cell down) is unknown, never absent."""
+        self.check()
+        # Raw: the four admin fields by name; openstacksdk's Server renders ~100 attributes
+        response = self._compute.get(self._url(f"/servers/{quote(instance_id, safe='')}"))
+        if response.status_code == 404:
+            return None
+        self._raise_for_status(response, f"read the server {instance_id}")
+        return _instance(response.json()["server"])
+
+    @redacting
+    def instances_on_host(self, host: str) -> tuple[Instance, ...]:
+        """The non-deleted servers Nova places on `host` (admin filter `host`, every project),
+        as `instance` reads each. Servers of a cell that does not answer are left out by Nova:
+        this list only ever proves that something is there."""
+        self.check()
+        found: list[Instance] = []
+        marker: str | None = None
+        while True:
+            query = {"all_tenants": 1, "host": host, "limit": 1000, **({"marker": marker} if marker else {})}
+            # Raw: as `instance`; the detail list is the one that carries the task state
+            response = self._compute.get(self._url("/servers/detail", query))
+            self._raise_for_status(response, f"list the servers on {host}")
+            page = response.json()["servers"]
+            found += [_instance(item) for item in page]
+            if len(page) < 1000:
+                return tuple(found)
+            marker = page[-1]["id"]
+
+    @redacting
     def instances_on_node(self, host: str, node: str) -> int:
         """Non-deleted instances Nova places on `host`'s compute node `node` (for Ironic, the
         node uuid): nova-manage refuses to move a node with more than one. One request of the
@@ -248,20 +309,34 @@ class NovaAdapter:
 
         Raises ServiceNotFound when the service is gone.
         """
+        return self._update_service(service, "set forced_down", is_forced_down=forced_down)
+
+    @redacting
+    def set_disabled(self, service: ComputeService, reason: str | None) -> ComputeService:
+        """Disable `service` with `reason` (the scheduler then sends it no new builds; it still
+        serves its instances), or enable it (`reason` None); return the service as Nova now
+        reports it. Raises ServiceNotFound when the service is gone."""
+        if reason is None:  # Nova refuses a disabled_reason beside "enabled"
+            return self._update_service(service, "enable", status="enabled")
+        return self._update_service(service, "disable", status="disabled", disabled_reason=reason)
+
+    def _update_service(self, service: ComputeService, action: str, **changes: Any) -> ComputeService:
+        """One `PUT /os-services/{id}` sending exactly `changes` (openstacksdk Service fields)."""
         from openstack import exceptions as sdk
 
         self.check()
         record = self._service_record(service)
-        record.is_forced_down = forced_down
+        for name, value in changes.items():
+            setattr(record, name, value)
         try:
             # The record's own commit: the proxy's update_service(_forced_down) first asks Nova's
             # version document through keystoneauth, outside this adapter's transport
             updated = record.commit(self._compute)
         except sdk.NotFoundException:
             raise ServiceNotFound(f"Nova has no compute service {service.id} (host "
-                                  f"{service.host}) any more: cannot set forced_down") from None
+                                  f"{service.host}) any more: cannot {action} it") from None
         except sdk.HttpException as error:
-            self._raise_for_status(error.response, f"set forced_down of {service.host}")
+            self._raise_for_status(error.response, f"{action} the compute service of {service.host}")
             raise
         return _service(updated)
 
@@ -371,6 +446,12 @@ def _service(record: Any) -> ComputeService:
     return ComputeService(id=str(record.id), host=record.host, up=record.state == "up",
                           enabled=record.status == "enabled", forced_down=bool(record.is_forced_down),
                           disabled_reason=record.disabled_reason)
+
+
+def _instance(item: Mapping[str, Any]) -> Instance:
+    return Instance(id=item["id"], host=item.get("OS-EXT-SRV-ATTR:host"),
+                    node=item.get("OS-EXT-SRV-ATTR:hypervisor_hostname"),
+                    task_state=item.get("OS-EXT-STS:task_state"), vm_state=item.get("OS-EXT-STS:vm_state"))
 
 
 def _hypervisor(item: Mapping[str, Any]) -> Hypervisor:

@@ -23,6 +23,7 @@ from ironic_shard_operator.controller.host_mapping import HostMappingOutcome, Ma
 from ironic_shard_operator.controller.ironic_cycle import CycleReport, ObservationMemory, run_cycle
 from ironic_shard_operator.controller.leader import WriteStop
 from ironic_shard_operator.controller.nova_cycle import NovaOutcome, NovaRuntime, run_nova_cycle
+from ironic_shard_operator.controller.retiring_services import RetiringOutcome, switch_services
 from ironic_shard_operator.core import host_mapping, model, nova_policy
 from ironic_shard_operator.core.guard_holds import held_by_guard
 from ironic_shard_operator.core.pool_memory import PoolMemory
@@ -57,6 +58,7 @@ class CloudResult:
     nova: NovaOutcome | None = None
     handover: HandoverOutcome | None = None
     host_mapping: HostMappingOutcome | None = None
+    retiring: RetiringOutcome | None = None
 
     @property
     def plan(self) -> model.Plan | None:
@@ -215,6 +217,7 @@ class CloudSide:
             previous=work.pool_memory.nova, now=work.now, metrics=metrics, may_write=work.may_write,
             held=work.held, member_confs=work.member_confs, stop=interrupt.is_set)
         times.lap("nova")
+        retiring = await _retiring_services(work, nova, plan)
         mapping = await _host_mapping(work, nova, set(plan.members_to_delete if plan else ()))
         times.lap("host_mapping")
         # Before the writes: a member whose host this cycle found mapped (or unmapped) is in the
@@ -224,6 +227,7 @@ class CloudSide:
             mapping=recorded.host_mapping if mapping is None or mapping.section is None
             else host_mapping.recorded_mapping(mapping.section))
         if plan is not None and (plan.moves or now_awaiting != awaiting) and not pool.paused:
+            # 4. the writes; a retiring member's free nodes only once Nova shows its service disabled
             guarded = guarded_owners(work.members, work.now, pool.spec.rebalance_after_seconds, nova.services,
                                      work.identities)
             try:
@@ -231,7 +235,7 @@ class CloudSide:
                     run_cycle, work.adapter, pool.spec, work.members, now=work.now,
                     stop=WriteStop(interrupt, work.may_write), autoscale_history=work.pool_memory.autoscale,
                     memory=work.memory, full_resync_seconds=pool.ironic.full_resync_seconds, guarded=guarded,
-                    awaiting_nova=now_awaiting)
+                    awaiting_nova=now_awaiting, kept_by=retiring.kept_by)
                 result = CloudResult(report, applied=report.moves_applied)
                 _record_listing(metrics, work.key, report)
                 if report.moves_applied and metrics is not None:
@@ -256,7 +260,7 @@ class CloudSide:
             if handover_outcome.resharded and work.memory is not None:
                 work.memory.last = None  # shards written outside run_cycle: list in full next time
             times.lap("handover")
-        return CloudResult(result.report, result.error, result.applied, nova, handover_outcome, mapping)
+        return CloudResult(result.report, result.error, result.applied, nova, handover_outcome, mapping, retiring)
 
 
 class StageTimes:
@@ -284,6 +288,18 @@ class StageTimes:
         if total >= SLOW_SIDE_SECONDS:
             log.info("pool %s: the Ironic and Nova side took %.1f s: %s", key, total,
                      ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in self.seconds))
+
+
+async def _retiring_services(work: CloudWork, nova: NovaOutcome, plan: model.Plan | None) -> RetiringOutcome:
+    """3a. the retiring members' Nova services disabled, and those whose retire ended enabled
+    again (controller/retiring_services.py), from the services the Nova side just read. A
+    cloud whose Nova is off for the pool (status.nova Disabled, now or last recorded) has
+    nothing to disable."""
+    state = (nova.section or work.pool_memory.nova.section or {}).get("state")
+    adapter = None if work.nova.adapter is None or state in (None, "Disabled") else work.nova.adapter
+    return await asyncio.to_thread(
+        switch_services, adapter, pool_key=work.key, retiring=plan.retiring if plan is not None else (),
+        identities=work.identities, services=nova.services, may_write=work.may_write, paused=work.pool.paused)
 
 
 async def _host_mapping(work: CloudWork, nova: NovaOutcome, deleting: AbstractSet[str]) -> HostMappingOutcome | None:

@@ -102,7 +102,9 @@ async def run_handover(work: HandoverWork, pool: Pool, *, ironic: IronicAdapter,
         return _unseen(recorded, found, reason, message)
     try:
         view = await asyncio.to_thread(_nova_view, nova, set(found) | set(held), nodes,
-                                       2 * (settings.max_concurrent if settings else 1))
+                                       2 * (settings.max_concurrent if settings else 1),
+                                       {m for m, trigger in found.items() if trigger == handover.SCALE_DOWN
+                                        and m in with_pod})
     except NovaError as error:
         return _unseen(recorded, found, "HandoverNovaUnavailable", f"Nova: {error}")
     step = handover.decide(settings=settings, members=members, found=found,
@@ -160,19 +162,33 @@ async def manage_config_problem(kube: Any, pool: Pool) -> tuple[str, str] | None
     return ("HandoverConfigInvalid", problem) if problem else None
 
 
-def _nova_view(nova: NovaAdapter, subjects: set[str], nodes: Sequence[Node], per_source: int) -> handover.NovaView:
+def _nova_view(nova: NovaAdapter, subjects: set[str], nodes: Sequence[Node], per_source: int,
+               retiring: set[str]) -> handover.NovaView:
     """Services, the hypervisor list, and Nova's answers to the step's questions about the
     subjects' nodes (core/handover.py::nova_questions): the instances on the next nodes to
-    move, and the half moves (blocking)."""
+    move, the half moves, the nodes read one by one before anything irreversible, and the
+    servers with a task in progress on each `retiring` source (blocking)."""
     try:
         services = nova.compute_services()
         hosts = {h.node_uuid: h.host for h in nova.hypervisors() or ()}
         asked = handover.nova_questions(subjects, nodes, hosts, per_source)
         instances = {uuid: nova.instances_on_node(subject, uuid) for subject, uuid in asked.count}
         left = {uuid: nova.instances_on_node(subject, uuid) for subject, uuid in asked.half_moved}
+        read = {uuid: _node_read(nova, uuid, instance) for uuid, instance in asked.direct}
+        tasks = {host: tuple((i.id, i.task_state) for i in nova.instances_on_host(host) if i.task_state)
+                 for host in sorted(retiring)}
     except (NovaNotConfigured, NovaAuthError, NovaTooOld) as error:
         raise NovaError(f"{error} (handover needs Nova: HandoverNeedsNova)") from error
-    return handover.NovaView(services, hosts, instances, handover.stranded(left))
+    return handover.NovaView(services, hosts, instances, handover.stranded(left), read, tasks)
+
+
+def _node_read(nova: NovaAdapter, uuid: str, instance_id: str) -> handover.NodeRead:
+    """Node `uuid` and its server `instance_id`, each read directly (core's NodeRead)."""
+    instance = nova.instance(instance_id)
+    host = nova.hypervisor_host(uuid)
+    if instance is None:
+        return handover.NodeRead(host, instance_found=False)
+    return handover.NodeRead(host, True, instance.host, instance.node, instance.task_state, instance.vm_state)
 
 
 async def _job_view(kube: Any, pool: Pool, raw: dict[str, Any]) -> handover.JobView | None:
@@ -197,48 +213,68 @@ async def _act(work: HandoverWork, pool: Pool, step: handover.HandoverStep, iron
                nova: NovaAdapter | None, view: handover.NovaView, nodes: Sequence[Node],
                events: list[Event], jobs: Sequence[handover.JobView] = ()) -> int:
     """Carry out the step in order, one Event per write done (appended to `events`); returns
-    the Ironic shards written. A failure stops the rest of the step (the next cycle derives it
-    again). A batch of shard writes all applied is timed per node from its Job's creation
+    the Ironic shards written. Each write fails on its own: a refused one (a namespace quota, a
+    service Nova lost) is reported on its source and the others go on (the next cycle derives
+    it again); the Lease is asked before each (`may_write`), and once it is lost nothing more
+    is written. A batch of shard writes all applied is timed per node from its Job's creation
     (`jobs`: the pool's Jobs as read this step)."""
     kube, metrics, resharded = work.kube, work.metrics, 0
     retried = dict(step.retried)
     triggers = {p.member: p.trigger for p in step.progress}
-    try:
-        for source in step.force_down:
-            service = view.services[source]
-            await asyncio.to_thread(nova.set_forced_down, service, True)
+    sources = {job.name: job.source for job in jobs}
+
+    async def attempt(source: str, what: str, write: Callable[[], Any]) -> Any:
+        if not work.may_write():
+            return None
+        try:
+            return await write()
+        except (KubeError, NovaError, ServiceNotFound, IronicError) as error:
+            log.warning("pool %s: handover of %s: %s failed: %s", pool.key, source, what, error)
+            events.append(Event("HandoverWaiting", f"Handover of {source}: {what} failed, tried again next cycle: "
+                                                   f"{error}", "Warning"))
+            return None
+
+    for source in step.force_down:
+        if await attempt(source, f"forcing Nova compute service {source} down", lambda s=source: asyncio.to_thread(
+                nova.set_forced_down, view.services[s], True)) is not None:
             events.append(Event("HandoverForcedDown", f"Forced Nova compute service {source} down: its pod is "
                                                       "gone and its nodes with instances are handed over"))
-        for batch in step.create_jobs:
-            if await kube.create_job(pool.namespace, handover_job.render_job(pool, batch)):
-                events.append(Event("HandoverJobCreated",
-                                    f"Created Job {batch.name}: nova-manage moves {len(batch.moves)} nodes of "
-                                    f"{batch.source} in Nova ({spread(batch.moves)})"
-                                    + (f", attempt {batch.attempt}" if batch.attempt > 1 else "")))
-        for name in step.delete_jobs:
-            if await kube.delete_job(pool.namespace, name):
-                events.append(Event("HandoverJobDeleted", f"Deleted handover Job {name}"))
-                if name in retried and metrics is not None:
-                    metrics.record_handover_job_failure(pool.key, retried[name])
-        by_trigger: dict[str, list] = {}
-        for move in step.shard_writes:
-            by_trigger.setdefault(triggers.get(move.source, handover.SCALE_DOWN), []).append(move)
-        for trigger, moves in sorted(by_trigger.items()):
-            started = time.monotonic()
-            result = await asyncio.to_thread(ironic.hand_over, moves, nodes, work.write_stop())
-            resharded += result.applied
-            if result.applied:
-                if metrics is not None:
-                    metrics.record_handover_nodes(pool.key, trigger, result.applied)
-                    if result.applied == len(moves):  # which ones of a partial batch: unknown
-                        metrics.record_handover_durations(
-                            pool.key, trigger, handover.handover_durations(moves, jobs, time.time()))
-                events.append(Event("HandedOverNodes",
-                                    f"Set the Ironic shard of {result.applied} nodes with instances after Nova "
-                                    f"moved them ({trigger}: {spread(moves)}; {time.monotonic() - started:.2f}s)"))
-    except (KubeError, NovaError, ServiceNotFound, IronicError) as error:
-        log.warning("pool %s: handover step stopped: %s", pool.key, error)
-        events.append(Event("HandoverWaiting", f"Handover step stopped, tried again next cycle: {error}", "Warning"))
+    not_created: set[str] = set()
+    for batch in step.create_jobs:
+        created = await attempt(batch.source, f"creating Job {batch.name}", lambda b=batch: kube.create_job(
+            pool.namespace, handover_job.render_job(pool, b)))
+        if created is None:
+            not_created.add(batch.source)
+        if created:
+            events.append(Event("HandoverJobCreated",
+                                f"Created Job {batch.name}: nova-manage moves {len(batch.moves)} nodes of "
+                                f"{batch.source} in Nova ({spread(batch.moves)})"
+                                + (f", attempt {batch.attempt}" if batch.attempt > 1 else "")))
+    for name in step.delete_jobs:
+        if name in retried and sources.get(name) in not_created:
+            continue  # a failed Job is the record of its attempt: it goes once its batch's next Job exists
+        if await attempt(sources.get(name, name), f"deleting Job {name}",
+                         lambda n=name: kube.delete_job(pool.namespace, n)):
+            events.append(Event("HandoverJobDeleted", f"Deleted handover Job {name}"))
+            if name in retried and metrics is not None:
+                metrics.record_handover_job_failure(pool.key, retried[name])
+    by_source: dict[str, list] = {}
+    for move in step.shard_writes:
+        by_source.setdefault(move.source, []).append(move)
+    for source, moves in sorted(by_source.items()):
+        trigger = triggers.get(source, handover.SCALE_DOWN)
+        started = time.monotonic()
+        result = await attempt(source, f"writing the Ironic shard of {len(moves)} nodes", lambda ms=moves: (
+            asyncio.to_thread(ironic.hand_over, ms, nodes, work.write_stop())))
+        if result is None or not result.applied:
+            continue
+        resharded += result.applied
+        if metrics is not None:
+            metrics.record_handover_nodes(pool.key, trigger, result.applied)
+            if result.applied == len(moves):  # which ones of a partial batch: unknown
+                metrics.record_handover_durations(pool.key, trigger,
+                                                  handover.handover_durations(moves, jobs, time.time()))
+        events.append(Event("HandedOverNodes",
+                            f"Set the Ironic shard of {result.applied} nodes with instances after Nova "
+                            f"moved them ({trigger}: {spread(moves)}; {time.monotonic() - started:.2f}s)"))
     return resharded
-
-

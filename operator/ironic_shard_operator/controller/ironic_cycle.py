@@ -123,6 +123,7 @@ def run_cycle(
     full_resync_seconds: float = observation.DEFAULT_FULL_RESYNC_SECONDS,
     guarded: frozenset[str] | None = None,
     awaiting_nova: frozenset[str] = frozenset(),
+    kept_by: frozenset[str] = frozenset(),
 ) -> CycleReport:
     """Observe the pool in Ironic (by need, with `memory`; see the module doc), plan with
     the pure planner, write the moves, report.
@@ -133,7 +134,9 @@ def run_cycle(
     leaves only by a guarded move (shard_write.guarded_owners, from Nova's services); None:
     the live owners (shard_write.live_owners), for a caller that knows nothing of Nova.
     `awaiting_nova`: members Nova cannot schedule to yet, kept out of the ring (the planner's).
-    Ironic errors propagate as IronicError subclasses, after which Ironic holds a consistent,
+    `kept_by`: owners whose free nodes do not move this cycle (retiring members Nova does not
+    show disabled yet: core/retiring_service.py::moves_wait_for); their moves count as not
+    attempted. Ironic errors propagate as IronicError subclasses, after which Ironic holds a consistent,
     partial result. The adapter's one-time check() (first use) is not counted in the report's
     requests. Moves are written only when every node they move was listed by this cycle (a
     full listing, or the listing of their source owner or of the unsharded nodes).
@@ -149,7 +152,7 @@ def run_cycle(
         applied = ApplyResult(planned=len(seen.decision.moves), not_attempted=len(seen.decision.moves))
     else:
         owners = live_owners(members, now, spec.rebalance_after_seconds) if guarded is None else guarded
-        applied = _write_moves(adapter, seen, owners, stop, memory)
+        applied = _write_moves(adapter, seen, owners, stop, memory, kept_by)
     return CycleReport(
         nodes=seen.nodes,
         plan=seen.decision,
@@ -244,14 +247,18 @@ def _listed(adapter: IronicAdapter, planner: _Planner, reason: ListingReason, *,
 
 
 def _write_moves(adapter: IronicAdapter, seen: _Seen, owners: frozenset[str], stop: threading.Event | None,
-                 memory: ObservationMemory | None) -> ApplyResult:
-    """The plan's moves written, those leaving one of `owners` guarded (core/shard_write.py);
-    the memory then knows the pool was written since its listing, whatever happened."""
+                 memory: ObservationMemory | None, kept_by: frozenset[str] = frozenset()) -> ApplyResult:
+    """The plan's moves written, those leaving one of `owners` guarded (core/shard_write.py)
+    and none leaving one of `kept_by` (counted not attempted); the memory then knows the pool
+    was written since its listing, whatever happened."""
+    moves = [move for move in seen.decision.moves if move.source not in kept_by]
     try:
         guard = Guard(owners)
-        if asks_placement(seen.decision.moves, owners):
+        if asks_placement(moves, owners):
             guard = Guard(owners, *placement_question(adapter))
-        return adapter.apply_moves(seen.decision.moves, seen.nodes, stop, guard)
+        result = adapter.apply_moves(moves, seen.nodes, stop, guard)
+        return replace(result, planned=result.planned + len(seen.decision.moves) - len(moves),
+                       not_attempted=result.not_attempted + len(seen.decision.moves) - len(moves))
     finally:
         if memory is not None and memory.last is not None:
             memory.last = replace(memory.last, wrote_since=True)

@@ -482,6 +482,7 @@ async def _report(cycle: _Cycle, pool: Pool, members: _Members, secrets: _Secret
     events.extend(nova.events if nova is not None else ())
     events.extend(outcome.events if outcome is not None else ())
     events.extend(mapping.events if mapping is not None else ())
+    events.extend(result.retiring.events if result is not None and result.retiring is not None else ())
     guard = None
     if report is not None and plan is not None:
         guard, leaks = guard_section(cycle.memory.guard, report.applied.held,

@@ -45,6 +45,11 @@ JOB_MAX_RETRY_SECONDS = 960.0
 # (HandoverWaitingForBusyNodes). At most BUSY_LISTED of them are listed in the status.
 BUSY_WARNING_SECONDS = 1800.0
 BUSY_LISTED = 20
+# ... and for its servers with a task in progress (a reboot, a power action, a rebuild: only
+# the instance's own nova-compute clears `task_state`, and after a handover that compute never
+# runs again), at most this long: then a Warning names them with the fix
+# (HandoverServerTasksLeft) and the pod goes.
+TASK_WAIT_SECONDS = 1800.0
 # Why a Job failed, from its log (bounded: the `reason` label of the failures metric):
 # nova-manage refused a precondition (source not forced down, destination forced down, more
 # than one instance, an unknown node or host), the database could not be reached or refused
@@ -56,6 +61,31 @@ ACTIVE, SUCCEEDED, FAILED = "Active", "Succeeded", "Failed"
 # reported, a retiring source's pod keeps running (stopping it would only make its instances
 # unmanageable, with no handover to follow).
 BLOCKERS = frozenset({"HandoverConfigInvalid", "HandoverNeedsNova", "HandoverNoDestination"})
+# A node whose server Nova deleted while its source was down (status.handover.problems, an
+# Event, the metric of the nodes reported so).
+DELETED_IN_NOVA = "HandoverDeletedInNova"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRead:
+    """A node and its instance read from Nova directly, one by one (not from a list, whose
+    silence proves nothing: a page that ended early, a host not mapped to a cell, a cell that
+    does not answer): `host` the host Nova names for the node's compute node (None: Nova has
+    no compute node for it); `instance_found` whether Nova has the server Ironic's
+    `instance_uuid` names (False: Nova answered that it has none); where that server runs
+    (`instance_host`, `instance_node`) and what it is doing (`task_state`, `vm_state`)."""
+
+    host: str | None
+    instance_found: bool
+    instance_host: str | None = None
+    instance_node: str | None = None
+    task_state: str | None = None
+    vm_state: str | None = None
+
+    def proves(self, uuid: str, host: str) -> bool:
+        """Whether Nova, read directly, names `host` for the compute node `uuid` and for the
+        server on it: the proof every irreversible step of a handover waits for."""
+        return self.host == host and self.instance_found and (self.instance_host, self.instance_node) == (host, uuid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +102,25 @@ class NovaView:
     # between, it leaves this half move, and refuses to finish it (the compute node's service,
     # the destination, is not forced down).
     stranded: frozenset[str] = frozenset()
+    # The nodes of NovaQuestions.direct, read one by one (node uuid -> NodeRead).
+    read: Mapping[str, NodeRead] = field(default_factory=dict)
+    # For each retiring source with a pod: its servers that have a task in progress
+    # (server id, task_state), as Nova's list of the servers on its host shows them.
+    tasks: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+
+    def host_of(self, uuid: str) -> str | None:
+        """The host Nova names for the compute node `uuid`: its list's word, else a direct
+        read's; None: no compute node, or not known (`known`)."""
+        listed = self.compute_host.get(uuid)
+        if listed is not None:
+            return listed
+        found = self.read.get(uuid)
+        return found.host if found is not None else None
+
+    def known(self, uuid: str) -> bool:
+        """Whether Nova said where the compute node `uuid` is: listed, or read directly (then
+        also "nowhere"). Absent from the list alone is unknown, never "no compute node"."""
+        return uuid in self.compute_host or uuid in self.read
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +130,16 @@ class NovaQuestions:
     `count`: the instances on the next nodes Nova still lists under the subject, at most
     `per_source` of them in uuid order (the order Jobs take them in; nova-manage refuses a
     node with more than one, and counts the others itself); `half_moved`: whether an instance
-    still names the subject on a node Nova lists under another host (`stranded`)."""
+    still names the subject on a node Nova lists under another host (`stranded`); `direct`:
+    (node uuid, instance uuid) of the nodes to read one by one before anything irreversible
+    (NodeRead): the next nodes to batch (their server must be found on the subject: one Nova
+    deleted while the subject was down is never moved), those Nova lists under another host
+    (their shard is written only on a direct read's proof), and those the list is silent about
+    (unknown until read; at most `per_source` of them per subject)."""
 
     count: tuple[tuple[str, str], ...]
     half_moved: tuple[tuple[str, str], ...]
+    direct: tuple[tuple[str, str], ...] = ()
 
 
 def nova_questions(subjects: Iterable[str], nodes: Iterable[Node], compute_host: Mapping[str, str],
@@ -94,12 +149,16 @@ def nova_questions(subjects: Iterable[str], nodes: Iterable[Node], compute_host:
     nodes = tuple(nodes)
     count: list[tuple[str, str]] = []
     half_moved: list[tuple[str, str]] = []
+    direct: list[tuple[str, str]] = []
     for subject in sorted(subjects):
-        mine = [n for n in nodes if n.shard == subject and n.instance_uuid]
-        waiting = sorted(n.uuid for n in mine if compute_host.get(n.uuid) == subject)
-        count += [(subject, uuid) for uuid in waiting[:per_source]]
-        half_moved += [(subject, n.uuid) for n in mine if compute_host.get(n.uuid, subject) != subject]
-    return NovaQuestions(tuple(count), tuple(half_moved))
+        mine = sorted((n for n in nodes if n.shard == subject and n.instance_uuid), key=lambda n: n.uuid)
+        waiting = [n for n in mine if compute_host.get(n.uuid) == subject][:per_source]
+        elsewhere = [n for n in mine if compute_host.get(n.uuid, subject) != subject]
+        unlisted = [n for n in mine if n.uuid not in compute_host][:per_source]
+        count += [(subject, n.uuid) for n in waiting]
+        half_moved += [(subject, n.uuid) for n in elsewhere]
+        direct += [(n.uuid, str(n.instance_uuid)) for n in waiting + elsewhere + unlisted]
+    return NovaQuestions(tuple(count), tuple(half_moved), tuple(direct))
 
 
 def stranded(instances_left: Mapping[str, int]) -> frozenset[str]:
@@ -160,6 +219,16 @@ class BusyNode:
 
 
 @dataclass(frozen=True, slots=True)
+class BusyServer:
+    """A server of a retiring source with a task in progress (`task`, its task_state) since
+    `since` (epoch seconds, kept across cycles)."""
+
+    server: str
+    task: str
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
 class SourceProgress:
     """One entry of status.handover.sources (the CRD describes the fields)."""
 
@@ -177,6 +246,7 @@ class SourceProgress:
     next_retry_at: float | None = None
     busy: tuple[BusyNode, ...] = ()
     held: bool = False
+    busy_servers: tuple[BusyServer, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,13 +392,17 @@ def unseen_problems(recorded: RecordedHandover, found: Mapping[str, str], reason
 
 
 def why_pod_stays(*, free: int, busy: Sequence[tuple[str, str]], ring_members: Sequence[str],
-                  stalled: bool, guarded: int = 0, leaked: int = 0) -> str | None:
+                  stalled: bool, guarded: int = 0, leaked: int = 0, still_listed: int = 0,
+                  tasks: Sequence[tuple[str, str]] = ()) -> str | None:
     """Why a retiring source's pod is not stopped yet, None when it may go: its free nodes
     move first (its nova-compute serves them meanwhile; `guarded` of them the shard-write guard
     holds for Placement allocations, `leaked` of those reported as leaked allocations), a node
     of it is mid-operation (its nova-compute may be driving it: a deploy stopped half-way needs
-    a reset by hand), no ring member could take its nodes, or a problem stops every handover
-    (`stalled`)."""
+    a reset by hand), Nova still lists `still_listed` of its former free nodes under it (until
+    their new owner's resource tracker takes them, a build Nova placed on one is its
+    nova-compute's to deploy), a server of it has a task in progress (`tasks`: (server,
+    task_state); stopped now, it would answer 409 until an administrator resets it), no ring
+    member could take its nodes, or a problem stops every handover (`stalled`)."""
     if free:
         why = f"{free} free nodes still move to other members first"
         if guarded:
@@ -340,6 +414,12 @@ def why_pod_stays(*, free: int, busy: Sequence[tuple[str, str]], ring_members: S
     if busy:
         return f"{len(busy)} of its nodes are mid-operation: " + ", ".join(
             f"{uuid} ({state})" for uuid, state in busy[:5])
+    if still_listed:
+        return (f"Nova still lists {still_listed} of its former free nodes under it: its nova-compute serves them "
+                "until their new owner's resource tracker takes them")
+    if tasks:
+        return f"{len(tasks)} of its servers have a task in progress: " + ", ".join(
+            f"{server} ({task})" for server, task in tasks[:5])
     if not ring_members:
         return "no member is Ready to take its nodes"
     if stalled:
@@ -347,44 +427,37 @@ def why_pod_stays(*, free: int, busy: Sequence[tuple[str, str]], ring_members: S
     return None
 
 
-def pods_to_stop(plan: Plan | None, settings: Handover | None, members: Iterable[Member],
-                 pods: Iterable[str], now: float, *, stalled: bool = False) -> tuple[frozenset[str], frozenset[str]]:
-    """(pods to delete, pods not to create) that this cycle's plan starts a handover with.
+def failed_kept_away(plan: Plan | None, settings: Handover | None, members: Iterable[Member],
+                     pods: Iterable[str], now: float, *, stalled: bool = False) -> frozenset[str]:
+    """The failed sources this cycle's plan starts a handover with (their pods already gone):
+    no new pod while a ring member could take their nodes and no problem stops every handover
+    (else they come back: nothing would move their nodes).
 
-    A retiring source has its pod deleted once `why_pod_stays` has no reason left; a failed
-    source (its pod already gone) gets no new pod while a ring member could take its nodes and
-    no problem stops every handover (else it comes back: nothing would move its nodes). What
-    holds a source once its handover has begun is `holds`, from durable facts: a cycle without
-    a plan starts nothing and releases nothing.
+    A retiring source's pod is never stopped on a plan alone: only Nova shows whether its
+    former free nodes are listed elsewhere and its servers have no task in progress, so the
+    handover step decides it and records it (STOPPING_POD, `held`), and `holds` reads that
+    record, with or without a plan. A cycle without a plan starts nothing and releases nothing.
     """
     if plan is None or settings is None:
-        return frozenset(), frozenset()
-    loads = {load.name: load for load in plan.loads}
+        return frozenset()
     found = sources(settings=settings, members=members, retiring=plan.retiring, owned=plan.owned, pods=pods,
                     now=now)
-    moving_from = {move.source for move in plan.moves}
-    stop = frozenset(m for m, trigger in found.items() if trigger == SCALE_DOWN and m not in moving_from
-                     and why_pod_stays(free=loads[m].nodes - loads[m].pinned, busy=plan.busy.get(m, ()),
-                                       ring_members=plan.ring_members, stalled=stalled) is None)
-    held = frozenset(m for m, trigger in found.items()
+    return frozenset(m for m, trigger in found.items()
                      if trigger == FAILURE and set(plan.ring_members) - {m} and not stalled)
-    return stop, held
 
 
 def kept_away(plan: Plan | None, settings: Handover | None, members: Sequence[Member], pods: Iterable[str],
               now: float, *, held: Mapping[str, str], recorded: RecordedHandover) -> dict[str, str]:
     """Member -> why its pod must not run, for the pod side: the members a handover holds
-    (`held`, from `holds`: with or without a plan), and those this cycle's plan starts a
-    handover with (`pods_to_stop`, unless the last status says a problem stops every
-    handover). A member the plan retires is the pod side's to remove, whatever this says."""
-    stop, failed = pods_to_stop(plan, settings, members, pods, now, stalled=recorded.blocked)
+    (`held`, from `holds`: with or without a plan; a retiring source from the step's record
+    that it may stop), and the failed sources this cycle's plan starts a handover with
+    (`failed_kept_away`, unless the last status says a problem stops every handover). A member
+    the plan retires is the pod side's to remove, whatever this says."""
+    failed = failed_kept_away(plan, settings, members, pods, now, stalled=recorded.blocked)
     # The step's own word comes first: a source it found Blocked with nothing in flight (its
     # nodes refused) holds nothing, and a plan does not keep it from its pod either.
-    stuck = {m for m, e in recorded.sources.items() if e.get("phase") == BLOCKED and not recorded_held(e)}
-    stop, failed = stop - stuck, failed - stuck
+    failed -= {m for m, e in recorded.sources.items() if e.get("phase") == BLOCKED and not recorded_held(e)}
     away = dict(held)
-    for member in sorted(stop):
-        away.setdefault(member, "its handover starts: its free nodes have moved and none of its nodes is busy")
     for member in sorted(failed):
         away.setdefault(member, "it failed and its nodes with instances are handed over")
     return away
@@ -520,7 +593,7 @@ def receivers(nodes: Sequence[Node], nova: NovaView, jobs: Iterable[JobView],
     the Job pods that may still run. Each will own that node in Ironic; retired first, it never
     could (its compute node would be listed under a host with no member)."""
     found = {host for node in nodes if node.instance_uuid
-             and (host := nova.compute_host.get(node.uuid)) not in (None, node.shard)}
+             and (host := nova.host_of(node.uuid)) not in (None, node.shard)}
     return tuple(sorted(found | job_destinations(jobs, job_pods)))
 
 
@@ -570,6 +643,18 @@ def no_compute_node_message(source: str, nodes: Sequence[Node]) -> str:
             "(a deploy Nova forgot, or one made without Nova): tear the node down (openstack baremetal node "
             f"undeploy NODE) once nobody uses it; if there is one, its compute node is missing: {source}'s "
             "nova-compute records it again once it runs")
+
+
+def deleted_in_nova_message(source: str, nodes: Sequence[Node]) -> str:
+    """What nodes of `source` that Ironic says carry an instance Nova has no server for need:
+    the server was deleted while `source` was down (a local delete: Nova dropped its record,
+    Ironic never heard of it), so the machine still runs its workload and data. They are not
+    moved (nothing of Nova's is on them) and stay with the member; how to end it."""
+    listed = ", ".join(f"{n.uuid} (instance {n.instance_uuid})" for n in nodes[:5])
+    return (f"{len(nodes)} nodes of {source} still run an instance Nova has deleted ({listed}): the server was "
+            f"deleted while {source}'s nova-compute was down (a local delete), and Ironic kept the node deployed "
+            "with the deleted server's disk and data. They are not handed over and stay with the member. Once "
+            "nobody uses it, tear each down: openstack baremetal node undeploy NODE")
 
 
 def retry_delay(attempt: int) -> float:
@@ -702,13 +787,25 @@ class _Context:
         return next((n.shard for n in self.nodes if n.uuid == uuid), None)
 
     def settled(self, job: JobView) -> bool:
-        """Whether a Job that ended may go: no pod of it may still run, and every node Nova
-        shows it moved has its new shard in Ironic (until then the Job is the record of it)."""
+        """Whether a Job that ended may go: no pod of it may still run, and of each node it
+        carries Ironic shows the new shard, or Nova says (listed, or read directly) that it is
+        anywhere but under the destination. Until then the Job is the record of the move;
+        a node the list is silent about is unknown, never "not moved"."""
         if job.state == ACTIVE or self.pods_alive(job.name):
             return False
         owners = {n.uuid: n.shard for n in self.nodes}
-        return all(owners.get(uuid) == dest for uuid, dest in job.moves
-                   if self.nova.compute_host.get(uuid) == dest and uuid in owners)
+        return all(owners.get(uuid) == dest or uuid not in owners
+                   or (self.nova.known(uuid) and self.nova.host_of(uuid) != dest) for uuid, dest in job.moves)
+
+    def busy_servers(self, source: str) -> tuple[BusyServer, ...]:
+        """The source's servers with a task in progress, each since when the last status saw it so."""
+        seen = {b.get("server"): b.get("since") for b in (self.recorded.get(source) or {}).get("busyServers") or ()
+                if isinstance(b, Mapping)}
+        found = []
+        for server, task in sorted(self.nova.tasks.get(source, ())):
+            since = parse_time(seen.get(server)) if isinstance(seen.get(server), str) else None
+            found.append(BusyServer(server, task, self.now if since is None else min(since, self.now)))
+        return tuple(found)
 
     def busy_nodes(self, source: str) -> tuple[BusyNode, ...]:
         """The source's nodes mid-operation, each since when the last status saw it so."""
@@ -757,7 +854,7 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
                           message=_kept_message(kept))
     if source in ctx.with_pod:
         return _with_pod_step(source, base, [n.uuid for n in mine if not n.pinned], len(pinned), ctx, steps)
-    in_flight = source in ctx.running or any(ctx.nova.compute_host.get(n.uuid) not in (None, source) for n in pinned)
+    in_flight = source in ctx.running or any(ctx.nova.host_of(n.uuid) not in (None, source) for n in pinned)
     if not in_flight and (ctx.blocker is not None or not ctx.destinations):
         # nothing of it in flight and nothing can start: not held, its pod may come back
         why = ctx.blocker[1] if ctx.blocker is not None else _no_destination(
@@ -782,7 +879,7 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
     candidates = [node for node in pinned if _classify(node, source, trigger, ctx, steps, count, failed_job_nodes)]
     _report_unmovable(source, trigger, count, steps)
     phase = MOVING if pinned else DONE
-    stuck = count.refused or count.failed or count.unknown
+    stuck = count.refused or count.failed or count.unknown or count.deleted
     if phase == MOVING and not candidates and not count.in_flight and not count.done and stuck:
         phase = BLOCKED
     remaining = [j for j in own_jobs if j.name not in steps.delete_jobs]
@@ -792,7 +889,7 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
     held = phase == MOVING or in_flight or bool(remaining) or (phase == BLOCKED and trigger == SCALE_DOWN)
     progress = replace(base, phase=phase, done=count.done, in_flight=count.in_flight,
                        waiting=count.waiting + len(candidates),
-                       failed=count.failed + len(count.refused) + len(count.unknown),
+                       failed=count.failed + len(count.refused) + len(count.unknown) + len(count.deleted),
                        job=remaining[0].name if remaining else None,
                        message=_join(*count.reasons[:5], base.message), attempts=retries.last_attempt,
                        next_retry_at=retries.next_retry, held=held)
@@ -804,8 +901,8 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
 
 def _report_unmovable(source: str, trigger: str, count: _Count, steps: _Steps) -> None:
     """The problems of a source's nodes no Job can move: more than one instance in Nova
-    (HandoverRefused), no compute node in Nova (HandoverNoComputeNode); each also in its
-    message."""
+    (HandoverRefused), no compute node in Nova (HandoverNoComputeNode), a server Nova deleted
+    while Ironic still runs it (HandoverDeletedInNova); each also in its message."""
     if count.refused:
         message = (f"{len(count.refused)} nodes of {source} carry more than one instance in Nova "
                    f"({', '.join(count.refused[:5])}): nova-manage refuses them; delete the instances "
@@ -816,6 +913,13 @@ def _report_unmovable(source: str, trigger: str, count: _Count, steps: _Steps) -
         message = no_compute_node_message(source, count.unknown)
         steps.problems.append(Problem(trigger, "HandoverNoComputeNode", message))
         count.reasons.append(message)
+    if count.deleted:
+        message = deleted_in_nova_message(source, count.deleted)
+        steps.problems.append(Problem(trigger, DELETED_IN_NOVA, message))
+        count.reasons.append(message)
+    if count.tasks_left:
+        steps.problems.append(Problem(trigger, "HandoverServerTasksLeft", tasks_left_message(
+            source, count.tasks_left, "they were handed over so, and their new member's nova-compute never clears it")))
 
 
 @dataclass
@@ -835,7 +939,7 @@ def _ended_jobs(source: str, trigger: str, own_jobs: Sequence[JobView], ctx: _Co
     deleted to be tried again once its backoff is over (unless a blocker stops new Jobs)."""
     retries = _Retries()
     for job in own_jobs:
-        moved = [uuid for uuid, dest in job.moves if ctx.nova.compute_host.get(uuid) == dest]
+        moved = [uuid for uuid, dest in job.moves if ctx.nova.host_of(uuid) == dest]
         if job.state == ACTIVE or ctx.pods_alive(job.name):
             continue
         if job.state == SUCCEEDED or moved:
@@ -867,15 +971,20 @@ class _Count:
     failed: int = 0
     refused: list[str] = field(default_factory=list)
     unknown: list[Node] = field(default_factory=list)  # an instance in Ironic, no compute node in Nova
+    deleted: list[Node] = field(default_factory=list)  # an instance in Ironic that Nova has not (any more)
+    tasks_left: list[tuple[str, str]] = field(default_factory=list)  # (server, task) handed over with a task
     reasons: list[str] = field(default_factory=list)
 
 
 def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Steps, count: _Count,
               failed_job_nodes: set[str]) -> bool:
     """Count one pinned node of a source whose pod is gone and whose service is forced down;
-    True when it is ready for a Job. Nova's word on where a node is comes first."""
-    host = ctx.nova.compute_host.get(node.uuid)
+    True when it is ready for a Job. Nova's word on where a node is comes first; what is
+    irreversible (a shard written, a node put in a Job) waits for Nova's direct read of the
+    node and its server (`NodeRead`): a list's silence is never an answer."""
     uuid = node.uuid
+    host = ctx.nova.host_of(uuid)
+    read = ctx.nova.read.get(uuid)
     if host is not None and host != source and uuid in ctx.nova.stranded:
         if uuid in ctx.holding:  # its Job still runs: nova-manage's second save may follow
             count.in_flight += 1
@@ -886,13 +995,19 @@ def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Step
             count.reasons.append(f"node {uuid}: half moved in Nova (compute node under {host}, "
                                  f"instance still on {source})")
     elif host is not None and host != source:
-        if host in ctx.identities:  # Ironic follows Nova, even to a member that hands over in turn
-            count.done += 1
-            steps.shard_writes.append(Move(uuid, source, host))
-        else:
+        if host not in ctx.identities:
             count.failed += 1
             steps.problems.append(Problem(trigger, "HandoverIncomplete", stray_move_message(uuid, source, host)))
             count.reasons.append(f"node {uuid}: Nova lists it under {host}, no member to hand it to")
+        elif read is not None and read.proves(uuid, host):
+            count.done += 1  # Ironic follows Nova, even to a member that hands over in turn
+            steps.shard_writes.append(Move(uuid, source, host))
+            if read.task_state or read.vm_state == "error":
+                count.tasks_left.append((str(node.instance_uuid), read.task_state or "vm_state error"))
+        else:
+            count.in_flight += 1
+            count.reasons.append(f"node {uuid}: Nova's list names {host}; its shard is written once Nova, read "
+                                 f"directly, shows the node and its server on {host}")
     elif uuid in ctx.holding:
         count.in_flight += 1
     elif not node.instance_uuid or node.reservation or mid_operation(node) is not None:
@@ -900,6 +1015,10 @@ def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Step
         what = f"locked by {node.reservation}" if node.reservation else \
             f"in provision state {mid_operation(node) or node.provision_state}"
         count.reasons.append(f"node {uuid} waits: {what}")
+    elif not ctx.nova.known(uuid):
+        count.waiting += 1
+        count.reasons.append(f"node {uuid} waits: Nova's hypervisor list does not name it (unknown until read "
+                             "directly)")
     elif host is None:  # not Nova's: nova-manage has no compute node to move
         count.unknown.append(node)
     elif ctx.nova.instances.get(uuid, 1) > 1:
@@ -909,6 +1028,15 @@ def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Step
     elif source in ctx.opaque:
         count.waiting += 1
         count.reasons.append(f"node {uuid} waits: a pod of an earlier handover Job of {source} may still run")
+    elif read is None:
+        count.waiting += 1  # beyond this step's direct reads: a later step reads it
+    elif not read.instance_found:
+        count.deleted.append(node)
+    elif not read.proves(uuid, source):
+        count.waiting += 1
+        count.reasons.append(f"node {uuid} waits: its server {node.instance_uuid} is on "
+                             f"{read.instance_host or '(no host)'}/{read.instance_node or '(no node)'} in Nova, "
+                             f"not on {source}/{uuid}")
     else:
         return True
     return False
@@ -916,14 +1044,24 @@ def _classify(node: Node, source: str, trigger: str, ctx: _Context, steps: _Step
 
 def _with_pod_step(source: str, base: SourceProgress, free: Sequence[str], pinned: int, ctx: _Context,
                    steps: _Steps) -> _SourceStep:
-    """A source whose pod exists: it moves its free nodes and waits for its nodes
-    mid-operation first (MOVING_FREE), then its pod goes (STOPPING_POD: from here on it is
-    held). The same rule as the pod side's (`why_pod_stays`)."""
+    """A source whose pod exists: it moves its free nodes, waits for its nodes mid-operation,
+    for Nova to list its former free nodes elsewhere and for its servers' tasks first
+    (MOVING_FREE), then its pod goes (STOPPING_POD: from here on it is held; the pod side stops
+    a retiring source's pod only on this record). `why_pod_stays` says why it waits."""
     busy = ctx.busy_nodes(source)
     guarded = [uuid for uuid in free if uuid in ctx.guard_held]
+    still_listed = sum(1 for n in ctx.nodes if n.shard != source and not n.pinned
+                       and ctx.nova.compute_host.get(n.uuid) == source)
+    servers = ctx.busy_servers(source)
+    overdue = [b for b in servers if ctx.now - b.since >= TASK_WAIT_SECONDS]
     why = why_pod_stays(free=len(free), busy=[(b.node, b.state) for b in busy], ring_members=ctx.ring_members,
-                        stalled=ctx.stalled, guarded=len(guarded), leaked=sum(ctx.guard_held[u] for u in guarded))
+                        stalled=ctx.stalled, guarded=len(guarded), leaked=sum(ctx.guard_held[u] for u in guarded),
+                        still_listed=still_listed,
+                        tasks=[(b.server, b.task) for b in servers if b not in overdue])
     if why is None or source in ctx.running:  # (a Job of it running: it is held, whatever else)
+        if why is None and overdue:
+            steps.problems.append(Problem(base.trigger, "HandoverServerTasksLeft", tasks_left_message(
+                source, [(b.server, b.task) for b in overdue], f"waited {TASK_WAIT_SECONDS:g}s; its pod stops now")))
         return _SourceStep(replace(base, phase=STOPPING_POD, waiting=pinned, held=True,
                                    message=_join(f"waiting for pod {source} to be gone", base.message)))
     late = [b for b in busy if ctx.now - b.since >= BUSY_WARNING_SECONDS]
@@ -934,7 +1072,16 @@ def _with_pod_step(source: str, base: SourceProgress, free: Sequence[str], pinne
             + "; the handover goes on once they settle (check them in Ironic: a deploy or clean that "
               "hangs needs an administrator)")))
     return _SourceStep(replace(base, phase=MOVING_FREE, waiting=pinned, busy=busy[:BUSY_LISTED],
-                               message=_join(why, base.message)))
+                               busy_servers=servers[:BUSY_LISTED], message=_join(why, base.message)))
+
+
+def tasks_left_message(host: str, tasks: Sequence[tuple[str, str]], what: str) -> str:
+    """What servers left with a task in progress (or in vm_state error) on `host` need: no
+    nova-compute will clear it now, so Nova answers 409 to every action on them; the fix."""
+    listed = ", ".join(f"{server} ({task})" for server, task in tasks[:5])
+    return (f"{host}: {len(tasks)} servers keep a task in progress or an error state ({listed}); {what}. Nova "
+            "refuses actions on them (409) until an administrator resets each: check the machine in Ironic, then "
+            "openstack server set --state active SERVER (nova reset-state --active SERVER)")
 
 
 def _kept_message(kept: Sequence[Node]) -> str:
@@ -956,10 +1103,16 @@ def _cancel_step(member: str, ctx: _Context, steps: _Steps) -> None:
         sorted({p.job or p.name for p in ctx.job_pods if p.source == member and p.alive})
     count = _Count()
     nodes = sorted((n for n in ctx.nodes if n.shard == member and n.instance_uuid), key=lambda n: n.uuid)
+    unknown = [node.uuid for node in nodes if not ctx.nova.known(node.uuid)]
     for node in nodes:
-        host = ctx.nova.compute_host.get(node.uuid)
+        host = ctx.nova.host_of(node.uuid)
         if host is not None and host != member:
             _classify(node, member, trigger, ctx, steps, count, set())
+    _report_unmovable(member, trigger, count, steps)
+    if unknown:  # released only on Nova's word for each of its nodes
+        count.in_flight += len(unknown)
+        count.reasons.append(f"{len(unknown)} of its nodes Nova's hypervisor list does not name "
+                             f"({', '.join(unknown[:3])}): unknown until read directly")
     steps.delete_jobs.extend(j.name for j in own_jobs if ctx.settled(j))
     if running or count.done or count.in_flight or count.failed:
         reasons = [f"{len(running)} handover Jobs or pods still run ({', '.join(sorted(set(running))[:3])})"
@@ -971,10 +1124,12 @@ def _cancel_step(member: str, ctx: _Context, steps: _Steps) -> None:
             in_flight=count.in_flight + len(running), failed=count.failed,
             message=_join(f"{member} is no handover source any more: what is in flight ends first", *reasons)))
         return
-    finished = trigger_of(next((m for m in ctx.members if m.name == member), Member(member)),
-                          settings=ctx.settings, retiring=(), pods=ctx.with_pod, now=ctx.now) == FAILURE
     kept = len(nodes)
-    if finished and not kept:
+    if not kept and trigger == SCALE_DOWN:
+        steps.events.append(Event("HandoverDone", (
+            f"Every node with an instance of {member} is handed over; its retire goes on: its identity is removed "
+            "and its Nova service deleted once Nova lists nothing under it")))
+    elif not kept:
         steps.events.append(Event("HandoverDone", (
             f"Every node with an instance of {member} is handed over; the member is released: its pod is "
             "created again and owns only nodes that are not Nova's")))
@@ -1003,7 +1158,7 @@ def _place(to_place: Sequence[tuple[str, Node]], destinations: Sequence[str], no
     load: Counter[str | None] = Counter({m: owned.pinned[m] for m in destinations})
     for node in nodes:
         if node.shard in found and node.pinned:
-            host = nova.compute_host.get(node.uuid)
+            host = nova.host_of(node.uuid)
             if host in destinations:
                 load[host] += 1
             elif node.uuid in holding and holding[node.uuid][1] in destinations:

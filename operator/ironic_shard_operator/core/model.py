@@ -56,6 +56,9 @@ class Node:
     provision_state: str | None = None
     target_provision_state: str | None = None
     reservation: str | None = None
+    # A power action in progress (Ironic's target_power_state): the conductor holds the node's
+    # lock meanwhile (`reservation`), so such a node is pinned already; it is mid-operation too.
+    target_power_state: str | None = None
     pinned: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -269,11 +272,14 @@ class Plan:
 
 def mid_operation(node: Node) -> str | None:
     """The provision state (with " -> target", if any) of a node in the middle of an operation:
-    a transitional provision state, or any target state. None for a node at rest. A lock alone
-    is not an operation: conductors take and drop locks all the time."""
+    a transitional provision state, or any target state; or the power action in progress
+    ("power -> target"). None for a node at rest. A lock alone is not an operation: conductors
+    take and drop locks all the time."""
     if node.provision_state in TRANSITIONAL_PROVISION_STATES or node.target_provision_state:
         return f"{node.provision_state}" + (f" -> {node.target_provision_state}"
                                             if node.target_provision_state else "")
+    if node.target_power_state:
+        return f"power -> {node.target_power_state}"
     return None
 
 

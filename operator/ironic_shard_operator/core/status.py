@@ -273,7 +273,9 @@ def handover_section(step: handover.HandoverStep | None) -> dict[str, Any]:
             ("job", p.job), ("message", p.message), ("attempts", p.attempts),
             ("nextRetryAt", format_time(p.next_retry_at) if p.next_retry_at is not None else None),
             ("busyNodes", [{"node": b.node, "state": b.state, "since": format_time(b.since)} for b in p.busy]
-             if p.busy else None), ("held", p.held))
+             if p.busy else None),
+            ("busyServers", [{"server": b.server, "task": b.task, "since": format_time(b.since)}
+                             for b in p.busy_servers] if p.busy_servers else None), ("held", p.held))
             if value is not None} for p in step.progress],
         "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in step.problems],
         **({"receiving": list(step.receiving)} if step.receiving else {}),

@@ -29,6 +29,7 @@ from ironic_shard_operator.core.planner import plan
 from ironic_shard_operator.core.refusals import news
 from ironic_shard_operator.core.schedule import handover_retry_in, next_delay
 from ironic_shard_operator.core.status import CycleFacts, autoscale_history_of, build_status, handover_section, since_of
+from tests.unit.nova_records import nova_view
 from tests.unit.upgrade import worlds
 from tests.unit.upgrade.worlds import (
     GRACE, HANDOVER, HELD, LEAKED_AFTER, NOW, POLL, REFUSALS, World, job_record, m, plain,
@@ -46,7 +47,7 @@ def step(world: World, jobs, recorded):
                                     retiring=the_plan.retiring, pods=world.pods, now=world.now)
     return handover.decide(settings=HANDOVER, members=world.members, found=found,
                            ring_members=the_plan.ring_members, pods=world.pods, nodes=world.nodes,
-                           nova=handover.NovaView(world.services, world.compute_host, {}), jobs=jobs,
+                           nova=nova_view(world.services, world.compute_host, nodes=world.nodes), jobs=jobs,
                            now=world.now, recorded=recorded)
 
 

@@ -125,10 +125,17 @@ def job_record(job: JobView) -> dict:
             "finished": job.finished, "log_tail": job.log_tail, "attempt": job.attempt, "created": job.created}
 
 
+# Fields added since the recorded version, left out while they hold their default (what that
+# version decided without them): SourceProgress.busy_servers (issue 37, servers with a task).
+ADDED_SINCE = frozenset({"busy_servers"})
+
+
 def plain(value):
-    """A decision as JSON: dataclasses by field, sets sorted, enums by value."""
+    """A decision as JSON: dataclasses by field (ADDED_SINCE ones only when set), sets sorted,
+    enums by value."""
     if dataclasses.is_dataclass(value):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.name not in ADDED_SINCE or getattr(value, f.name) != f.default}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, dict):

@@ -45,7 +45,7 @@ MAX_VERSION_HEADER = "X-OpenStack-Ironic-API-Maximum-Version"
 
 # Only what ownership decisions need (model.Node).
 NODE_FIELDS = ("uuid", "shard", "instance_uuid", "provision_state",
-               "target_provision_state", "reservation")
+               "target_provision_state", "reservation", "target_power_state")
 # The page size asked for: Ironic's default [api]max_limit (Ironic cuts pages to its own
 # max_limit, so a page may hold fewer; its `next` link says whether more follow).
 PAGE_LIMIT = 1000
@@ -362,6 +362,7 @@ def node_from_api(item: Mapping[str, Any]) -> Node:
         provision_state=interned(item.get("provision_state")),
         target_provision_state=interned(item.get("target_provision_state")),
         reservation=interned(item.get("reservation")),
+        target_power_state=interned(item.get("target_power_state")),
     )
 
 
