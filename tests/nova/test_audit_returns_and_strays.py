@@ -14,6 +14,13 @@ operator, real Ironic, the real Nova stack, member pods run as REAL nova-compute
    it, and never touches its service: enabled, not forced down, not deleted. Once it is stopped
    and Nova lists it down, it is named no more.
 
+The stray and member 0 take the nodes' compute-node records from each other at each of their
+resource passes (Nova's resource tracker drops a cached compute node another host took, and takes
+it back): what share of the time Nova lists them under the stray depends on the two passes'
+phases, and the audit's memory of sightings covers the unlucky ones (unit-tested). Here the
+stray's update interval is 2 s, so that it holds them most of the time and the test does not
+wait on the phases.
+
 The stray here carries a member's shard, so it takes exactly that member's free nodes: a
 nova-compute with no [ironic]shard at all takes a hash-ring share of every Ironic node of the
 session's stack (other tests' too); the audit's rule (a host that is not the pool's, its service
@@ -106,7 +113,8 @@ def test_the_audit_gives_misplaced_nodes_back_and_names_a_stray_compute_it_never
             base = tmp_path / "stray-base.conf"
             base.write_text(nova_stack.compute_conf(ironic.cloud))
             overlay = tmp_path / "stray.conf"
-            overlay.write_text(render_ini({"DEFAULT": {"host": stray}, "ironic": {"shard": m0}}))
+            overlay.write_text(render_ini({"DEFAULT": {"host": stray, "update_resources_interval": 2},
+                                           "ironic": {"shard": m0}}))
             free_of_m0 = {n for n, o in shards().items() if o == m0 and n not in instances}
             process = nova_computes(stray, [base, overlay])
             wait(lambda: nova_stack.compute_services().get(stray, {}).get("state") == "up", timeout=120,
@@ -125,8 +133,8 @@ def test_the_audit_gives_misplaced_nodes_back_and_names_a_stray_compute_it_never
                               timeout=6 * interval + 4 * POLL, interval=1, what="status.nova naming the stray")
                 named_after = time.monotonic() - stray_at
                 assert status["findings"]["stray"] == 1, status
-                assert (f"Nova compute {stray} is not a member of this pool, yet Nova lists {len(free_of_m0)} of "
-                        "the pool's nodes under it") in status["message"], status
+                assert (f"Nova compute {stray} is not a member of this pool, yet Nova lists up to {len(free_of_m0)} "
+                        "of the pool's nodes under it") in status["message"], status
                 assert "stop that nova-compute, or give it an [ironic]shard no member of this pool uses" \
                     in status["message"]
                 degraded = wait(lambda: (c := condition(get_pool(client, ns, pool), "Degraded")).get("reason")

@@ -3,13 +3,12 @@ writes it decides (service deletion, misplaced nodes given back or handed over e
 forced_down: test_fencing.py."""
 
 import json
-
 from dataclasses import replace
 
 from ironic_shard_operator.core.nova_policy import (
     DUPLICATE, ENABLED, INCOMPLETE, MISPLACED, NOVA_DEFAULT_UPDATE_INTERVAL, REFUSAL_RETRY_SECONDS, RETIRED_LIMIT, STRAY,
-    UNLISTED, UNMAPPED, PoolHosts, ServiceDeletionRefusal, audit, misplaced, retired_after, returns_to, status_section,
-    stray_events, summary, update_interval,
+    STRAY_MEMORY_INTERVALS, UNLISTED, UNMAPPED, PoolHosts, ServiceDeletionRefusal, StraySighting, audit, misplaced,
+    retired_after, returns_to, status_section, stray_events, summary, update_interval,
 )
 from ironic_shard_operator.core.model import Move, Node
 from ironic_shard_operator.adapters.nova import Hypervisor
@@ -36,7 +35,7 @@ def nodes_of(shards, instances=()):
 
 
 def run(nodes, hypervisors, *, since=None, now=NOW, identities=MEMBERS, nova_services=None,
-        repair=False, refused=None, retired=(), instance_hosts=None, retiring=(), held=()):
+        repair=False, refused=None, retired=(), instance_hosts=None, retiring=(), held=(), strays=None):
     """One audit; unless told otherwise, Nova places each misplaced node's instance on the host
     of its compute node (no half move), as it does after any complete move."""
     if instance_hosts is None:
@@ -44,7 +43,7 @@ def run(nodes, hypervisors, *, since=None, now=NOW, identities=MEMBERS, nova_ser
     return audit(pool_name=POOL, identities=identities, nodes=nodes, hypervisors=hypervisors,
                  services=nova_services if nova_services is not None else services(*identities),
                  since=since or {}, now=now, interval=INTERVAL, repair=repair, refused=refused,
-                 retired=retired, instance_hosts=instance_hosts, retiring=retiring, held=held)
+                 retired=retired, instance_hosts=instance_hosts, retiring=retiring, held=held, strays=strays)
 
 
 def kinds(report):
@@ -250,61 +249,87 @@ def test_a_free_node_still_under_its_old_owner_is_not_misplaced():
 # ---- stray computes -------------------------------------------------------------------------
 
 
-def test_a_compute_outside_the_pool_that_keeps_listing_its_nodes_is_named_after_two_intervals():
+def test_a_compute_outside_the_pool_sighted_twice_two_intervals_apart_is_named_with_the_fix():
     """A nova-compute with the Ironic driver and no [ironic]shard (Nova's old hash ring over every
-    Ironic compute) takes a share of the pool's free nodes: Nova lists them under its host. After
-    two update intervals the audit names it first (its nodes show as unlisted too), with how many
-    of the pool's nodes it lists and the fix; no write of any kind is decided for it."""
+    Ironic compute) takes a share of the pool's free nodes: Nova lists them under its host. Once
+    two audits more than two update intervals apart have sighted it, the audit names it first,
+    with the most of the pool's nodes it listed at once and the fix; no write of any kind is
+    decided for it."""
     shards = {f"n{i}": MEMBERS[i % 3] for i in range(9)}
-    stolen = {"n1": "legacy-0", "n5": "legacy-0", "n6": "legacy-0"}
-    nodes = nodes_of(shards)
-    hypervisors = listing({**shards, **stolen})
-    nova = services(*MEMBERS, "legacy-0")
-    first = run(nodes, hypervisors, nova_services=nova)
-    assert first.findings == () and first.since[f"{STRAY}:legacy-0"] == NOW
-    later = run(nodes, hypervisors, nova_services=nova, since=first.since, now=NOW + 2 * INTERVAL + 1, repair=True)
-    assert later.findings[0].kind == STRAY and later.findings[0].subject == "legacy-0"
-    assert kinds(later) == [(STRAY, "legacy-0"), (UNLISTED, "n1"), (UNLISTED, "n5"), (UNLISTED, "n6")]
+    nodes, nova = nodes_of(shards), services(*MEMBERS, "legacy-0")
+    taking = listing({**shards, "n1": "legacy-0", "n5": "legacy-0", "n6": "legacy-0"})
+    first = run(nodes, taking, nova_services=nova)
+    assert first.findings == () and first.strays["legacy-0"] == StraySighting(NOW, NOW, 3)
+    soon = run(nodes, taking, nova_services=nova, strays=first.strays, now=NOW + 2 * INTERVAL)
+    assert soon.findings == ()
+    later = run(nodes, listing({**shards, "n1": "legacy-0"}), nova_services=nova, strays=soon.strays,
+                now=NOW + 2 * INTERVAL + 1, repair=True)
+    assert kinds(later) == [(STRAY, "legacy-0")] and later.findings[0].kind == STRAY
     message = later.findings[0].message
-    assert "Nova compute legacy-0 is not a member of this pool" in message and "lists 3 of the pool's nodes" in message
+    assert "Nova compute legacy-0 is not a member of this pool, yet Nova lists up to 3 of the pool's nodes" in message
     assert "stop that nova-compute, or give it an [ironic]shard no member of this pool uses" in message
     assert later.counts()[STRAY] == 1
-    assert summary(later.findings).startswith("Nova audit: 3 unlisted, 1 stray: Nova compute legacy-0 is not")
     assert later.deletions == () and later.repairs == () and later.returns == ()
 
 
-def test_a_compute_with_a_members_shard_under_another_host_is_a_stray_too():
-    nodes = nodes_of({"n0": "rack-0", "n1": "rack-0", "n2": "rack-1"})
-    hypervisors = listing({"n0": "copy-of-rack-0", "n1": "rack-0", "n2": "rack-1"})
-    nova = services(*MEMBERS, "copy-of-rack-0")
-    first = run(nodes, hypervisors, nova_services=nova)
-    report = run(nodes, hypervisors, nova_services=nova, since=first.since, now=NOW + 3 * INTERVAL)
-    assert (STRAY, "copy-of-rack-0") in kinds(report) and "lists 1 of the pool's nodes" in report.findings[0].message
+def test_a_stray_and_the_member_it_shares_nodes_with_take_them_back_and_forth_and_it_stays_named():
+    """Each resource pass of either takes the records back: most audits may see every node under
+    its owner. Named on its second sighting, it stays named through audits that see nothing under
+    it, until none has for STRAY_MEMORY_INTERVALS update intervals."""
+    nodes, nova = nodes_of({"n0": "rack-0", "n1": "rack-0"}), services(*MEMBERS, "copy-of-rack-0")
+    stolen, clean = listing({"n0": "copy-of-rack-0", "n1": "copy-of-rack-0"}), listing({"n0": "rack-0", "n1": "rack-0"})
+    report = run(nodes, stolen, nova_services=nova)
+    for step in range(1, 5):  # two intervals of audits that see every node under its owner
+        report = run(nodes, clean, nova_services=nova, strays=report.strays, now=NOW + step * INTERVAL / 2)
+        assert report.findings == ()
+    report = run(nodes, stolen, nova_services=nova, strays=report.strays, now=NOW + 3 * INTERVAL)
+    assert kinds(report) == [(STRAY, "copy-of-rack-0")]
+    last = NOW + 3 * INTERVAL
+    for now in (last + INTERVAL, last + STRAY_MEMORY_INTERVALS * INTERVAL):
+        report = run(nodes, clean, nova_services=nova, strays=report.strays, now=now)
+        assert kinds(report) == [(STRAY, "copy-of-rack-0")], now
+        assert "lists up to 2 of the pool's nodes" in report.findings[0].message
+    report = run(nodes, clean, nova_services=nova, strays=report.strays,
+                 now=last + STRAY_MEMORY_INTERVALS * INTERVAL + 1)
+    assert report.findings == () and report.strays == {}
+
+
+def test_a_stray_whose_service_goes_down_is_forgotten_at_once():
+    nodes = nodes_of({"n0": "rack-0"})
+    up, down = services(*MEMBERS, "legacy-0"), {**services(*MEMBERS), "legacy-0": service("legacy-0", up=False)}
+    first = run(nodes, listing({"n0": "legacy-0"}), nova_services=up)
+    named = run(nodes, listing({"n0": "legacy-0"}), nova_services=up, strays=first.strays, now=NOW + 3 * INTERVAL)
+    assert kinds(named) == [(STRAY, "legacy-0")]
+    stopped = run(nodes, listing({"n0": "legacy-0"}), nova_services=down, strays=named.strays, now=NOW + 4 * INTERVAL)
+    assert stopped.findings == () and stopped.strays == {}
 
 
 def test_what_is_not_a_stray_compute():
     """The pool's own hosts (members, those it retired, one being created), a host whose service
     is down (not running: nothing of it takes nodes), one listing none of the pool's nodes (other
-    pools' business), and a node between two pools for less than two intervals."""
+    pools' business), and a host sighted once only (a node between two pools for one pass)."""
     nodes = nodes_of({"n0": "rack-0", "n1": "rack-1", "n2": "rack-2"})
     hypervisors = listing({"n0": "rack-5", "n1": "gone-0", "n2": "rack-3", "x9": "other-0"})
     nova = {**services(*MEMBERS, "rack-5", "rack-3", "other-0"), "gone-0": service("gone-0", up=False)}
-    since = {f"{STRAY}:{h}": NOW - 100 * INTERVAL for h in ("rack-5", "gone-0", "rack-3", "other-0")}
-    report = run(nodes, hypervisors, nova_services=nova, since=since, retired=("rack-5",),
+    sighted = {h: StraySighting(NOW - 100 * INTERVAL, NOW - 99 * INTERVAL, 1) for h in ("rack-5", "gone-0", "rack-3")}
+    report = run(nodes, hypervisors, nova_services=nova, strays=sighted, retired=("rack-5",),
                  identities=(*MEMBERS, "rack-3"))
-    assert not [f for f in report.findings if f.kind == STRAY]
+    assert report.findings == () and report.strays == {}
+    once = run(nodes_of({"n0": "rack-0"}), listing({"n0": "other-0"}), nova_services=nova)
+    after = run(nodes_of({"n0": "rack-0"}), listing({"n0": "rack-0"}), nova_services=nova, strays=once.strays,
+                now=NOW + 10 * INTERVAL)
+    assert once.findings == () and not [f for f in after.findings if f.kind == STRAY]
 
 
 def test_a_stray_compute_is_announced_once_by_a_warning():
-    nodes = nodes_of({"n0": "rack-0"})
-    nova = services(*MEMBERS, "legacy-0")
+    nodes, nova = nodes_of({"n0": "rack-0"}), services(*MEMBERS, "legacy-0")
     first = run(nodes, listing({"n0": "legacy-0"}), nova_services=nova)
-    named = run(nodes, listing({"n0": "legacy-0"}), nova_services=nova, since=first.since, now=NOW + 3 * INTERVAL)
+    named = run(nodes, listing({"n0": "legacy-0"}), nova_services=nova, strays=first.strays, now=NOW + 3 * INTERVAL)
     (event,) = stray_events(first, named)
     assert (event.reason, event.type) == ("StrayCompute", "Warning") and "legacy-0" in event.message
     assert stray_events(None, named) == [event]  # an operator restart tells it again, once
-    still = run(nodes, listing({"n0": "legacy-0"}), nova_services=nova, since=named.since, now=NOW + 4 * INTERVAL)
-    assert stray_events(named, still) == []
+    still = run(nodes, listing({"n0": "rack-0"}), nova_services=nova, strays=named.strays, now=NOW + 4 * INTERVAL)
+    assert kinds(still) == [(STRAY, "legacy-0")] and stray_events(named, still) == []
 
 
 # ---- unmapped members ------------------------------------------------------------------------

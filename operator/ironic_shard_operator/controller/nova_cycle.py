@@ -49,13 +49,14 @@ class NovaRuntime:
     """What the operator keeps in memory about one pool's Nova between cycles.
 
     Losing it (an operator restart) costs little: the audit's clocks start again (an
-    `unlisted` or `unmapped` finding shows two update intervals later) and a refused
-    deletion is asked again. The retired identities live in status.nova.retired; `retired`
+    `unlisted` or `unmapped` finding shows two update intervals later, a `stray` once sighted
+    twice again) and a refused deletion is asked again. The retired identities live in status.nova.retired; `retired`
     only bridges cycles whose section could not be written.
     """
 
     adapter: NovaAdapter | None = None
     since: dict[str, float] = field(default_factory=dict)
+    strays: dict[str, nova_policy.StraySighting] = field(default_factory=dict)
     refused: dict[str, nova_policy.ServiceDeletionRefusal] = field(default_factory=dict)
     report: nova_policy.AuditReport | None = None
     schedule: NovaSchedule = NovaSchedule()
@@ -241,8 +242,9 @@ def _audit(state: NovaRuntime, nova: NovaAdapter, cycle: _NovaCycle, services: M
         held=cycle.held, retired=state.retired,
         nodes=nodes, hypervisors=hypervisors, services=services, since=state.since, now=cycle.now,
         interval=interval, repair=cycle.pool.repair_misplaced, refused=state.refused,
-        instance_hosts=_instance_hosts(nova, nova_policy.misplaced(nodes, hypervisors)))
-    state.since, state.schedule = dict(state.report.since), state.schedule.audited(cycle.now, took)
+        instance_hosts=_instance_hosts(nova, nova_policy.misplaced(nodes, hypervisors)), strays=state.strays)
+    state.since, state.strays = dict(state.report.since), dict(state.report.strays)
+    state.schedule = state.schedule.audited(cycle.now, took)
     if cycle.metrics is not None:
         cycle.metrics.record_nova_audit(cycle.pool.key, state.report.counts())
     return state.report.deletions, state.report.repairs, state.report.returns, frozenset(h.host for h in hypervisors)

@@ -43,6 +43,13 @@ DUPLICATE, UNLISTED, MISPLACED, UNMAPPED, INCOMPLETE, STRAY = (
 FINDING_KINDS = (DUPLICATE, UNLISTED, MISPLACED, UNMAPPED, INCOMPLETE, STRAY)
 # Misplaced nodes whose instance's host is asked of Nova per audit (two requests each).
 INSTANCE_HOSTS_ASKED = 50
+# A stray compute and the member whose shard it shares take the same nodes' records from each
+# other at each of their resource passes (Nova's resource tracker drops a cached compute node
+# another host took, then takes it back): the audit sees the nodes under the stray in some of
+# its reads only, as many as the two passes' phases allow. A stray is named once sighted in two
+# reads more than two update intervals apart, and stays named until no read has sighted it for
+# this many update intervals, or its service is down.
+STRAY_MEMORY_INTERVALS = 30
 
 
 class ServiceRecord(Protocol):
@@ -110,11 +117,15 @@ class Finding:
       for longer than two update intervals (its host is not mapped to a cell: the deployment's
       host discovery has not run for it);
     - `stray`: a host that is no member of the pool (nor one it retired), whose service is up,
-      and under which Nova has listed some of the pool's nodes for longer than two update
-      intervals: a nova-compute with the Ironic driver and no `[ironic]shard` (it joins Nova's
-      hash ring of every Ironic compute and takes a share of every shard's free nodes), or one
-      with a member's shard under another host (it takes that shard's). Builds placed on those
-      nodes go to it. Named, never touched: its service is not the operator's.
+      and under which Nova listed some of the pool's nodes in two audits more than two update
+      intervals apart (`StraySighting`): a nova-compute with the Ironic driver and no
+      `[ironic]shard` (it joins Nova's hash ring of every Ironic compute and takes a share of
+      every shard's free nodes), or one with a member's shard under another host (it takes that
+      shard's). It and the member take the nodes' records from each other at each resource pass,
+      so a read sees them under the stray only in part of the time: it stays named until no
+      audit has sighted it for STRAY_MEMORY_INTERVALS update intervals, or its service is down.
+      Builds placed on those nodes while it holds them go to it. Named, never touched: its
+      service is not the operator's.
     """
 
     kind: str
@@ -139,6 +150,16 @@ class ServiceDeletionRefusal:
 
 
 @dataclass(frozen=True, slots=True)
+class StraySighting:
+    """What the audits saw of a host that is not the pool's listing the pool's nodes: when Nova
+    first and last listed some under it (while its service stayed up), and the most at once."""
+
+    first: float
+    last: float
+    most: int
+
+
+@dataclass(frozen=True, slots=True)
 class MisplacedReturn:
     """Give misplaced `move.node_uuid` back to `move.target`, the live member that Nova's compute
     node and the node's instance both name (`returns_to`); `message` says so for its Event."""
@@ -151,8 +172,8 @@ class MisplacedReturn:
 class AuditReport:
     """One audit: findings, what to delete or hand over, and the memory for the next audit.
 
-    `since` maps a pending finding's key to when it was first seen; pass it to the next
-    audit. `waiting` explains, per retired host, why its service is not deleted yet.
+    `since` maps a pending finding's key to when it was first seen, `strays` the sightings of
+    hosts that are not the pool's (`StraySighting`); pass both to the next audit. `waiting` explains, per retired host, why its service is not deleted yet.
     `returns` are misplaced nodes given back at once to the live member Nova and their instance
     name (`returns_to`); `repairs` the other explicit handovers of misplaced nodes (only with
     repair enabled). No node is in both.
@@ -164,6 +185,7 @@ class AuditReport:
     waiting: Mapping[str, str] = field(default_factory=dict)
     repairs: tuple[Move, ...] = ()
     returns: tuple[MisplacedReturn, ...] = ()
+    strays: Mapping[str, StraySighting] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """Findings per kind, every kind present (zeros included)."""
@@ -251,7 +273,8 @@ def audit(*, pool_name: str, identities: Iterable[str], nodes: Sequence[Node],
           hypervisors: Iterable[HypervisorRecord], services: Mapping[str, ServiceRecord],
           since: Mapping[str, float], now: float, interval: float, repair: bool = False,
           refused: Mapping[str, ServiceDeletionRefusal] | None = None,
-          instance_hosts: Mapping[str, str | None] | None = None) -> AuditReport:
+          instance_hosts: Mapping[str, str | None] | None = None,
+          strays: Mapping[str, StraySighting] | None = None) -> AuditReport:
     """Compare Nova's hypervisor list with the pool's Ironic nodes.
 
     What each finding means: `Finding`; which services are deleted: `_retired_services`.
@@ -265,19 +288,23 @@ def audit(*, pool_name: str, identities: Iterable[str], nodes: Sequence[Node],
     `since` the memory returned by the previous audit; `interval` the members' update
     interval in seconds; `refused` the hosts whose service deletion Nova refused;
     `instance_hosts` the host Nova places the instance of each `misplaced()` node on (None:
-    none found). A node not asked about is never repaired.
+    none found). A node not asked about is never repaired. `strays`: the sightings returned by
+    the previous audit.
     """
     pool = PoolHosts(set(identities), set(deleting) | set(retiring), set(held), services)
     clocks = _Clocks(since, now, UPDATE_INTERVALS_BEFORE_FINDING * interval)
     listed, under_host = _listing(nodes, hypervisors)
-    strays = _strays(pool, set(retired), under_host, clocks)  # first: the cause of the unlisted nodes under them
+    sightings = _sightings(pool, set(retired), under_host, strays or {}, now, interval)
+    stray_findings = [Finding(STRAY, host, stray_message(host, seen.most)) for host, seen in sightings.items()
+                      if seen.last - seen.first > clocks.patience]
     findings, decided, owned = _node_findings(nodes, listed, pool, clocks, repair, instance_hosts or {})
-    findings = strays + findings + _unmapped(pool_name, pool.members, services, owned, under_host, clocks)
+    # strays first: they are the cause of their nodes' other findings
+    findings = stray_findings + findings + _unmapped(pool_name, pool.members, services, owned, under_host, clocks)
     deletions, waiting = _retired_services(pool_name, retired, pool.members, services, owned, under_host,
                                            refused or {}, now)
     return AuditReport(findings=tuple(findings), since=clocks.seen, deletions=tuple(deletions), waiting=waiting,
                        repairs=tuple(d for d in decided if isinstance(d, Move)),
-                       returns=tuple(d for d in decided if isinstance(d, MisplacedReturn)))
+                       returns=tuple(d for d in decided if isinstance(d, MisplacedReturn)), strays=sightings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,24 +436,29 @@ def returned_message(node: Node, host: str) -> str:
             "spec.nova.repairMisplaced")
 
 
-def _strays(pool: PoolHosts, retired: AbstractSet[str], under_host: Mapping[str, set[str]],
-            clocks: _Clocks) -> list[Finding]:
-    """The `stray` computes: hosts neither members of the pool nor retired by it, their Nova
-    service up, that Nova has listed some of the pool's nodes under for longer than the
-    patience (a node between two pools for one resource cycle is no stray). Named only."""
-    findings = []
-    for host in sorted(under_host):
+def _sightings(pool: PoolHosts, retired: AbstractSet[str], under_host: Mapping[str, set[str]],
+               before: Mapping[str, StraySighting], now: float, interval: float) -> dict[str, StraySighting]:
+    """The sightings of hosts that are neither members of the pool nor retired by it, their Nova
+    service up, that Nova lists some of the pool's nodes under now or did within
+    STRAY_MEMORY_INTERVALS update intervals (`before`: the last audit's). A host that is ours,
+    or whose service is down or gone, is forgotten at once. By host, sorted."""
+    sightings = {}
+    for host in sorted(set(under_host) | set(before)):
         service = pool.services.get(host)
         if host in pool.members or host in retired or service is None or not service.up:
             continue
-        if clocks.persisting(f"{STRAY}:{host}"):
-            findings.append(Finding(STRAY, host, stray_message(host, len(under_host[host]))))
-    return findings
+        listed, seen = len(under_host.get(host, ())), before.get(host)
+        if listed:
+            sightings[host] = StraySighting(seen.first if seen else now, now, max(listed, seen.most if seen else 0))
+        elif seen is not None and now - seen.last <= STRAY_MEMORY_INTERVALS * interval:
+            sightings[host] = seen
+    return sightings
 
 
 def stray_message(host: str, listed: int) -> str:
-    """What a stray compute is, what it does to the pool and the fix (someone else's)."""
-    return (f"Nova compute {host} is not a member of this pool, yet Nova lists {listed} of the pool's nodes "
+    """What a stray compute is, what it does to the pool and the fix (someone else's); `listed`:
+    the most of the pool's nodes Nova listed under it at once."""
+    return (f"Nova compute {host} is not a member of this pool, yet Nova lists up to {listed} of the pool's nodes "
             f"under it: a nova-compute with the Ironic driver and no [ironic]shard (or with a member's "
             f"shard under another host) takes nodes away from their members, and builds placed on them "
             f"go to it. It is not the operator's, which never touches its service: stop that nova-compute, "
