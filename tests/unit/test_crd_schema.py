@@ -45,6 +45,7 @@ import pytest
 import yaml
 
 from ironic_shard_operator.core import autoscale, model, nova_policy
+from ironic_shard_operator.core.spec import JOB_GRACE_SECONDS, MAX_GRACE_SECONDS, MEMBER_GRACE_SECONDS
 from ironic_shard_operator.core.status import CycleFacts, build_status
 from ironic_shard_operator.core.tracker_interval import IntervalSettings
 from tests.support.manifest_edits import delete_at, set_at
@@ -363,6 +364,18 @@ def test_defaults_match_the_model():
     interval = defaulted({"spec": {}})["spec"]["nova"]["updateResourcesInterval"]
     assert (interval["secondsPerNode"], interval["minSeconds"], interval.get("fixedSeconds")) == (
         IntervalSettings().seconds_per_node, IntervalSettings().min_seconds, IntervalSettings().fixed_seconds)
+    graced = defaulted({"spec": {"handover": {}}})["spec"]
+    assert (graced["terminationGracePeriodSeconds"], graced["handover"]["jobTerminationGracePeriodSeconds"]) == (
+        MEMBER_GRACE_SECONDS, JOB_GRACE_SECONDS)
+
+
+def test_termination_grace_bounds_are_the_readers():
+    """The CRD's bounds of the two grace periods are core/spec.py's (what an older CRD lets
+    through, the operator refuses with the same words)."""
+    properties = schema()["properties"]["spec"]["properties"]
+    for field in (properties["terminationGracePeriodSeconds"],
+                  properties["handover"]["properties"]["jobTerminationGracePeriodSeconds"]):
+        assert (field["type"], field["minimum"], field["maximum"]) == ("integer", 1, MAX_GRACE_SECONDS)
 
 
 def test_minimal_pool_is_fully_spelled_out_by_defaults():
@@ -559,6 +572,13 @@ REFUSED = {
     "a fractional tracker floor": (_set("spec.nova.updateResourcesInterval", {"minSeconds": 1.5}), "is not of type"),
     "a fixed tracker interval beyond a day": (_set("spec.nova.updateResourcesInterval", {"fixedSeconds": 86401}),
                                               "greater than the maximum of 86400"),
+    "a member grace of 0 (SIGKILL at once)": (_set("spec.terminationGracePeriodSeconds", 0),
+                                              "less than the minimum of 1"),
+    "a member grace beyond an hour": (_set("spec.terminationGracePeriodSeconds", 3601),
+                                      "greater than the maximum of 3600"),
+    "a fractional member grace": (_set("spec.terminationGracePeriodSeconds", 1.5), "is not of type"),
+    "a Job grace of 0": (_set("spec.handover", {"novaManageConfig": {"secretRef": {"name": "nm"}},
+                                                "jobTerminationGracePeriodSeconds": 0}), "less than the minimum of 1"),
     "a spread that is unsatisfiable otherwise": (
         _set("spec.topologySpreadConstraints", [{"maxSkew": 1, "topologyKey": "zone",
                                                  "whenUnsatisfiable": "Sometimes"}]), "is not one of"),

@@ -12,15 +12,15 @@ from ironic_shard_operator.core.handover_job import (
     BACKOFF_LIMIT, CONFIG_PATH, SOURCE_NOT_FORCED_DOWN, config_problem, job_selector, read_job, read_job_pod, render_job, script,
 )
 from ironic_shard_operator.core.model import Move
-from ironic_shard_operator.core.spec import read_pool
+from ironic_shard_operator.core.spec import JOB_GRACE_SECONDS, read_pool
 
 
-def _pool():
+def _pool(**handover):
     return read_pool({
         "metadata": {"name": "rack", "namespace": "ns", "uid": "u-1", "generation": 1},
         "spec": {"replicas": 2, "image": "registry/nova:34", "novaConfig": {"secretRef": {"name": "nc"}},
                  "cloud": {"secretRef": {"name": "cl"}},
-                 "handover": {"novaManageConfig": {"secretRef": {"name": "nm", "key": "db.conf"}}}}})
+                 "handover": {"novaManageConfig": {"secretRef": {"name": "nm", "key": "db.conf"}}, **handover}}})
 
 
 def test_the_job_runs_in_the_pool_image_with_the_db_config_and_bounded_retries():
@@ -35,6 +35,17 @@ def test_the_job_runs_in_the_pool_image_with_the_db_config_and_bounded_retries()
     assert job["spec"]["backoffLimit"] == BACKOFF_LIMIT and job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     assert job["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert len(job["metadata"]["name"]) <= 63
+
+
+def test_the_job_pod_has_the_grace_of_the_spec_to_finish_the_run_under_way():
+    """Deleted (by the operator, the Job's deadline or a drain), the pod ends the nova-manage
+    run under way (script()); its terminationGracePeriodSeconds is the spec's, not the API's
+    30 s default, so the kubelet's SIGKILL does not cut a run a loaded database slows down."""
+    moves = (Move("n-1", "rack-2", "rack-0"),)
+    batch = JobBatch("rack-2", job_name("rack-2", moves), moves)
+    assert render_job(_pool(), batch)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == JOB_GRACE_SECONDS
+    pool = _pool(jobTerminationGracePeriodSeconds=300)
+    assert render_job(pool, batch)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 300
 
 
 def test_the_job_pod_takes_the_members_pull_secrets_security_volumes_and_placement():

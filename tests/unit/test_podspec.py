@@ -7,7 +7,7 @@ from ironic_shard_operator.core import handover_job, host_mapping, podspec
 from ironic_shard_operator.core.handover import JobBatch
 from ironic_shard_operator.core.host_mapping import MappingBatch
 from ironic_shard_operator.core.model import Move
-from ironic_shard_operator.core.spec import read_pool
+from ironic_shard_operator.core.spec import JOB_GRACE_SECONDS, MEMBER_GRACE_SECONDS, read_pool
 
 
 def pool_with(**spec):
@@ -117,6 +117,21 @@ def test_config_hash_rolls_on_what_restarts_the_process_only():
     # What does not reach the pod does not roll it.
     assert podspec.config_hash(pool_with(replicas=5), "rack-a-0", "d1") == base
     assert podspec.config_hash(dataclasses.replace(pool, paused=True), "rack-a-0", "d1") == base
+
+
+def test_every_pod_gets_its_termination_grace_from_the_spec_and_a_change_of_it_rolls_no_member():
+    """Member pods take spec.terminationGracePeriodSeconds (nova-compute's graceful shutdown),
+    both kinds of Job pods spec.handover.jobTerminationGracePeriodSeconds (the nova-manage run
+    under way); a pod's grace only matters when it is deleted, so changing it rolls nobody."""
+    pods = {what: spec["terminationGracePeriodSeconds"] for what, _, spec in _default_pods()}
+    assert pods == {"member pod": MEMBER_GRACE_SECONDS, "handover Job's pod": JOB_GRACE_SECONDS,
+                    "host-mapping Job's pod": JOB_GRACE_SECONDS}
+    handover = {"novaManageConfig": {"secretRef": {"name": "nm"}}, "jobTerminationGracePeriodSeconds": 45}
+    pods = {what: spec["terminationGracePeriodSeconds"]
+            for what, _, spec in _default_pods(terminationGracePeriodSeconds=400, handover=handover)}
+    assert pods == {"member pod": 400, "handover Job's pod": 45, "host-mapping Job's pod": 45}
+    assert podspec.config_hash(pool_with(terminationGracePeriodSeconds=400), "rack-a-0", "d1") == \
+        podspec.config_hash(pool_with(), "rack-a-0", "d1")
 
 
 def test_secret_digest_follows_the_key_content():
@@ -263,8 +278,9 @@ def restricted_violations(metadata: dict, spec: dict) -> list[str]:
 
 def _default_pods(**spec):
     """The member pod, the handover Job's pod and the host-mapping Job's pod of a pool with
-    `spec` (and a handover config): (what, metadata, pod spec)."""
-    pool = pool_with(handover={"novaManageConfig": {"secretRef": {"name": "nm", "key": "db.conf"}}}, **spec)
+    `spec` (and a handover config, unless `spec` has one): (what, metadata, pod spec)."""
+    spec.setdefault("handover", {"novaManageConfig": {"secretRef": {"name": "nm", "key": "db.conf"}}})
+    pool = pool_with(**spec)
     member = podspec.render_pod(pool, "rack-a-0", "d1")
     moves = (Move("n-1", "rack-a-1", "rack-a-0"),)
     handover = handover_job.render_job(pool, JobBatch("rack-a-1", "rack-a-1-handover-1", moves))

@@ -4,7 +4,7 @@ import pytest
 
 from ironic_shard_operator.core.claims import cloud_identity
 from ironic_shard_operator.core.model import Selector
-from ironic_shard_operator.core.spec import InvalidSpec, read_pool
+from ironic_shard_operator.core.spec import JOB_GRACE_SECONDS, MEMBER_GRACE_SECONDS, InvalidSpec, read_pool
 
 
 def body(**spec):
@@ -88,11 +88,29 @@ def test_rebalance_grace_reaches_the_planner_spec():
      "spec.volumeMounts[0].mountPath"),
     ({"topologySpreadConstraints": {"maxSkew": 1}}, "spec.topologySpreadConstraints"),
     ({"podSecurityContext": "restricted"}, "spec.podSecurityContext"),
+    ({"terminationGracePeriodSeconds": 0}, "spec.terminationGracePeriodSeconds"),
+    ({"terminationGracePeriodSeconds": 3601}, "spec.terminationGracePeriodSeconds"),
+    ({"terminationGracePeriodSeconds": 30.5}, "spec.terminationGracePeriodSeconds"),
+    ({"handover": {"novaManageConfig": {"secretRef": {"name": "m"}}, "jobTerminationGracePeriodSeconds": 0}},
+     "spec.handover.jobTerminationGracePeriodSeconds"),
+    ({"handover": {"novaManageConfig": {"secretRef": {"name": "m"}}, "jobTerminationGracePeriodSeconds": "60"}},
+     "spec.handover.jobTerminationGracePeriodSeconds"),
 ])
 def test_bad_values_name_the_field(spec, field):
     with pytest.raises(InvalidSpec) as caught:
         read_pool(body(**spec))
     assert str(caught.value).startswith(field + ":")
+
+
+def test_termination_grace_periods_default_to_the_measured_values_and_are_read():
+    """Members get MEMBER_GRACE_SECONDS and handover Jobs JOB_GRACE_SECONDS unless the spec says
+    otherwise (how they were chosen: docs/design.md, "Termination grace periods")."""
+    handover = {"novaManageConfig": {"secretRef": {"name": "m"}}}
+    pool = read_pool(body(handover=handover))
+    assert (pool.pod.grace_seconds, pool.handover.job_grace_seconds) == (MEMBER_GRACE_SECONDS, JOB_GRACE_SECONDS)
+    pool = read_pool(body(terminationGracePeriodSeconds=400,
+                          handover={**handover, "jobTerminationGracePeriodSeconds": 45}))
+    assert (pool.pod.grace_seconds, pool.handover.job_grace_seconds) == (400, 45)
 
 
 def test_members_to_retire_first_and_fenced_members_are_read():

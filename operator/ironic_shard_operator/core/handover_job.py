@@ -100,11 +100,15 @@ def nova_manage_job(pool: Pool, *, name: str, labels: Mapping[str, str], annotat
     """A Job that runs `command` once in the pool's image with `spec.handover.novaManageConfig`
     mounted read-only at CONFIG_PATH: owned by the pool, its pod never restarted in place, at
     most BACKOFF_LIMIT retries, each only once the last pod has ended, failed by Kubernetes
-    after ACTIVE_DEADLINE_SECONDS. `labels` go on the Job and its pods."""
+    after ACTIVE_DEADLINE_SECONDS, its pod's terminationGracePeriodSeconds
+    spec.handover.jobTerminationGracePeriodSeconds. `labels` go on the Job and its pods."""
     assert pool.handover is not None
     secret = pool.handover.nova_manage_config
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        # Asked to stop, the pod finishes the nova-manage run under way (script()): the grace
+        # covers one run, so the kubelet's SIGKILL never cuts one between its two saves.
+        "terminationGracePeriodSeconds": pool.handover.job_grace_seconds,
         "containers": [{
             "name": CONTAINER_NAME,
             "image": pool.pod.image,

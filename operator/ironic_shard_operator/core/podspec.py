@@ -138,7 +138,10 @@ def secret_digest(secret: dict[str, Any] | None, key: str) -> str:
 
 def render_pod(pool: Pool, member: str, nova_conf_digest: str,
                interval: TrackerInterval | None = None) -> dict[str, Any]:
-    """The member's Pod; `metadata.annotations[CONFIG_HASH]` is `config_hash(...)`."""
+    """The member's Pod; `metadata.annotations[CONFIG_HASH]` is `config_hash(...)`. Its
+    terminationGracePeriodSeconds is spec.terminationGracePeriodSeconds: asked to stop,
+    nova-compute's graceful shutdown (bounded by nova.conf's graceful_shutdown_timeout) ends
+    before the kubelet's SIGKILL."""
     metadata = _metadata(pool, member, member)
     metadata["annotations"] = {CONFIG_HASH: config_hash(pool, member, nova_conf_digest, interval)}
     spec: dict[str, Any] = {
@@ -161,6 +164,9 @@ def render_pod(pool: Pool, member: str, nova_conf_digest: str,
             *extra_volumes(pool),
         ],
         "restartPolicy": "Always",
+        # Outside CONFIG_HASH: a pod's grace only matters when it is deleted, and a change of it
+        # alone rolls no member (pods made from now on carry it; docs/design.md).
+        "terminationGracePeriodSeconds": pool.pod.grace_seconds,
         **_pod_spec_settings(pool),
     }
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

@@ -28,6 +28,14 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 # own: spec.volumes and spec.volumeMounts may not take them (core/podspec.py, handover_job.py).
 RESERVED_VOLUMES = ("nova-conf", "member-conf", "nova-manage-conf")
 RESERVED_MOUNT_PATHS = ("/etc/nova/nova.conf", "/etc/nova/member.conf", "/etc/nova/handover/nova.conf")
+# The defaults of spec.terminationGracePeriodSeconds (member pods: Nova 34's own shutdown bound,
+# graceful_shutdown_timeout 180 s, plus 20 s) and spec.handover.jobTerminationGracePeriodSeconds
+# (the Jobs' pods: over 7 times the slowest nova-manage move measured under load, 16.3 s), and
+# their ceiling (the CRD's maximum). How they were chosen: docs/design.md, "Termination grace
+# periods" (bench/grace_bench.py).
+MEMBER_GRACE_SECONDS = 200
+JOB_GRACE_SECONDS = 120
+MAX_GRACE_SECONDS = 3600
 
 
 class InvalidSpec(ValueError):
@@ -78,13 +86,15 @@ class Handover:
     `nova_manage_config` is the nova.conf with database access the Jobs mount;
     `on_scale_down` hands over a retired member's nodes; `after_failure_seconds` (None:
     never) those of a member not Ready that long whose pod is gone; `max_concurrent` bounds
-    the nodes in flight at once.
+    the nodes in flight at once; `job_grace_seconds` is the terminationGracePeriodSeconds of
+    the Jobs' pods (the nova-manage run under way when a pod is asked to stop ends within it).
     """
 
     nova_manage_config: SecretKeyRef
     on_scale_down: bool = True
     after_failure_seconds: float | None = None
     max_concurrent: int = 10
+    job_grace_seconds: int = JOB_GRACE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +105,8 @@ class PodSettings:
     Mapping-valued fields hold the API's own JSON shapes (they are passed through, not
     interpreted). None means "not set": the pod renderer applies its default (affinity,
     topology spread, security contexts); an empty list set is a choice (no spread at all).
+    `grace_seconds` is the member pods' terminationGracePeriodSeconds: nova-compute's graceful
+    shutdown ends within it.
     """
 
     image: str
@@ -116,6 +128,7 @@ class PodSettings:
     volumes: tuple[Mapping[str, Any], ...] = ()
     volume_mounts: tuple[Mapping[str, Any], ...] = ()
     topology_spread_constraints: tuple[Mapping[str, Any], ...] | None = None
+    grace_seconds: int = MEMBER_GRACE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +285,18 @@ def _pod_settings(spec: Mapping[str, Any]) -> PodSettings:
         volume_mounts=_volume_mounts(spec.get("volumeMounts"), {str(v["name"]) for v in volumes}),
         topology_spread_constraints=None if spec.get("topologySpreadConstraints") is None else tuple(
             _list_of_mappings(spec["topologySpreadConstraints"], "spec.topologySpreadConstraints")),
+        grace_seconds=_grace_seconds(spec.get("terminationGracePeriodSeconds", MEMBER_GRACE_SECONDS),
+                                     "spec.terminationGracePeriodSeconds"),
     )
+
+
+def _grace_seconds(value: Any, path: str) -> int:
+    """A pod's terminationGracePeriodSeconds: whole seconds, 1 to MAX_GRACE_SECONDS (0 would be
+    a SIGKILL at once: no graceful shutdown at all)."""
+    seconds = _int(value, path, minimum=1)
+    if seconds > MAX_GRACE_SECONDS:
+        raise InvalidSpec(f"{path}: must be at most {MAX_GRACE_SECONDS}, got {seconds}")
+    return seconds
 
 
 def _pull_secrets(value: Any) -> tuple[str, ...]:
@@ -380,6 +404,8 @@ def _handover(spec: Mapping[str, Any], grace: float) -> Handover | None:
         on_scale_down=on_scale_down,
         after_failure_seconds=after,
         max_concurrent=_int(raw.get("maxConcurrent", 10), "spec.handover.maxConcurrent", minimum=1),
+        job_grace_seconds=_grace_seconds(raw.get("jobTerminationGracePeriodSeconds", JOB_GRACE_SECONDS),
+                                         "spec.handover.jobTerminationGracePeriodSeconds"),
     )
 
 
