@@ -201,6 +201,18 @@ def remove_finalizer(client: KubeClient, pod: dict[str, Any], finalizer: str) ->
             raise
 
 
+def confirm_deletion(client: KubeClient, pod: dict[str, Any]) -> None:
+    """The kubelet's last word on a pod being deleted, once its containers have ended: DELETE
+    with grace period 0 (the object goes once no finalizer is left), conditional on its uid."""
+    meta = pod['metadata']
+    try:
+        client.delete(f'/api/v1/namespaces/{meta["namespace"]}/pods/{meta["name"]}', gracePeriodSeconds=0,
+                      preconditions={'uid': meta['uid']})
+    except KubeAPIError as e:
+        if e.status not in (404, 409):
+            raise
+
+
 class FakeKubelet:
     """The kubelet of `nodes` Nodes that the pods of one namespace are scheduled to (the
     namespace's node selector, testbed/kube_client.py `create_namespace`, names their label).
@@ -481,16 +493,16 @@ class FakeKubelet:
         """Stop the pod's containers and let its object go, as a kubelet does: a pod that had
         not ended gets its terminal phase first (Failed, the container ended by SIGTERM: exit
         143; kubelets do so since Kubernetes 1.27, which the Job controller's podReplacementPolicy
-        Failed and job tracking rely on), then the deletion is confirmed (grace period 0)."""
-        path = f'/api/v1/namespaces/{self.namespace}/pods/{pod["metadata"]["name"]}'
-        if state_of(pod) not in TERMINAL_STATES and pod.get('status', {}).get('containerStatuses') \
-                and not self._runs_elsewhere(pod):  # (whoever runs its containers says when they ended)
+        Failed and job tracking rely on), then the deletion is confirmed (grace period 0). Its
+        containers are no processes: they end on SIGTERM at once, so no grace is waited out. A
+        pod whose containers run elsewhere (the process kubelet's) is left to that component: it
+        stops them within the pod's grace and then confirms the deletion itself (confirming it
+        here would cut the grace the pod carries, metadata.deletionGracePeriodSeconds, to 0)."""
+        if self._runs_elsewhere(pod):
+            return
+        if state_of(pod) not in TERMINAL_STATES and pod.get('status', {}).get('containerStatuses'):
             self._patch_status(pod, ended_status(pod, STOPPED_EXIT_CODE))
-        try:
-            self.client.delete(path, gracePeriodSeconds=0, preconditions={'uid': pod['metadata']['uid']})
-        except KubeAPIError as e:
-            if e.status not in (404, 409):
-                raise
+        confirm_deletion(self.client, pod)
 
     # -- nodes -----------------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ from keystoneauth1.exceptions import ClientException
 from testbed import nova_starter
 from testbed.kube_client import KubeAPIError, KubeClient
 from testbed.kubelet import (
-    TERMINAL_STATES, FakeKubelet, PodState, ended_status, pod_status, restarted_status, runs_to_completion,
-    remove_finalizer, state_of)
+    TERMINAL_STATES, FakeKubelet, PodState, confirm_deletion, ended_status, pod_status, restarted_status,
+    runs_to_completion, remove_finalizer, state_of)
 from testbed.nova_stack import ComputeProcess, NovaStack
 from testbed.nova_starter import StackError
 from testbed.task_pods import TaskProcess, is_task, map_mount_paths, start_task
@@ -32,6 +32,20 @@ from testbed.task_pods import TaskProcess, is_task, map_mount_paths, start_task
 PROCESS_IMAGE = "nova-compute:process"
 FINALIZER = "process-kubelet.tests.ironicshards.io/container"
 POLL_SECONDS = 1.0
+# A kubelet's grace when a pod names none (the API's default terminationGracePeriodSeconds), and
+# the least it gives a container between SIGTERM and SIGKILL (kubelet's minimumGracePeriodInSeconds).
+DEFAULT_GRACE_SECONDS = 30
+MIN_GRACE_SECONDS = 2
+
+
+def stop_grace(pod: dict[str, Any]) -> int:
+    """How long a kubelet lets the containers of `pod` run after SIGTERM before SIGKILL: the
+    deletion's grace (metadata.deletionGracePeriodSeconds: the DeleteOptions' gracePeriodSeconds,
+    else the pod's own), else spec.terminationGracePeriodSeconds, else 30 s; never under 2 s."""
+    chosen = pod["metadata"].get("deletionGracePeriodSeconds")
+    if chosen is None:
+        chosen = pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    return max(int(chosen), MIN_GRACE_SECONDS)
 
 
 class NotYet(Exception):
@@ -56,7 +70,7 @@ class Container:
     exit_code: int | None = None
     failure_reported: bool = False
     ready_since: float | None = None
-    grace: int = 30  # the pod's terminationGracePeriodSeconds (a task's stop)
+    grace: int = DEFAULT_GRACE_SECONDS  # stop_grace() of the pod when it started (used if its object goes)
     files: tuple[Path, ...] = field(default_factory=tuple)
     probe_passing: bool = False  # its readinessProbe, if any: passed last, fewer failures than the threshold since
     probe_failures: int = 0
@@ -116,6 +130,8 @@ class ProcessKubelet:
         try:
             for pod in self._pods():
                 self._remove_finalizer(pod)
+                if pod["metadata"].get("deletionTimestamp") and self._ours(pod):
+                    confirm_deletion(self.client, pod)  # its process is gone: nothing waits for it
         finally:
             self.fake.stop()
         if self.errors:
@@ -198,7 +214,7 @@ class ProcessKubelet:
         with self._lock:  # pod objects gone (e.g. force-deleted): their processes go too
             for uid, container in list(self._containers.items()):
                 if uid not in seen:
-                    self._stop_process(container)
+                    self._stop_process(container, container.grace)
                     if container.stopped:
                         del self._containers[uid]
 
@@ -219,11 +235,12 @@ class ProcessKubelet:
             container = self._containers.get(uid)
         if meta.get("deletionTimestamp"):
             if container is not None:
-                self._stop_process(container)
+                self._stop_process(container, stop_grace(pod))
             if container is None or container.stopped:
                 if container is not None and state_of(pod) not in TERMINAL_STATES:
                     self._report_end(pod, container)  # its terminal phase first, as kubelets since 1.27
                 self._remove_finalizer(pod)
+                confirm_deletion(self.client, pod)  # (the FakeKubelet leaves this to us: the grace is ours)
             return
         if spec.get("nodeName") not in self.fake.nodes:
             return  # not scheduled yet (FakeKubelet binds it), or another kubelet's pod
@@ -278,7 +295,7 @@ class ProcessKubelet:
         started_at = time.time()
         process = self.stack.start_compute(name, list(files))
         with self._lock:
-            self._containers[uid] = Container(name, uid, process, started_at, files=files)
+            self._containers[uid] = Container(name, uid, process, started_at, files=files, grace=stop_grace(pod))
         self.fake.not_ready(name)  # its container started: Running, Ready once it reports in
 
     def _log_of(self, pod: dict[str, Any], container_name: str) -> str | None:
@@ -312,8 +329,7 @@ class ProcessKubelet:
         argv = map_mount_paths(list(spec.get("command") or []) + list(spec.get("args") or []), mounts)
         process = start_task(argv, Path(self.stack.state["venv"]) / "bin", target / f"run-{restarts}.log", target)
         with self._lock:
-            self._containers[uid] = Container(name, uid, process, time.time(),
-                                              grace=pod["spec"].get("terminationGracePeriodSeconds", 30))
+            self._containers[uid] = Container(name, uid, process, time.time(), grace=stop_grace(pod))
         self.fake.ready(name)
 
     def _materialise_mounts(self, pod: dict[str, Any], container: dict[str, Any], target: Path) -> dict[str, Path]:
@@ -510,8 +526,10 @@ class ProcessKubelet:
 
     # -- stopping -------------------------------------------------------------------------------
 
-    def _stop_process(self, container: Container) -> None:
-        """Stop the process in the background (SIGTERM, SIGKILL after the grace period)."""
+    def _stop_process(self, container: Container, grace: float) -> None:
+        """Stop the process in the background as a kubelet does: SIGTERM, SIGKILL once `grace`
+        seconds have passed (then the pod reports exit code 137); a process that ends on SIGTERM
+        sooner is not waited for."""
         with self._lock:
             if container.stopped or container.stopping is not None:
                 if container.stopping is not None and not container.stopping.is_alive():
@@ -525,10 +543,19 @@ class ProcessKubelet:
 
             def stop() -> None:
                 if isinstance(process, TaskProcess):
-                    process.terminate(grace=float(container.grace))
+                    process.terminate(grace=float(grace))  # a SIGKILL after it sets its exit code 137
                     return
-                nova_starter.terminate(self.stack.run_dir, container.pod_name, sig=signal.SIGTERM,
-                                    timeout=30.0)
+                deadline = time.monotonic() + grace
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)  # its group leader (its own session)
+                except ProcessLookupError:
+                    pass
+                while process.alive() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                if process.alive() and container.killed_with is None:
+                    container.killed_with = signal.SIGKILL  # it outlived its grace: exit code 137
+                # What is left of its group goes now, as a container's processes go with its PID 1.
+                nova_starter.terminate(self.stack.run_dir, container.pod_name, sig=signal.SIGKILL)
 
             container.stopping = threading.Thread(target=stop, name=f"stop-{container.pod_name}",
                                                   daemon=True)
