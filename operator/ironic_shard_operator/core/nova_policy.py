@@ -173,7 +173,8 @@ class AuditReport:
     """One audit: findings, what to delete or hand over, and the memory for the next audit.
 
     `since` maps a pending finding's key to when it was first seen, `strays` the sightings of
-    hosts that are not the pool's (`StraySighting`); pass both to the next audit. `waiting` explains, per retired host, why its service is not deleted yet.
+    hosts that are not the pool's (`StraySighting`); pass both to the next audit. `waiting`
+    explains, per retired host, why its service is not deleted yet.
     `returns` are misplaced nodes given back at once to the live member Nova and their instance
     name (`returns_to`); `repairs` the other explicit handovers of misplaced nodes (only with
     repair enabled). No node is in both.
@@ -416,7 +417,8 @@ def _misplaced(node: Node, host: str, instance_host: str | None, pool: PoolHosts
     if instance_host is not None and instance_host != host:
         return Finding(INCOMPLETE, node.uuid, half_move_message(node.uuid, node.instance_uuid, instance_host,
                                                                  host)), None
-    message = f"node {node.uuid} has an instance on {host} but its shard is {node.shard or '(none)'}: no compute serves it"
+    message = (f"node {node.uuid} has an instance on {host} but its shard is {node.shard or '(none)'}: "
+               "no compute serves it")
     if returns_to(node, host, instance_host, pool):
         return (Finding(MISPLACED, node.uuid, f"{message}; Nova and its instance both name {host}, a live member: "
                                               f"its shard is set back to {host}"),
@@ -459,10 +461,10 @@ def stray_message(host: str, listed: int) -> str:
     """What a stray compute is, what it does to the pool and the fix (someone else's); `listed`:
     the most of the pool's nodes Nova listed under it at once."""
     return (f"Nova compute {host} is not a member of this pool, yet Nova lists up to {listed} of the pool's nodes "
-            f"under it: a nova-compute with the Ironic driver and no [ironic]shard (or with a member's "
-            f"shard under another host) takes nodes away from their members, and builds placed on them "
-            f"go to it. It is not the operator's, which never touches its service: stop that nova-compute, "
-            f"or give it an [ironic]shard no member of this pool uses")
+            "under it: a nova-compute with the Ironic driver and no [ironic]shard (or with a member's "
+            "shard under another host) takes nodes away from their members, and builds placed on them "
+            "go to it. It is not the operator's, which never touches its service: stop that nova-compute, "
+            "or give it an [ironic]shard no member of this pool uses")
 
 
 def stray_events(previous: AuditReport | None, report: AuditReport) -> list[Event]:
