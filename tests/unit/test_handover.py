@@ -543,13 +543,23 @@ def test_scaling_back_up_mid_retire_finishes_what_is_in_flight_then_releases_the
     assert event.reason == "HandoverCancelled" and "keeps its 1 nodes with instances" in event.message
 
 
-def test_a_half_move_keeps_a_cancelled_member_held_and_reported():
-    nodes = [with_instance("n0", m(2))]
-    step = decide(settings=SETTINGS, members=ready(0, 1, 2), retiring=(), ring_members=[m(0), m(1)],
-                  pods=(), nodes=nodes, nova=nova_view(FORCED, {"n0": m(0)}, {}, frozenset({"n0"})), jobs=(),
-                  recorded=_recorded(m(2), handover.MOVING), now=NOW)
-    assert step.progress[0].phase == handover.CANCELLING and not step.shard_writes and not step.events
-    assert [p.reason for p in step.problems] == ["HandoverIncomplete"]
+def test_a_half_move_alone_releases_a_cancelled_member_whose_compute_takes_it_back():
+    """Real Nova (tests/nova/test_half_move_return.py): the member's nova-compute, running again,
+    takes the compute node of a half move back. So it is released with the half move named; while
+    anything else is in flight it stays Cancelling and the half move is reported."""
+    nodes = [with_instance("n0", m(2)), with_instance("n1", m(2))]
+    half = dict(settings=SETTINGS, members=ready(0, 1, 2), retiring=(), ring_members=[m(0), m(1)], pods=(),
+                nodes=nodes, recorded=_recorded(m(2), handover.MOVING), now=NOW)
+    step = decide(nova=nova_view(FORCED, {"n0": m(0), "n1": m(2)}, {}, frozenset({"n0"})), jobs=(), **half)
+    assert not step.progress and not step.shard_writes
+    (event,) = step.events
+    assert event.reason == "HandoverCancelled" and "n0" in event.message and "takes their compute nodes back" in event.message
+    assert handover.holds(recorded=read_back(handover_section(step)), jobs=(), job_pods=()) == {}
+    # a node fully moved in Nova (not a half move) still waits for its shard: held, the half move reported
+    step = decide(nova=nova_view(FORCED, {"n0": m(0), "n1": m(1)}, {}, frozenset({"n0"})), jobs=(), **half)
+    assert step.progress[0].phase == handover.CANCELLING and step.progress[0].held
+    assert step.shard_writes == (handover.Move("n1", m(2), m(1)),)
+    assert [p.reason for p in step.problems] == ["HandoverIncomplete"] and not step.events
 
 
 def test_with_handover_turned_off_mid_way_what_is_in_flight_still_finishes():
