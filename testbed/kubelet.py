@@ -225,12 +225,16 @@ class FakeKubelet:
     def __init__(self, client: KubeClient, namespace: str, *, nodes: int = 3,
                  default_state: PodState = PodState.READY,
                  runs_elsewhere: Callable[[dict[str, Any]], bool] = lambda pod: False,
-                 log_of: Callable[[dict[str, Any], str], str | None] = lambda pod, container: None) -> None:
+                 log_of: Callable[[dict[str, Any], str], str | None] = lambda pod, container: None,
+                 deleted_elsewhere: bool = False) -> None:
         """`runs_elsewhere(pod)`: pods whose containers another component runs (the process
         kubelet's): this one only writes the states it is commanded to. `log_of(pod, container)`:
-        what that component's container printed (None: what this agent knows, see `set_log`)."""
+        what that component's container printed (None: what this agent knows, see `set_log`).
+        `deleted_elsewhere`: that component also confirms those pods' deletions (once their
+        processes ended within the pods' grace); else this one confirms them at once."""
         self.client = client
         self._runs_elsewhere = runs_elsewhere
+        self._deleted_elsewhere = deleted_elsewhere
         self._log_elsewhere = log_of
         self.namespace = namespace
         self.default_state = default_state
@@ -495,12 +499,15 @@ class FakeKubelet:
         143; kubelets do so since Kubernetes 1.27, which the Job controller's podReplacementPolicy
         Failed and job tracking rely on), then the deletion is confirmed (grace period 0). Its
         containers are no processes: they end on SIGTERM at once, so no grace is waited out. A
-        pod whose containers run elsewhere (the process kubelet's) is left to that component: it
-        stops them within the pod's grace and then confirms the deletion itself (confirming it
-        here would cut the grace the pod carries, metadata.deletionGracePeriodSeconds, to 0)."""
-        if self._runs_elsewhere(pod):
+        pod whose containers run elsewhere ends as that component says; with `deleted_elsewhere`
+        (the process kubelet) it also confirms the deletion, once it stopped them within the
+        pod's grace (confirming it here would cut the grace the pod carries,
+        metadata.deletionGracePeriodSeconds, to 0)."""
+        elsewhere = self._runs_elsewhere(pod)
+        if elsewhere and self._deleted_elsewhere:
             return
-        if state_of(pod) not in TERMINAL_STATES and pod.get('status', {}).get('containerStatuses'):
+        if state_of(pod) not in TERMINAL_STATES and pod.get('status', {}).get('containerStatuses') \
+                and not elsewhere:  # (whoever runs its containers says when they ended)
             self._patch_status(pod, ended_status(pod, STOPPED_EXIT_CODE))
         confirm_deletion(self.client, pod)
 

@@ -96,7 +96,7 @@ class ProcessKubelet:
         self.workdir = Path(workdir)
         self.image = image
         self.fake = FakeKubelet(client, namespace, nodes=nodes, default_state=PodState.PENDING,
-                                runs_elsewhere=self._ours, log_of=self._log_of)
+                                runs_elsewhere=self._ours, log_of=self._log_of, deleted_elsewhere=True)
         self._containers: dict[str, Container] = {}  # by pod uid
         self._held: set[str] = set()
         self._unrunnable: set[str] = set()  # pod uids whose container this kubelet cannot run
