@@ -191,3 +191,19 @@ def test_a_power_action_in_progress_keeps_a_retiring_pod_as_a_provision_state_do
     (progress,) = result.progress
     assert progress.phase == handover.MOVING_FREE and "n1 (power -> power off)" in progress.message
     assert progress.busy == (handover.BusyNode("n1", "power -> power off", NOW),)
+
+
+def test_a_destination_down_for_a_heartbeat_does_not_release_and_restop_a_held_source():
+    nodes = [with_instance("n0", m(2))]
+    flapping = {**FORCED, m(0): service(m(0), up=False), m(1): service(m(1), up=False)}
+    blocked = step(nodes, nova_view(flapping, {"n0": m(2)}))
+    (progress,) = blocked.progress
+    assert progress.phase == handover.BLOCKED and progress.held and progress.no_destination_since == NOW
+    assert [p.reason for p in blocked.problems] == ["HandoverNoDestination"]
+    # the destinations back a cycle later: its Job starts, it never had its pod back
+    back = step(nodes, nova_view(FORCED, {"n0": m(2)}), recorded=handover_section(blocked), now=NOW + 30)
+    assert batched(back) == {"n0"}
+    # no destination for longer than the bound: released (its pod may come back)
+    later = NOW + handover.NO_DESTINATION_RELEASE_SECONDS
+    released = step(nodes, nova_view(flapping, {"n0": m(2)}), recorded=handover_section(blocked), now=later)
+    assert released.progress[0].phase == handover.BLOCKED and not released.progress[0].held

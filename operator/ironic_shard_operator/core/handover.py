@@ -45,6 +45,11 @@ JOB_MAX_RETRY_SECONDS = 960.0
 # (HandoverWaitingForBusyNodes). At most BUSY_LISTED of them are listed in the status.
 BUSY_WARNING_SECONDS = 1800.0
 BUSY_LISTED = 20
+# A held source with nothing in flight whose handover finds no destination keeps its hold this
+# long before it is released (gets its pod back): a destination's Nova service seen down for one
+# heartbeat (service_down_time is 60 s by default) must not restart the source's nova-compute
+# only to stop it again a cycle later.
+NO_DESTINATION_RELEASE_SECONDS = 180.0
 # ... and for its servers with a task in progress (a reboot, a power action, a rebuild: only
 # the instance's own nova-compute clears `task_state`, and after a handover that compute never
 # runs again), at most this long: then a Warning names them with the fix
@@ -247,6 +252,7 @@ class SourceProgress:
     busy: tuple[BusyNode, ...] = ()
     held: bool = False
     busy_servers: tuple[BusyServer, ...] = ()
+    no_destination_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -797,6 +803,12 @@ class _Context:
         return all(owners.get(uuid) == dest or uuid not in owners
                    or (self.nova.known(uuid) and self.nova.host_of(uuid) != dest) for uuid, dest in job.moves)
 
+    def no_destination_since(self, source: str) -> float:
+        """Since when the last status saw `source` with no destination (now, if it did not)."""
+        seen = (self.recorded.get(source) or {}).get("noDestinationSince")
+        since = parse_time(seen) if isinstance(seen, str) else None
+        return self.now if since is None else min(since, self.now)
+
     def busy_servers(self, source: str) -> tuple[BusyServer, ...]:
         """The source's servers with a task in progress, each since when the last status saw it so."""
         seen = {b.get("server"): b.get("since") for b in (self.recorded.get(source) or {}).get("busyServers") or ()
@@ -861,6 +873,14 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
             ctx.ring_members, ctx.ready_now, ctx.found, ctx.nova)
         if ctx.blocker is None:
             steps.problems.append(Problem(trigger, "HandoverNoDestination", f"{source}: {why}"))
+            since = ctx.no_destination_since(source)
+            if ctx.recorded_held(source) and ctx.now - since < NO_DESTINATION_RELEASE_SECONDS:
+                # hysteresis: a destination's service down for a heartbeat does not give the
+                # source its pod back only to stop it again a cycle later
+                return _SourceStep(replace(base, phase=BLOCKED, waiting=len(pinned), held=True,
+                                           no_destination_since=since, message=_join(
+                                               why, f"held for {NO_DESTINATION_RELEASE_SECONDS:g}s with no destination "
+                                               "before it gets its pod back", base.message)))
         return _SourceStep(replace(base, phase=BLOCKED, waiting=len(pinned), message=_join(why, base.message)))
     service = ctx.nova.services.get(source)
     if service is None:

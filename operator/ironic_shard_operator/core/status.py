@@ -275,7 +275,9 @@ def handover_section(step: handover.HandoverStep | None) -> dict[str, Any]:
             ("busyNodes", [{"node": b.node, "state": b.state, "since": format_time(b.since)} for b in p.busy]
              if p.busy else None),
             ("busyServers", [{"server": b.server, "task": b.task, "since": format_time(b.since)}
-                             for b in p.busy_servers] if p.busy_servers else None), ("held", p.held))
+                             for b in p.busy_servers] if p.busy_servers else None),
+            ("noDestinationSince", format_time(p.no_destination_since) if p.no_destination_since is not None
+             else None), ("held", p.held))
             if value is not None} for p in step.progress],
         "problems": [{"trigger": p.trigger, "reason": p.reason, "message": p.message} for p in step.problems],
         **({"receiving": list(step.receiving)} if step.receiving else {}),

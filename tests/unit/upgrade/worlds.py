@@ -126,8 +126,8 @@ def job_record(job: JobView) -> dict:
 
 
 # Fields added since the recorded version, left out while they hold their default (what that
-# version decided without them): SourceProgress.busy_servers (issue 37, servers with a task).
-ADDED_SINCE = frozenset({"busy_servers"})
+# version decided without them): SourceProgress.busy_servers and no_destination_since (issue 37).
+ADDED_SINCE = frozenset({"busy_servers", "no_destination_since"})
 
 
 def plain(value):
