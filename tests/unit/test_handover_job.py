@@ -156,6 +156,8 @@ def test_the_job_replaces_a_pod_only_once_it_has_ended_and_its_pods_say_what_the
     assert (view.job, view.source, view.moves, view.alive) == ("j", "rack-2", (("n-1", "rack-0"),), True)
     pod["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
     assert read_job_pod(pod).alive  # being deleted: it runs until its kubelet says it ended
+    assert read_job_pod(pod).stopping_since == 1735689600.0  # since when (a lost node's pod is named after a bound)
+    assert read_job_pod({**pod, "spec": {"nodeName": "node-7"}}).node == "node-7"
     assert not read_job_pod({**pod, "status": {"phase": "Failed"}}).alive
     del pod["metadata"]["annotations"]
     assert read_job_pod(pod).moves is None  # an earlier version's pod: it may move any node of its source

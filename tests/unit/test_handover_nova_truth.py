@@ -207,3 +207,48 @@ def test_a_destination_down_for_a_heartbeat_does_not_release_and_restop_a_held_s
     later = NOW + handover.NO_DESTINATION_RELEASE_SECONDS
     released = step(nodes, nova_view(flapping, {"n0": m(2)}), recorded=handover_section(blocked), now=later)
     assert released.progress[0].phase == handover.BLOCKED and not released.progress[0].held
+
+
+# --- bounded holds: held as before, but named after a bound -----------------------------------------
+
+
+def test_a_job_pod_on_a_lost_kubernetes_node_keeps_its_source_held_and_is_named_after_a_bound():
+    nodes = [with_instance("n0", m(2))]
+    pod = handover.JobPod("rack-2-handover-a-x", "rack-2-handover-a", m(2), (("n0", m(0)),), alive=True,
+                          stopping_since=NOW - 60, node="node-7")
+    soon = step(nodes, nova_view(FORCED, {"n0": m(2)}), retiring=())  # a Cancelling member, its Job deleted
+    assert not [p for p in soon.problems if p.reason == "HandoverJobPodStuck"]
+    held = handover.holds(recorded=memory_of({"handover": HELD}).handover, jobs=(), job_pods=[pod])
+    assert m(2) in held
+    late = replace(pod, stopping_since=NOW - handover.JOB_POD_STUCK_SECONDS)
+    result = handover.decide(settings=SETTINGS, members=MEMBERS, found={}, ring_members=[m(0), m(1)], pods=(),
+                             nodes=nodes, owned=pinned_by_owner(nodes), nova=nova_view(FORCED, {"n0": m(2)}),
+                             jobs=(), now=NOW, job_pods=[late], recorded=memory_of({"handover": HELD}).handover)
+    (problem,) = [p for p in result.problems if p.reason == "HandoverJobPodStuck"]
+    assert "rack-2-handover-a-x" in problem.message and "node-7" in problem.message
+    assert "out-of-service" in problem.message and "--force" in problem.message
+    assert result.progress[0].held and result.progress[0].phase == handover.CANCELLING
+
+
+def test_a_failed_source_waiting_on_a_locked_node_says_so_after_the_bound():
+    after = replace(SETTINGS, after_failure_seconds=600)
+    members = (*MEMBERS[:2], Member(m(2), ready=False, since=NOW - 700))
+    locked = replace(with_instance("n1", m(2)), reservation="conductor-3")
+    nodes = [with_instance("n0", m(2)), locked]
+    recorded = {"sources": [{"member": m(2), "trigger": "Failure", "phase": handover.MOVING, "held": True,
+                             "busyNodes": [{"node": "n1", "state": "locked by conductor-3",
+                                            "since": "2025-01-01T00:00:00Z"}]}]}
+
+    def failed_step(now):
+        owned = pinned_by_owner(nodes)
+        found = handover.sources(settings=after, members=members, retiring=(), owned=owned, pods=(), now=now)
+        return handover.decide(settings=after, members=members, found=found, ring_members=[m(0), m(1)], pods=(),
+                               nodes=nodes, owned=owned, nova=nova_view(FORCED, {"n0": m(2), "n1": m(2)}), jobs=(),
+                               now=now, recorded=memory_of({"handover": recorded}).handover)
+
+    early = failed_step(1735689600.0 + 60)
+    assert batched(early) == {"n0"} and early.progress[0].busy[0].state == "locked by conductor-3"
+    assert not [p for p in early.problems if p.reason == "HandoverWaitingForBusyNodes"]
+    late = failed_step(1735689600.0 + handover.BUSY_WARNING_SECONDS)
+    (problem,) = [p for p in late.problems if p.reason == "HandoverWaitingForBusyNodes"]
+    assert "n1 (locked by conductor-3)" in problem.message and "openstack baremetal node abort" in problem.message

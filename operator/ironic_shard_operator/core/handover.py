@@ -55,6 +55,11 @@ NO_DESTINATION_RELEASE_SECONDS = 180.0
 # runs again), at most this long: then a Warning names them with the fix
 # (HandoverServerTasksLeft) and the pod goes.
 TASK_WAIT_SECONDS = 1800.0
+# A Job pod asked to stop that has not ended this long after (its grace is 120 s by default, and
+# it finishes one nova-manage run of seconds) is on a Kubernetes node whose kubelet no longer
+# answers: it holds its source, as it must (its process may still run), and a Warning says so
+# (HandoverJobPodStuck) with the fix.
+JOB_POD_STUCK_SECONDS = 600.0
 # Why a Job failed, from its log (bounded: the `reason` label of the failures metric):
 # nova-manage refused a precondition (source not forced down, destination forced down, more
 # than one instance, an unknown node or host), the database could not be reached or refused
@@ -193,13 +198,16 @@ class JobPod:
     """A pod of a handover Job as observed: its Job's name, its source, the moves it carries
     (its own annotation; None: unknown, so it may be moving any node of its source), and
     whether its process may still run (`alive`: not Succeeded or Failed, deleted or not: a
-    pod being deleted runs until its kubelet says it ended). A pod may outlive its Job."""
+    pod being deleted runs until its kubelet says it ended). A pod may outlive its Job; one on
+    a lost Kubernetes node is never said to have ended (`stopping_since`: JOB_POD_STUCK_SECONDS)."""
 
     name: str
     job: str
     source: str
     moves: tuple[tuple[str, str], ...] | None
     alive: bool
+    stopping_since: float | None = None  # its deletionTimestamp (epoch seconds): asked to stop
+    node: str | None = None              # the Kubernetes node it was bound to
 
 
 @dataclass(frozen=True, slots=True)
@@ -549,6 +557,7 @@ def decide(*, settings: Handover | None, members: Sequence[Member], found: Mappi
                       pods=pods, nodes=nodes, nova=nova, jobs=jobs, job_pods=job_pods, recorded=recorded,
                       blocker=blocker, now=now, guard_held=guard_held or {})
     steps = _Steps()
+    _report_stuck_job_pods(ctx, steps)
     steps.delete_jobs.extend(j.name for j in jobs if j.source not in ctx.found and j.source not in ctx.cancelled
                              and ctx.settled(j))
     receiving = receivers(nodes, nova, jobs, job_pods)
@@ -565,6 +574,23 @@ def decide(*, settings: Handover | None, members: Sequence[Member], found: Mappi
     for member in sorted(ctx.cancelled):
         _cancel_step(member, ctx, steps)
     return replace(steps.build(), receiving=receiving)
+
+
+def _report_stuck_job_pods(ctx: _Context, steps: _Steps) -> None:
+    """A Warning for each Job pod asked to stop JOB_POD_STUCK_SECONDS ago or more that has not
+    ended: its source stays held (the process may still run), and the fix is named."""
+    for pod in ctx.job_pods:
+        if pod.alive and pod.stopping_since is not None and ctx.now - pod.stopping_since >= JOB_POD_STUCK_SECONDS:
+            entry = ctx.recorded.get(pod.source) or {}
+            trigger = ctx.found.get(pod.source) or (entry.get("trigger") if entry.get("trigger") in (SCALE_DOWN, FAILURE)
+                                                    else SCALE_DOWN)
+            steps.problems.append(Problem(trigger, "HandoverJobPodStuck", (
+                f"pod {pod.name} of handover Job {pod.job or '(deleted)'} of {pod.source} was asked to stop "
+                f"{ctx.now - pod.stopping_since:.0f}s ago and has not ended: its Kubernetes node "
+                f"{pod.node or '(unknown)'} does not answer. {pod.source} stays held while its nova-manage may still "
+                "run. Once that node is known to be down (powered off, or its kubelet gone for good), taint it "
+                "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute, or delete the pod with --force "
+                "--grace-period=0; the handover goes on")))
 
 
 def _batch(source: str, step: _SourceStep, placed: Mapping[str, str], budget: int, ctx: _Context,
@@ -819,13 +845,15 @@ class _Context:
             found.append(BusyServer(server, task, self.now if since is None else min(since, self.now)))
         return tuple(found)
 
-    def busy_nodes(self, source: str) -> tuple[BusyNode, ...]:
-        """The source's nodes mid-operation, each since when the last status saw it so."""
+    def busy_nodes(self, source: str, *, locked: bool = False) -> tuple[BusyNode, ...]:
+        """The source's nodes mid-operation (and, with `locked`, its nodes with an instance that
+        a conductor holds locked), each since when the last status saw it so."""
         seen = {b.get("node"): b.get("since") for b in (self.recorded.get(source) or {}).get("busyNodes") or ()
                 if isinstance(b, Mapping)}
         found = []
         for node in sorted((n for n in self.nodes if n.shard == source), key=lambda n: n.uuid):
-            state = mid_operation(node)
+            state = mid_operation(node) or (f"locked by {node.reservation}"
+                                            if locked and node.reservation and node.instance_uuid else None)
             if state is not None:
                 since = parse_time(seen.get(node.uuid)) if isinstance(seen.get(node.uuid), str) else None
                 found.append(BusyNode(node.uuid, state, self.now if since is None else min(since, self.now)))
@@ -898,6 +926,8 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
                         for uuid, _ in j.moves}
     candidates = [node for node in pinned if _classify(node, source, trigger, ctx, steps, count, failed_job_nodes)]
     _report_unmovable(source, trigger, count, steps)
+    holding_back = tuple(b for b in ctx.busy_nodes(source, locked=True) if any(n.uuid == b.node for n in pinned))
+    _report_late_busy(source, trigger, holding_back, "its handover waits for", ctx, steps)
     phase = MOVING if pinned else DONE
     stuck = count.refused or count.failed or count.unknown or count.deleted
     if phase == MOVING and not candidates and not count.in_flight and not count.done and stuck:
@@ -912,7 +942,7 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
                        failed=count.failed + len(count.refused) + len(count.unknown) + len(count.deleted),
                        job=remaining[0].name if remaining else None,
                        message=_join(*count.reasons[:5], base.message), attempts=retries.last_attempt,
-                       next_retry_at=retries.next_retry, held=held)
+                       next_retry_at=retries.next_retry, held=held, busy=holding_back[:BUSY_LISTED])
     # A Job only once the hold is on record: no cycle, with or without a plan, can then give
     # the source a pod while the Job runs.
     may_batch = not remaining and ctx.blocker is None and ctx.recorded_held(source)
@@ -1084,15 +1114,23 @@ def _with_pod_step(source: str, base: SourceProgress, free: Sequence[str], pinne
                 source, [(b.server, b.task) for b in overdue], f"waited {TASK_WAIT_SECONDS:g}s; its pod stops now")))
         return _SourceStep(replace(base, phase=STOPPING_POD, waiting=pinned, held=True,
                                    message=_join(f"waiting for pod {source} to be gone", base.message)))
-    late = [b for b in busy if ctx.now - b.since >= BUSY_WARNING_SECONDS]
-    if late:
-        steps.problems.append(Problem(base.trigger, "HandoverWaitingForBusyNodes", (
-            f"{source}: its pod waits for {len(late)} nodes mid-operation for more than "
-            f"{BUSY_WARNING_SECONDS:g}s: " + ", ".join(f"{b.node} ({b.state})" for b in late[:5])
-            + "; the handover goes on once they settle (check them in Ironic: a deploy or clean that "
-              "hangs needs an administrator)")))
+    _report_late_busy(source, base.trigger, busy, "its pod waits for", ctx, steps)
     return _SourceStep(replace(base, phase=MOVING_FREE, waiting=pinned, busy=busy[:BUSY_LISTED],
                                busy_servers=servers[:BUSY_LISTED], message=_join(why, base.message)))
+
+
+def _report_late_busy(source: str, trigger: str, busy: Sequence[BusyNode], waiter: str, ctx: _Context,
+                      steps: _Steps) -> None:
+    """A Warning (HandoverWaitingForBusyNodes) once a node the handover of `source` waits for
+    has been mid-operation or locked for BUSY_WARNING_SECONDS: named, with the fix."""
+    late = [b for b in busy if ctx.now - b.since >= BUSY_WARNING_SECONDS]
+    if late:
+        steps.problems.append(Problem(trigger, "HandoverWaitingForBusyNodes", (
+            f"{source}: {waiter} {len(late)} nodes mid-operation or locked for more than "
+            f"{BUSY_WARNING_SECONDS:g}s: " + ", ".join(f"{b.node} ({b.state})" for b in late[:5])
+            + "; the handover goes on once they settle. Check them in Ironic (openstack baremetal node show NODE): "
+              "a deploy, clean or service step that hangs, or a lock no conductor releases, needs an administrator "
+              "(openstack baremetal node abort NODE, or maintenance)")))
 
 
 def tasks_left_message(host: str, tasks: Sequence[tuple[str, str]], what: str) -> str:

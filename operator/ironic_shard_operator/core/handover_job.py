@@ -205,7 +205,9 @@ def read_job_pod(raw: Mapping[str, Any]) -> JobPod | None:
         return None
     phase = (raw.get("status") or {}).get("phase") or "Pending"
     return JobPod(name=meta.get("name", ""), job=(meta.get("labels") or {}).get(JOB_NAME_LABEL, ""),
-                  source=source, moves=moves, alive=phase not in ("Succeeded", "Failed"))
+                  source=source, moves=moves, alive=phase not in ("Succeeded", "Failed"),
+                  stopping_since=parse_time(meta.get("deletionTimestamp")),
+                  node=(raw.get("spec") or {}).get("nodeName"))
 
 
 def config_problem(text: str | None, secret: str, key: str) -> str | None:
