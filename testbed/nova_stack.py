@@ -8,6 +8,7 @@ module adds what needs openstacksdk.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -31,6 +32,12 @@ HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 # The microversion the operator's Nova adapter needs (service UUIDs, forced_down, hypervisor
 # service host): every helper here speaks it too.
 COMPUTE_MICROVERSION = "2.53"
+
+
+def placement_resource_class(resource_class: str) -> str:
+    """The Placement class Nova's Ironic driver reports an Ironic node's `resource_class` as
+    (os_resource_classes.normalize_name): "bench-nova" -> "CUSTOM_BENCH_NOVA"."""
+    return "CUSTOM_" + re.sub(r"[^0-9A-Za-z]+", "_", resource_class).upper()
 
 
 @dataclass
@@ -77,6 +84,7 @@ class NovaStack:
         self.timings: dict[str, int] = state["timings"]
         self.start_seconds: float = state.get("start_seconds", 0.0)
         self.peak_rss: dict[str, int] = {}                # the largest sample of record_rss()
+        self.last_probe_seconds: list[float] = []         # select_destinations' rounds, each
         self._admin: openstack.connection.Connection | None = None  # for the read helpers
 
     # -- configuration a pool's Secret carries
@@ -147,7 +155,7 @@ class NovaStack:
     def seed_instance(self, host: str, node: str) -> str:
         """TEST SETUP SHORTCUT (hack/nova/seed_instance.py): record an instance on `host`'s
         compute node `node` through Nova's own objects, as a boot would have; returns its UUID.
-        Nothing here can boot a real one (no Glance/Neutron/scheduler). The compute node must
+        Nothing here can boot a real one (no Glance/Cinder/Neutron). The compute node must
         exist, i.e. `host`'s nova-compute has listed `node` once."""
         return self.seed_instances(host, [node])[0]
 
@@ -265,25 +273,24 @@ class NovaStack:
             raise StackError(f"GET /os-hosts/{host}: HTTP {response.status_code} {response.text}")
         return "is not mapped to any cell" not in response.text
 
+    def placement_json(self, path: str) -> dict:
+        """The body of Placement's `GET path` (microversion 1.14); StackError unless 200."""
+        status, body = nova_starter.http_json(f"{self.placement_url}{path}", self.token,
+                                              microversion="1.14", service="placement", timeout=60)
+        if status != 200:
+            raise StackError(f"GET {path}: HTTP {status} {body}")
+        return body
+
     def resource_providers(self) -> dict[str, int]:
         """Placement's resource providers: {uuid: generation}. A provider deleted and created
         again (same uuid: an Ironic node's) starts again at generation 0."""
-        status, body = nova_starter.http_json(f"{self.placement_url}/resource_providers", self.token,
-                                              microversion="1.14", service="placement", timeout=60)
-        if status != 200:
-            raise StackError(f"GET /resource_providers: HTTP {status} {body}")
-        return {p["uuid"]: p["generation"] for p in body["resource_providers"]}
+        return {p["uuid"]: p["generation"] for p in self.placement_json("/resource_providers")["resource_providers"]}
 
     def allocation_candidates(self, resource_class: str) -> set[str]:
         """The providers Placement offers for one unit of `resource_class` (an Ironic node's
         class, e.g. "bench-nova": CUSTOM_BENCH_NOVA), what the scheduler starts from."""
-        custom = "CUSTOM_" + "".join(c if c.isalnum() else "_" for c in resource_class.upper())
-        status, body = nova_starter.http_json(
-            f"{self.placement_url}/allocation_candidates?resources={custom}:1", self.token,
-            microversion="1.14", service="placement", timeout=60)
-        if status != 200:
-            raise StackError(f"GET /allocation_candidates: HTTP {status} {body}")
-        return set(body["provider_summaries"])
+        return set(self.placement_json(
+            f"/allocation_candidates?resources={placement_resource_class(resource_class)}:1")["provider_summaries"])
 
     def server_actions(self, server: str) -> list[dict]:
         """The actions recorded on `server`, oldest first, each with its `events` (an action a
@@ -305,12 +312,79 @@ class NovaStack:
     def set_forced_down(self, host: str, forced_down: bool) -> None:
         """An administrator's `openstack compute service set --down|--up HOST nova-compute`:
         PUT /os-services/<id> with forced_down, as any admin client does."""
+        self._update_compute_service(host, {"forced_down": forced_down})
+
+    def set_service_enabled(self, host: str, enabled: bool, reason: str = "") -> None:
+        """An administrator's `openstack compute service set --enable|--disable
+        [--disable-reason REASON] HOST nova-compute`: PUT /os-services/<id> with status (and
+        disabled_reason when disabling). Nova's API also has the compute mark its nodes'
+        providers COMPUTE_STATUS_DISABLED in Placement (an RPC cast: later)."""
+        body: dict = {"status": "enabled" if enabled else "disabled"}
+        if not enabled and reason:
+            body["disabled_reason"] = reason
+        self._update_compute_service(host, body)
+
+    def _update_compute_service(self, host: str, body: dict) -> None:
+        """PUT /os-services/<id of host's nova-compute> with `body`; StackError unless 200."""
         service = self.compute_services()[host]
-        response = self._compute.put(f"/os-services/{service['id']}", json={"forced_down": forced_down},
+        response = self._compute.put(f"/os-services/{service['id']}", json=body,
                                      microversion=COMPUTE_MICROVERSION, raise_exc=False)
         if response.status_code != 200:
-            raise StackError(f"PUT /os-services/{service['id']} forced_down={forced_down}: "
+            raise StackError(f"PUT /os-services/{service['id']} {body}: "
                              f"HTTP {response.status_code} {response.text}")
+
+    # -- asking the real scheduler (hack/nova/select_destinations.py)
+    def start_scheduler(self) -> float:
+        """Start the stack's real nova-scheduler unless it runs (it is started only on demand);
+        the seconds that took (0.0 when it already ran)."""
+        return nova_starter.start_scheduler(self.state)
+
+    def baremetal_flavor(self, resource_class: str) -> str:
+        """The flavor a baremetal deployment defines for nodes of Ironic `resource_class`, as
+        Nova's Ironic documentation has it: one unit of the node's custom class and no VCPU,
+        MEMORY_MB or DISK_GB (extra specs `resources:CUSTOM_<RC>=1`, `resources:VCPU=0`, ...);
+        created through Nova's API on first use (id = name = `baremetal-<rc>`); its name."""
+        name = f"baremetal-{resource_class}"
+        if self._compute.get(f"/flavors/{name}", microversion=COMPUTE_MICROVERSION,
+                             raise_exc=False).status_code == 200:
+            return name
+        calls = [("/flavors", {"flavor": {"name": name, "id": name, "ram": 1, "vcpus": 1, "disk": 0}}),
+                 (f"/flavors/{name}/os-extra_specs", {"extra_specs": {
+                     f"resources:{placement_resource_class(resource_class)}": "1",
+                     "resources:VCPU": "0", "resources:MEMORY_MB": "0", "resources:DISK_GB": "0"}})]
+        for url, body in calls:
+            response = self._compute.post(url, json=body, microversion=COMPUTE_MICROVERSION,
+                                          raise_exc=False)
+            if response.status_code != 200:
+                raise StackError(f"POST {url}: HTTP {response.status_code} {response.text}")
+        return name
+
+    def select_destinations(self, resource_class: str, count: int = 1) -> list[tuple[str, str]]:
+        """Where the REAL nova-scheduler places one boot of `count` instances of the baremetal
+        flavor of `resource_class`: [(host, node uuid)] per instance, or [] when it answers
+        NoValidHost (it places all of them or none). TEST SETUP SHORTCUT for the API part of a
+        boot (hack/nova/select_destinations.py): the RequestSpec the API would record, sent as
+        the conductor sends it; the nodes it claims in Placement are released right after.
+        Starts the scheduler on first use."""
+        return self.select_destinations_rounds(resource_class, rounds=1, count=count)[0]
+
+    def select_destinations_rounds(self, resource_class: str, rounds: int,
+                                   count: int = 1) -> list[list[tuple[str, str]]]:
+        """`select_destinations` asked `rounds` times, one boot after the other, in one run of
+        the script (a run costs ~7 s of Nova's imports, a round 0.2-1 s).
+        `last_probe_seconds` keeps each round's time."""
+        self.start_scheduler()
+        flavor = self.baremetal_flavor(resource_class)
+        done = subprocess.run(
+            [str(Path(self.state["venv"]) / "bin" / "python"),
+             str(nova_starter.PEER_FILES / "select_destinations.py"), str(self.nova_conf), flavor,
+             "--count", str(count), "--rounds", str(rounds)],
+            capture_output=True, text=True, timeout=120 + 5 * rounds)
+        if done.returncode != 0:
+            raise StackError(f"select_destinations failed: {done.stderr[-2000:] or done.stdout}")
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        self.last_probe_seconds = answer["seconds"]
+        return [[(host, node) for host, node in selected or []] for selected in answer["rounds"]]
 
     def wait_for(self, what: str, condition: Callable[[], bool], timeout: float,
                  interval: float = 1.0) -> None:

@@ -4,8 +4,11 @@ One *stack* = placement API + Nova compute API (both served by gunicorn from .to
 one nova-conductor, on MariaDB and RabbitMQ, with its own databases (`<id>_nova_api`,
 `<id>_nova`, `<id>_nova_cell0`, `<id>_placement`) and its own RabbitMQ vhost `<id>`, so parallel
 or stale stacks never share state. nova-compute processes (one per pool member) are started
-against it with `spawn_compute(...)` and the member's config files in order. No nova-scheduler:
-nothing here can boot an instance (no Glance/Neutron), and services/hypervisors need none.
+against it with `spawn_compute(...)` and the member's config files in order. A real
+nova-scheduler joins the stack only when a test asks the scheduler (`start_scheduler`: ~10 s and
+~250 MB that the services/hypervisors tests do not need). Nothing here can boot
+an instance (no Glance/Neutron/Cinder): hack/nova/select_destinations.py asks the scheduler
+what a boot's conductor asks it.
 
 Invariants:
 - every process is started in its own session and recorded as `<run>/pids/<name>.pid`
@@ -61,6 +64,7 @@ TIMINGS = {
 }
 UPDATE_RESOURCES_INTERVAL = 10  # a compute's resource-tracker cycle (picks up shard changes)
 START_TIMEOUT = 180
+SCHEDULER = "nova-scheduler"  # its process name, binary and service binary
 
 
 class StackError(RuntimeError):
@@ -104,6 +108,12 @@ def render_control_conf(state: dict) -> str:
     sections["api_database"] = {"connection": state["connections"]["nova_api"]}
     sections["database"] = {"connection": state["connections"]["nova"]}
     sections["conductor"] = {"workers": 1}
+    # Read by nova-scheduler only (when a test starts it). Filters, weighers, host_subset_size
+    # stay Nova's defaults (ComputeFilter rejects a disabled or down service); equal weights are
+    # shuffled, as Nova recommends for Ironic: its nodes weigh the same, and without it every
+    # one-instance boot goes to the same first node.
+    sections["scheduler"] = {"workers": 1}
+    sections["filter_scheduler"] = {"shuffle_best_same_weighed_hosts": True}
     return render_ini(sections)
 
 
@@ -515,12 +525,32 @@ def _bring_up(state: dict) -> None:
         phases[p] for p in ("databases + vhost", "schemas and cells")), 1)
 
 
+def start_scheduler(state: dict) -> float:
+    """Start the stack's nova-scheduler (control plane config, one worker) unless it runs; return
+    once it takes requests, with the seconds that took (0.0 when it already ran).
+
+    "Takes requests" = its service has sent a heartbeat (`updated_at` set): Nova's service
+    starts heartbeating only after its RPC server consumes the scheduler topic, and a call
+    sent before that is dropped and would wait out the RPC timeout.
+    """
+    run_dir = Path(state["run_dir"])
+    if is_running(run_dir, SCHEDULER):
+        return 0.0
+    t0 = time.monotonic()
+    spawn(run_dir, SCHEDULER, [str(VENV / "bin" / "nova-scheduler"), "--config-file", state["nova_conf"]])
+    _wait("nova-scheduler heartbeating in Nova's services list",
+          lambda: any(s["binary"] == SCHEDULER and s["state"] == "up" and s["updated_at"]
+                      for s in services(state, binary=SCHEDULER)),
+          run_dir, time.monotonic() + START_TIMEOUT, [SCHEDULER])
+    return round(time.monotonic() - t0, 1)
+
+
 def stop(state: dict) -> None:
     """Stop everything of the stack and remove its storage; safe to call twice."""
     run_dir = Path(state["run_dir"])
     # computes first (they talk to the conductor while shutting down), then the control plane
     names = process_names(run_dir)
-    control = [n for n in ("nova-api", "placement-api", "nova-conductor") if n in names]
+    control = [n for n in ("nova-api", "placement-api", "nova-conductor", SCHEDULER) if n in names]
     terminate(run_dir, [n for n in names if n not in control])
     terminate(run_dir, control)
     _drop_storage(state["id"])
