@@ -1,6 +1,6 @@
 """TEST SETUP SHORTCUT: record an instance on an Ironic node in Nova, through Nova's own objects.
 
-Nothing here can boot a real instance (no Glance, no Neutron, no scheduler), yet the operator
+Nothing here can boot a real instance (no Glance, Cinder, Neutron: README.md), yet the operator
 must meet Nova's answers for hosts that carry instances (DELETE os-services -> 409). This
 script, run by the Nova venv's python with the control plane's nova.conf, writes what a boot
 would have left behind: an Instance in cell1 on `host`/`node` (with the compute node's id,
