@@ -215,3 +215,15 @@ def test_a_nova_conf_without_database_access_is_refused_by_name():
     assert "no [database] connection and no [api_database] connection" in message
     assert config_problem("[database]\nconnection = mysql://x\n[api_database]\nconnection = mysql://y\n",
                           "nm", "nova.conf") is None
+
+
+def test_a_large_batch_gets_a_deadline_that_covers_its_runs():
+    """A Job of maxConcurrent nodes (up to 1000) runs one nova-manage per node, 16.3 s each under
+    load (bench/grace_bench.py): a fixed 900 s deadline would fail any batch above ~55 nodes."""
+    from ironic_shard_operator.core.handover_job import ACTIVE_DEADLINE_SECONDS, SECONDS_PER_RUN
+
+    small = (Move("n-1", "rack-2", "rack-0"),)
+    large = tuple(Move(f"n-{i}", "rack-2", "rack-0") for i in range(200))
+    assert render_job(_pool(), JobBatch("rack-2", "j", small))["spec"]["activeDeadlineSeconds"] == ACTIVE_DEADLINE_SECONDS
+    deadline = render_job(_pool(), JobBatch("rack-2", "j", large))["spec"]["activeDeadlineSeconds"]
+    assert deadline == 200 * SECONDS_PER_RUN and deadline > 200 * 16.3 * 3

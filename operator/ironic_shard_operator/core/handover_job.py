@@ -44,8 +44,17 @@ ATTEMPT_ANNOTATION = f"{GROUP}/handover-attempt"
 CONTAINER_NAME = "nova-manage"
 CONFIG_PATH = "/etc/nova/handover/nova.conf"
 BACKOFF_LIMIT = 2
-# A Job that hangs (a database that does not answer) is failed by Kubernetes after this long.
+# A Job that hangs (a database that does not answer) is failed by Kubernetes after this long,
+# and at least SECONDS_PER_RUN per nova-manage run it makes: one move took 16.3 s per node in a
+# batch of 10 under load (bench/grace_bench.py, 2026-12-02, 2 cores), so a batch of
+# handover.maxConcurrent (up to 1000) nodes is never cut by a deadline made for a few.
 ACTIVE_DEADLINE_SECONDS = 900
+SECONDS_PER_RUN = 60
+
+
+def active_deadline(runs: int) -> int:
+    """activeDeadlineSeconds of a Job of `runs` nova-manage runs (ACTIVE_DEADLINE_SECONDS at least)."""
+    return max(ACTIVE_DEADLINE_SECONDS, SECONDS_PER_RUN * runs)
 
 
 def job_selector(pool_name: str) -> str:
@@ -92,15 +101,15 @@ def render_job(pool: Pool, batch: JobBatch) -> dict[str, Any]:
     return nova_manage_job(pool, name=batch.name, labels=labels,
                            annotations={MOVES_ANNOTATION: moves, ATTEMPT_ANNOTATION: str(batch.attempt)},
                            pod_annotations={MOVES_ANNOTATION: moves},
-                           command=["/bin/sh", "-c", script(batch.moves)])
+                           command=["/bin/sh", "-c", script(batch.moves)], runs=len(batch.moves))
 
 
 def nova_manage_job(pool: Pool, *, name: str, labels: Mapping[str, str], annotations: Mapping[str, str],
-                    pod_annotations: Mapping[str, str], command: Sequence[str]) -> dict[str, Any]:
+                    pod_annotations: Mapping[str, str], command: Sequence[str], runs: int = 1) -> dict[str, Any]:
     """A Job that runs `command` once in the pool's image with `spec.handover.novaManageConfig`
     mounted read-only at CONFIG_PATH: owned by the pool, its pod never restarted in place, at
     most BACKOFF_LIMIT retries, each only once the last pod has ended, failed by Kubernetes
-    after ACTIVE_DEADLINE_SECONDS, its pod's terminationGracePeriodSeconds
+    after `active_deadline(runs)` (`runs`: the nova-manage runs `command` makes), its pod's terminationGracePeriodSeconds
     spec.handover.jobTerminationGracePeriodSeconds. `labels` go on the Job and its pods."""
     assert pool.handover is not None
     secret = pool.handover.nova_manage_config
@@ -137,7 +146,7 @@ def nova_manage_job(pool: Pool, *, name: str, labels: Mapping[str, str], annotat
         },
         "spec": {
             "backoffLimit": BACKOFF_LIMIT,
-            "activeDeadlineSeconds": ACTIVE_DEADLINE_SECONDS,
+            "activeDeadlineSeconds": active_deadline(runs),
             "podReplacementPolicy": "Failed",
             "template": {"metadata": {"labels": dict(labels), "annotations": dict(pod_annotations)},
                          "spec": pod_spec},
