@@ -30,6 +30,7 @@ up, listing the pool's nodes) is the same for both and unit-tested for both
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Callable
@@ -133,8 +134,10 @@ def test_the_audit_gives_misplaced_nodes_back_and_names_a_stray_compute_it_never
                               timeout=6 * interval + 4 * POLL, interval=1, what="status.nova naming the stray")
                 named_after = time.monotonic() - stray_at
                 assert status["findings"]["stray"] == 1, status
-                assert (f"Nova compute {stray} is not a member of this pool, yet Nova lists up to {len(free_of_m0)} "
-                        "of the pool's nodes under it") in status["message"], status
+                # the most of them one read has seen under it so far: the member takes them back at its passes
+                most = re.search(f"Nova compute {stray} is not a member of this pool, yet Nova lists up to "
+                                 r"(\d+) of the pool's nodes under it", status["message"])
+                assert most and 1 <= int(most.group(1)) <= len(free_of_m0), status
                 assert "stop that nova-compute, or give it an [ironic]shard no member of this pool uses" \
                     in status["message"]
                 degraded = wait(lambda: (c := condition(get_pool(client, ns, pool), "Degraded")).get("reason")
