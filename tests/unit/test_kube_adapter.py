@@ -26,12 +26,15 @@ class ApiServer:
         self.valid: set[str] = set()
         self.script: list[tuple[int, dict[str, str]]] = []
         self.seen: list[tuple[str, str, float]] = []  # (method, token, monotonic time)
+        self.bodies: list[Any] = []  # the JSON body of each request that had one
         self.url = ""
         self._runner: web.AppRunner | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.seen.append((request.method, token, time.monotonic()))
+        if request.can_read_body:
+            self.bodies.append(await request.json())
         if token not in self.valid:
             return web.json_response({"kind": "Status", "code": 401, "message": "Unauthorized"}, status=401)
         if self.script:
@@ -160,3 +163,14 @@ async def test_the_fence_is_asked_again_before_a_retried_write(api):
         with pytest.raises(NotLeader):
             await kube.request("PUT", f"{LEASES}/l", body={})
     assert len(api.seen) == 1
+
+
+async def test_a_member_pod_is_deleted_with_the_pools_grace_whatever_the_pod_was_made_with(api):
+    """A pod made before spec.terminationGracePeriodSeconds existed (or changed) has another grace:
+    the delete request carries the pool's, which overrides the pod's (as kubectl's --grace-period)."""
+    async with Kube() as kube:
+        assert await kube.delete_pod("ops", "rack-0", uid="u-1", grace_seconds=200)
+        assert await kube.delete_pod("ops", "rack-1", uid="u-2", force=True, grace_seconds=200)
+    graceful, forced = api.bodies[-2:]
+    assert graceful["gracePeriodSeconds"] == 200 and graceful["preconditions"] == {"uid": "u-1"}
+    assert forced["gracePeriodSeconds"] == 0

@@ -219,8 +219,11 @@ class Kube:
                 return False
             raise
 
-    async def delete_pod(self, namespace: str, name: str, *, uid: str, force: bool = False) -> bool:
-        """Delete the pod only if it is still the object `uid`; `force`: grace period 0.
+    async def delete_pod(self, namespace: str, name: str, *, uid: str, force: bool = False,
+                         grace_seconds: int | None = None) -> bool:
+        """Delete the pod only if it is still the object `uid`; `force`: grace period 0, else
+        `grace_seconds` when given (it overrides the pod's own terminationGracePeriodSeconds, as
+        kubectl's --grace-period does).
 
         False when it is already gone or is another object by now (a replacement).
         """
@@ -228,6 +231,8 @@ class Kube:
                                    "preconditions": {"uid": uid}}
         if force:
             options["gracePeriodSeconds"] = 0
+        elif grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
         try:
             await self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=options)
             return True

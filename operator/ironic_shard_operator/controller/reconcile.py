@@ -388,8 +388,10 @@ async def _act_on_pods(cycle: _Cycle, pool: Pool, chosen: _PodPlan, secrets: _Se
                                 f"member {create.member} has no pod until this is fixed"):
             writes.done(create.event)
     for delete in decision.deletes:
-        if await writes.attempt(kube.delete_pod(pool.namespace, delete.member, uid=delete.uid,
-                                                force=delete.force), "delete", "Pod", delete.member,
+        # the spec's grace, also for a pod made before it was set (or changed): nova-compute's
+        # graceful shutdown is not cut by the 30 s a pod without one would get
+        if await writes.attempt(kube.delete_pod(pool.namespace, delete.member, uid=delete.uid, force=delete.force,
+                                                grace_seconds=pool.pod.grace_seconds), "delete", "Pod", delete.member,
                                 "the pod stays"):
             writes.done(delete.event)
             _count_deletion(cycle.op.metrics, pool, delete)
