@@ -12,8 +12,8 @@ grace is forced down, and none of its free nodes changes shard before Nova lists
 while its nova-compute runs (a certain failure) is counted out at once, forced down before any of
 its free nodes moves, and comes back once unfenced; a member removed by
 scale-down leaves no service behind, even when Nova's API was away while it went; a node with an
-instance given the wrong shard by hand is reported (Degraded) and, with
-spec.nova.repairMisplaced, handed back to its instance's host. The pool has no
+instance given another live member's shard by hand is given back at once to its instance's
+host (Nova and the instance agree), with an Event. The pool has no
 novaManageConfig: new members' hosts (the first three, and member 2's identity taken up again
 with a new Nova service) are reported not mapped to a cell (Degraded HostNotMapped, a Warning
 each), and given no node, until the test maps them by hand. A sampler watches Nova the whole
@@ -44,7 +44,7 @@ from tests.support.switchable_proxy import SwitchableProxy
 from tests.support.kube_api import KubeAPI
 from tests.support.operator_harness import (
     POOLS, OperatorProcess, condition, events, get_pool, http_get, member_pods, patch_spec,
-    pool_manifest, ready_members, settle,
+    pool_manifest, posted_events, ready_members, settle,
 )
 
 pytestmark = pytest.mark.nova
@@ -302,28 +302,23 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
                 assert set(shards().values()) == {m0, m1}
                 nova_stack.record_rss()
 
-                # 5. Someone sets the shard of a node with an instance by hand: no compute
-                # serves it any more. The audit reports it and degrades the pool; with
-                # spec.nova.repairMisplaced the operator hands it back to its instance's host.
+                # 5. Someone sets the shard of a node with an instance by hand, to the other live
+                # member: no compute serves it any more, while Nova and its instance still name m1,
+                # a live member. The audit reports it misplaced and gives it back to m1 at once,
+                # without spec.nova.repairMisplaced (Event MisplacedNodeReturned), then clears.
                 misplaced = sorted(pinned_on_m1)[0]
                 noauth_ironic.request("PATCH", f"/nodes/{misplaced}", json=[
                     {"op": "add", "path": "/shard", "value": m0}])
-                found = wait(lambda: (s := nova_status()).get("findings", {}).get("misplaced") and s,
-                             timeout=2 * interval + 2 * POLL, what="the audit reporting the misplaced node")
-                assert f"node {misplaced} has an instance on {m1} but its shard is {m0}" in found["message"]
-                assert nova_metric("ironic_shard_nova_findings", kind="misplaced") == 1
-                found = wait(lambda: (c := degraded()) and c["reason"] == "NovaOutOfSync" and c,
-                                timeout=2 * POLL, what="Degraded NovaOutOfSync")
-                assert found["status"] == "True" and misplaced in found["message"]
-                assert shards()[misplaced] == m0, "repairMisplaced is off: reported, not repaired"
-                patch_spec(client, ns, pool, {"nova": {"repairMisplaced": True}})
-                wait(lambda: shards()[misplaced] == m1, timeout=interval + 3 * POLL,
-                     what="the misplaced node handed back to its instance's host")
+                wait(lambda: shards()[misplaced] == m1, timeout=2 * interval + 3 * POLL,
+                     what="the misplaced node given back to its instance's host")
+                (returned,) = posted_events(client, ns, "MisplacedNodeReturned")
+                assert f"node {misplaced} from {m0} back to {m1}" in returned["message"], returned
                 wait(lambda: not any(nova_status().get("findings", {}).values()),
                      timeout=2 * interval + 2 * POLL, what="the audit clear again")
                 wait(lambda: degraded()["status"] == "False", timeout=2 * POLL,
                      what="Degraded cleared")
-                assert nova_metric("ironic_shard_nova_actions_total", action="misplaced_handed_over") == 1
+                assert nova_metric("ironic_shard_nova_actions_total", action="misplaced_returned") == 1
+                assert nova_metric("ironic_shard_nova_actions_total", action="misplaced_handed_over") == 0
 
                 # 6. Scale back to 3: member 2's identity returns, with a new Nova service (step 4
                 # deleted the old one, and Nova its host mapping): a new host, reported not mapped
@@ -352,7 +347,7 @@ def test_failover_as_nova_sees_it(kube_api: KubeAPI, kube_namespace: str, nova_s
             final = nova_status()
             assert final["state"] == "Enabled" and final["forcedDown"] == [] and final["waiting"] == []
             for reason in ("ForcedDown", "ForcedDownCleared", "NovaUnavailable", "NovaAvailable",
-                           "DeletedNovaService", "NovaAudit", "NovaAuditClear", "HandedOverNodes", "HostNotMapped",
+                           "DeletedNovaService", "NovaAudit", "NovaAuditClear", "MisplacedNodeReturned", "HostNotMapped",
                            "HostMapped"):
                 assert events(client, ns, reason), f"no {reason} Event"
             assert nova_metric("ironic_shard_nova_actions_total", action="forced_down_set") >= 1

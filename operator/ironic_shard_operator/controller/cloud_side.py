@@ -212,7 +212,8 @@ class CloudSide:
         nova = await asyncio.to_thread(
             run_nova_cycle, work.nova, work.adapter, pool, members=work.members,
             identities=set(work.identities) | set(plan.members_to_create if plan else ()),
-            deleting=set(plan.members_to_delete if plan else ()), nova_conf=work.nova_conf,
+            deleting=set(plan.members_to_delete if plan else ()), retiring=set(plan.retiring if plan else ()),
+            nova_conf=work.nova_conf,
             nodes=result.report.nodes if result.report is not None else None,
             previous=work.pool_memory.nova, now=work.now, metrics=metrics, may_write=work.may_write,
             held=work.held, member_confs=work.member_confs, stop=interrupt.is_set)
