@@ -295,8 +295,7 @@ class NovaStack:
     def server_actions(self, server: str) -> list[dict]:
         """The actions recorded on `server`, oldest first, each with its `events` (an action a
         compute carried out has an event `compute_<action>_instance` with its result; one no
-        compute received has none). Nova's detail views of a server need Neutron (security
-        groups), which this stack has not; the actions do not."""
+        compute received has none)."""
         actions = self._get_all(f"/servers/{server}/os-instance-actions", "instanceActions")
         return [self._get_json(f"/servers/{server}/os-instance-actions/{action['request_id']}")["instanceAction"]
                 for action in sorted(actions, key=lambda a: a["start_time"])]
@@ -308,6 +307,14 @@ class NovaStack:
         response = self._compute.post(f"/servers/{server}/action", json=action,
                                       microversion=COMPUTE_MICROVERSION, raise_exc=False)
         return response.status_code, response.text
+
+    def delete_server(self, server: str) -> int:
+        """A user's `openstack server delete SERVER` (as an admin): DELETE /servers/<server>; the
+        HTTP status (204 accepted). With its host down or forced down, nova-api deletes it
+        locally: its record only (its ports asked of the Neutron stand-in: none), nothing reaches
+        Ironic."""
+        response = self._compute.delete(f"/servers/{server}", microversion=COMPUTE_MICROVERSION, raise_exc=False)
+        return response.status_code
 
     def set_forced_down(self, host: str, forced_down: bool) -> None:
         """An administrator's `openstack compute service set --down|--up HOST nova-compute`:

@@ -108,6 +108,14 @@ def render_control_conf(state: dict) -> str:
     sections["api_database"] = {"connection": state["connections"]["nova_api"]}
     sections["database"] = {"connection": state["connections"]["nova"]}
     sections["conductor"] = {"workers": 1}
+    # nova-api asks Neutron for the ports of every server it shows (their security groups) and
+    # of one it deletes while its host is down; the test bed has no Neutron, so a stand-in with
+    # no ports answers (hack/nova/neutron_standin.py, a TEST SETUP SHORTCUT like the seeded
+    # instances' empty network).
+    sections["neutron"] = {"auth_type": "none", "endpoint_override": state["neutron_url"]}
+    # A deleted server's notification carries its image's URL, built from Glance's endpoint (no
+    # request is made): with no Glance in the catalog, the delete itself fails. Nothing listens here.
+    sections["glance"] = {"endpoint_override": "http://127.0.0.1:9/image"}
     # Read by nova-scheduler only (when a test starts it). Filters, weighers, host_subset_size
     # stay Nova's defaults (ComputeFilter rejects a disabled or down service); equal weights are
     # shuffled, as Nova recommends for Ironic: its nodes weigh the same, and without it every
@@ -433,7 +441,7 @@ def start(run_dir: Path | None = None, owner_pid: int | None = None, timings: di
     run_dir = Path(run_dir or REGISTRY / stack_id).resolve()
     for sub in ("etc", "logs", "pids", "state/lock"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    nova_port, placement_port = free_port(), free_port()
+    nova_port, placement_port, neutron_port = free_port(), free_port(), free_port()
     databases = _databases(stack_id)
     state = {
         "id": stack_id,
@@ -446,6 +454,7 @@ def start(run_dir: Path | None = None, owner_pid: int | None = None, timings: di
         "nova_url": f"http://127.0.0.1:{nova_port}",
         "compute_url": f"http://127.0.0.1:{nova_port}/v2.1",
         "placement_url": f"http://127.0.0.1:{placement_port}",
+        "neutron_url": f"http://127.0.0.1:{neutron_port}",
         "token": ADMIN_TOKEN,
         "transport_url": RABBIT_URL.format(vhost=stack_id),
         "vhost": stack_id,
@@ -513,10 +522,15 @@ def _bring_up(state: dict) -> None:
            "nova_api_wsgi:application"],
           env={"OS_NOVA_CONFIG_DIR": str(etc), "OS_NOVA_CONFIG_FILES": "api-paste.ini;nova.conf"})
     spawn(run_dir, "nova-conductor", [str(bin_dir / "nova-conductor"), "--config-file", state["nova_conf"]])
+    spawn(run_dir, "neutron-standin",
+          [*gunicorn, "--bind", state["neutron_url"].removeprefix("http://"),
+           "--name", f"neutron-standin-{state['id']}", "--pythonpath", str(PEER_FILES), "neutron_standin:application"])
 
     deadline = time.monotonic() + START_TIMEOUT
-    control = ["placement-api", "nova-api", "nova-conductor"]
+    control = ["placement-api", "nova-api", "nova-conductor", "neutron-standin"]
     _wait("placement API", lambda: http_json(state["placement_url"] + "/")[0] == 200,
+          run_dir, deadline, control)
+    _wait("the Neutron stand-in", lambda: http_json(state["neutron_url"] + "/v2.0/ports")[0] == 200,
           run_dir, deadline, control)
     _wait("nova-conductor up in Nova's services list",
           lambda: any(s["binary"] == "nova-conductor" and s["state"] == "up" for s in services(state)),
@@ -550,7 +564,7 @@ def stop(state: dict) -> None:
     run_dir = Path(state["run_dir"])
     # computes first (they talk to the conductor while shutting down), then the control plane
     names = process_names(run_dir)
-    control = [n for n in ("nova-api", "placement-api", "nova-conductor", SCHEDULER) if n in names]
+    control = [n for n in ("nova-api", "placement-api", "nova-conductor", SCHEDULER, "neutron-standin") if n in names]
     terminate(run_dir, [n for n in names if n not in control])
     terminate(run_dir, control)
     _drop_storage(state["id"])

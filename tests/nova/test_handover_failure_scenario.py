@@ -2,8 +2,8 @@
 Ironic, the real Nova stack, member pods as REAL nova-compute processes and the handover Job's
 pod as a REAL `nova-manage db ironic_compute_node_move` (testbed/process_kubelet.py).
 
-3 members, 15 nodes; member 1 carries 3 instance nodes, one of them with a second instance in
-Nova. `spec.handover.afterFailureSeconds` is short (and above `rebalanceAfterSeconds`), fencing
+3 members, 15 nodes; member 1 carries 4 instance nodes, one of them with a second instance in
+Nova, and one whose server is deleted while member 1 is forced down (a local delete). `spec.handover.afterFailureSeconds` is short (and above `rebalanceAfterSeconds`), fencing
 is Wait. Member 1's process is killed and its Kubernetes node goes away: its pod cannot be
 proven gone, so nothing is handed over however long it stays (only its free nodes move).
 
@@ -18,7 +18,9 @@ refusals, each with a clear condition and nothing changed in Nova or Ironic:
 - database access that fails: the Job's nova-manage fails, Degraded / HandoverFailed led by the
   error, the Job tried again at once once the Secret is fixed and the failed Job deleted;
 - the node with two instances: HandoverRefused naming the node, while the other two instance
-  nodes are moved in Nova, then re-sharded, and their servers' hosts follow.
+  nodes are moved in Nova, then re-sharded, and their servers' hosts follow;
+- the node whose server Nova deleted while member 1 was down: never moved, HandoverDeletedInNova
+  names it with the fix (undeploy), and it stays with member 1.
 Its pod starts again: member 1 is back with the refused node and free nodes; the nodes handed
 over stay where they are.
 """
@@ -99,10 +101,11 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
             handover_pool.wait_for_members(kube_api, ns, nova_stack, pool, (m0, m1, m2), shards,
                                            map_hosts_by_hand=True)
 
-            # Member 1 carries 3 instance nodes; the last has a second instance in Nova.
+            # Member 1 carries 4 instance nodes; the third has a second instance in Nova, the fourth's
+            # server is deleted while member 1 is down (a local delete).
             owners = shards()
-            instance_nodes = sorted(n for n, o in owners.items() if o == m1)[:3]
-            doubled = instance_nodes[-1]
+            instance_nodes = sorted(n for n, o in owners.items() if o == m1)[:4]
+            doubled, deleted = instance_nodes[2], instance_nodes[3]
             *seeded, extra = nova_stack.seed_instances(m1, [*instance_nodes, doubled])  # one run of the script
             instances = dict(zip(instance_nodes, seeded))
             for node in instance_nodes:
@@ -163,6 +166,14 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                 assert "Can't connect to MySQL server" in posted_events(client, ns, "HandoverFailed")[-1]["message"]
                 (failed_job,) = [j["metadata"]["name"] for j in jobs()]
                 assert m1 not in member_pods(client, ns, pool)  # held while its handover has a Job
+                # Meanwhile a user deletes the server on the fourth node: member 1's service is forced
+                # down, so Nova deletes it locally (its record only), and Ironic keeps the node
+                # deployed with the old instance_uuid.
+                assert nova_stack.compute_services()[m1]["forced_down"]
+                assert nova_stack.delete_server(instances[deleted]) == 204
+                wait(lambda: not [s for s in nova_stack._get_all(f"/servers?all_tenants=1&uuid={instances[deleted]}",
+                                                                 "servers")],
+                     timeout=30, interval=0.5, what="the server deleted locally in Nova")
                 assert {n: shards()[n] for n in instance_nodes} == {n: m1 for n in instance_nodes}
                 assert {n: nova_stack.hypervisor_hosts()[n] for n in instance_nodes} == {n: [m1] for n in instance_nodes}
 
@@ -178,6 +189,15 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                 refused = wait(lambda: [e for e in events(client, ns, "HandoverRefused") if doubled in e["message"]],
                                timeout=6 * POLL, interval=0.5, what="the node with two instances refused, by name")
                 assert "more than one instance" in refused[-1]["message"]
+                # The locally deleted server's node is never moved: named with the fix, Warning, status.
+                gone = wait(lambda: [e for e in events(client, ns, "HandoverDeletedInNova") if deleted in e["message"]],
+                            timeout=6 * POLL, interval=0.5, what="the node of the deleted server reported, by name")
+                assert gone[-1]["type"] == "Warning" and "openstack baremetal node undeploy" in gone[-1]["message"]
+                assert any(p["reason"] == "HandoverDeletedInNova" and deleted in p["message"]
+                           for p in get_pool(client, ns, pool)["status"]["handover"]["problems"])
+                assert shards()[deleted] == m1 and nova_stack.hypervisor_hosts()[deleted] == [m1]
+                assert ironic.request("GET", f"/nodes/{deleted}?fields=instance_uuid").json()["instance_uuid"] == \
+                    instances[deleted]  # Ironic never heard of the delete
                 wait(nova_agrees, timeout=3 * interval, interval=2, what="Nova agreeing with Ironic")
                 assert {instances[n]: server_host(instances[n]) for n in movable} == \
                     {instances[n]: shards()[n] for n in movable}
@@ -196,7 +216,7 @@ def test_long_failure_hands_over_after_the_delay_and_refusals_change_nothing(
                      timeout=6 * POLL, interval=1, what="free nodes on member 1 again")
                 wait(nova_agrees, timeout=3 * interval, interval=2, what="Nova agreeing at the end")
                 final = shards()
-                assert {n: final[n] for n in movable} == handed and final[doubled] == m1
+                assert {n: final[n] for n in movable} == handed and final[doubled] == m1 and final[deleted] == m1
                 wait(lambda: degraded().get("status") != "True", timeout=6 * POLL, interval=0.5,
                      what="Degraded cleared")
             handover_pool.assert_each_moved_once(watch, movable, m1, final)
