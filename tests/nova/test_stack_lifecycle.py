@@ -37,7 +37,7 @@ def test_a_stack_whose_owner_died_is_reaped_with_every_process_database_and_vhos
         member.write_text("[DEFAULT]\nhost = orphan-0\n[ironic]\nshard = orphan-0\n")
         nova_starter.spawn_compute(state, "orphan-0", [base, member])
         processes = {name: nova_starter.pid_of(run_dir, name) for name in nova_starter.process_names(run_dir)}
-        assert set(processes) == {"placement-api", "nova-api", "nova-conductor", "orphan-0"}
+        assert set(processes) == {"placement-api", "nova-api", "nova-conductor", "neutron-standin", "orphan-0"}
         started = {pid: nova_starter.start_time_of(pid) for pid in processes.values()}
         assert all(started.values())
         assert set(state["databases"].values()) <= _databases()
