@@ -883,7 +883,6 @@ class _SourceStep:
 def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _SourceStep:
     """One source's step (module doc, steps 1-6)."""
     mine = [n for n in ctx.nodes if n.shard == source]
-    free = sum(1 for n in mine if not n.pinned)
     pinned = sorted((n for n in mine if n.pinned), key=lambda n: n.uuid)
     kept: list[Node] = []
     if trigger == FAILURE:  # only Nova's nodes are handed over; the rest stays with the member
@@ -926,7 +925,8 @@ def _source_step(source: str, trigger: str, ctx: _Context, steps: _Steps) -> _So
                         for uuid, _ in j.moves}
     candidates = [node for node in pinned if _classify(node, source, trigger, ctx, steps, count, failed_job_nodes)]
     _report_unmovable(source, trigger, count, steps)
-    holding_back = tuple(b for b in ctx.busy_nodes(source, locked=True) if any(n.uuid == b.node for n in pinned))
+    handed = {n.uuid for n in pinned}
+    holding_back = tuple(b for b in ctx.busy_nodes(source, locked=True) if b.node in handed)
     _report_late_busy(source, trigger, holding_back, "its handover waits for", ctx, steps)
     phase = MOVING if pinned else DONE
     stuck = count.refused or count.failed or count.unknown or count.deleted
